@@ -1,0 +1,96 @@
+"""The contract between the FederatedLoop and an algorithm.
+
+Following fedjax, an algorithm is a few functions over explicit state: the server's `ServerState`
+and, for stateful methods, a per-client state. The loop owns everything else (selection, local
+training, logging, checkpoints), so adding an algorithm never changes the loop. Each hook has a
+default that does nothing, so FedAvg overrides only what it needs.
+"""
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import pytorch_lightning as pl
+import torch
+from torch import Tensor
+
+from fedlight.tensors import StateDict
+
+
+@dataclass
+class ServerState:
+    """The global model plus any server-side algorithm state (control variates, moments...)."""
+
+    weights: StateDict
+    extras: StateDict = field(default_factory=dict)
+
+
+@dataclass
+class LocalResult:
+    """What local training produced on one client, before the algorithm decides what to send."""
+
+    client_id: int
+    weights: StateDict
+    num_samples: int
+    num_steps: int
+    lr: float
+    train_loss: float
+
+
+@dataclass
+class ClientUpload:
+    """What one client sends to the server: `tensors` are counted byte for byte."""
+
+    client_id: int
+    num_samples: int
+    num_steps: int
+    tensors: StateDict
+
+
+class LocalCallback:
+    """Lightning-style hooks an algorithm adds to a client's local training.
+
+    The loop calls them right after the client module's hook of the same name, on the client being
+    trained only (SCAFFOLD corrects gradients in `on_after_backward`, FedProx adds its proximal term).
+    """
+
+    def on_before_backward(self, module: pl.LightningModule, loss: Tensor) -> None:
+        """Called with the loss of a local step before backpropagation."""
+
+    def on_after_backward(self, module: pl.LightningModule) -> None:
+        """Called once gradients exist and before the optimizer sees them."""
+
+    def on_before_optimizer_step(
+        self, module: pl.LightningModule, optimizer: torch.optim.Optimizer
+    ) -> None:
+        """Called right before each optimizer step."""
+
+
+class Algorithm(ABC):
+    """Server and client rules of one federated algorithm."""
+
+    def init_server(self, weights: StateDict, trainable: frozenset[str]) -> ServerState:
+        """Server state for the initial global model; `trainable` names the parameters."""
+        self.trainable = trainable
+        return ServerState(weights)
+
+    def download(self, server: ServerState) -> StateDict:
+        """Tensors sent to each selected client besides the global weights (counted in bytes)."""
+        return {}
+
+    def local_callbacks(
+        self, server: ServerState, client_state: StateDict | None
+    ) -> list[LocalCallback]:
+        """Hooks into the local training of one client; `client_state` is None before its first
+        round."""
+        return []
+
+    @abstractmethod
+    def upload(
+        self, server: ServerState, local: LocalResult, client_state: StateDict | None
+    ) -> tuple[ClientUpload, StateDict | None]:
+        """What the client sends, and its new persistent state (None for stateless methods)."""
+
+    @abstractmethod
+    def server_update(self, server: ServerState, uploads: Sequence[ClientUpload]) -> ServerState:
+        """The next server state from this round's uploads."""

@@ -1,0 +1,122 @@
+"""Typed settings of a run: the schema Hydra validates against, and what the rest of fedlight reads.
+
+`DictConfig` never travels past the entry point (`fedlight.cli`): it is turned into these dataclasses
+and into the objects the config groups instantiate.
+"""
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+
+
+class ConfigError(ValueError):
+    """A setting is invalid; the message names the key and what is allowed, on one line."""
+
+
+def require(condition: bool, message: str) -> None:
+    if not condition:
+        raise ConfigError(message)
+
+
+@dataclass
+class FLSettings:
+    num_clients: int = 100
+    clients_per_round: int = 10
+    rounds: int = 50
+
+    def __post_init__(self) -> None:
+        require(self.num_clients >= 1, f"fl.num_clients={self.num_clients} must be >= 1")
+        require(
+            1 <= self.clients_per_round <= self.num_clients,
+            f"fl.clients_per_round={self.clients_per_round} must be between 1 and "
+            f"fl.num_clients={self.num_clients}; lower it or raise fl.num_clients",
+        )
+        require(self.rounds >= 1, f"fl.rounds={self.rounds} must be >= 1")
+
+
+@dataclass
+class LocalSettings:
+    epochs: int = 1
+    batch_size: int = 10
+
+    def __post_init__(self) -> None:
+        require(self.epochs >= 1, f"local.epochs={self.epochs} must be >= 1")
+        require(self.batch_size >= 1, f"local.batch_size={self.batch_size} must be >= 1")
+
+
+@dataclass
+class OptimSettings:
+    lr: float = 0.05
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+
+    def __post_init__(self) -> None:
+        require(self.lr > 0, f"optim.lr={self.lr} must be > 0")
+        require(0 <= self.momentum < 1, f"optim.momentum={self.momentum} must be in [0, 1)")
+        require(self.weight_decay >= 0, f"optim.weight_decay={self.weight_decay} must be >= 0")
+
+
+@dataclass
+class EvalSettings:
+    every: int = 1
+    target_accuracy: float | None = None
+    batch_size: int = 1000
+
+    def __post_init__(self) -> None:
+        require(self.every >= 1, f"eval.every={self.every} must be >= 1")
+        require(
+            self.target_accuracy is None or 0 < self.target_accuracy <= 1,
+            f"eval.target_accuracy={self.target_accuracy} must be a fraction in (0, 1], e.g. 0.8",
+        )
+        require(self.batch_size >= 1, f"eval.batch_size={self.batch_size} must be >= 1")
+
+
+@dataclass
+class CheckpointSettings:
+    every: int = 10
+
+    def __post_init__(self) -> None:
+        require(self.every >= 1, f"checkpoint.every={self.every} must be >= 1")
+
+
+@dataclass
+class RunSettings:
+    """Everything about a run that is a plain value rather than a pluggable component."""
+
+    seed: int = 0
+    fl: FLSettings = field(default_factory=FLSettings)
+    local: LocalSettings = field(default_factory=LocalSettings)
+    optim: OptimSettings = field(default_factory=OptimSettings)
+    eval: EvalSettings = field(default_factory=EvalSettings)
+    checkpoint: CheckpointSettings = field(default_factory=CheckpointSettings)
+    device: str = "auto"
+    resume: str | None = None
+
+    def __post_init__(self) -> None:
+        require(self.seed >= 0, f"seed={self.seed} must be >= 0")
+        require(
+            self.device == "auto" or self.device.split(":")[0] in {"cpu", "cuda", "mps"},
+            f"device={self.device} is not a torch device; use auto, cpu, cuda or cuda:N",
+        )
+
+
+@dataclass
+class ConfigSchema(RunSettings):
+    """The schema of `conf/config.yaml`: plain settings plus one node per config group."""
+
+    algo: Any = None
+    data: Any = None
+    model: Any = None
+    partition: Any = None
+    selection: Any = None
+    lr_schedule: Any = None
+    logger: Any = None
+
+
+CONFIG_GROUPS = ("algo", "data", "model", "partition", "selection", "lr_schedule", "logger")
+SETTING_KEYS = ("seed", "fl", "local", "optim", "eval", "checkpoint", "device", "resume")
+
+
+def register_schema() -> None:
+    ConfigStore.instance().store(name="fedlight_schema", node=ConfigSchema)

@@ -1,0 +1,123 @@
+"""One job from typed parts to files: load data, partition, build the loop, run it, write outputs."""
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import pytorch_lightning as pl
+import torch
+
+from fedlight.algorithms.base import Algorithm
+from fedlight.checkpoint import CHECKPOINT_NAME, load_checkpoint
+from fedlight.config import ConfigError, RunSettings
+from fedlight.data.base import TensorDataset
+from fedlight.loggers.base import RoundLogger, RunInfo
+from fedlight.loggers.console import ConsoleProgress
+from fedlight.loop import FederatedLoop
+from fedlight.lr_schedules.base import LRSchedule
+from fedlight.outputs import label_histogram, summarize, write_curves, write_label_histogram
+from fedlight.partitions.base import Partition
+from fedlight.rng import Stream, derive_seed, numpy_generator
+from fedlight.selection.base import Selection
+
+# Settings that may differ between a run and its resumption without changing any number.
+RESUME_FREE_KEYS = ("resume", "logger")
+
+
+class DataSource(Protocol):
+    def load(self) -> TensorDataset: ...
+
+
+@dataclass
+class Job:
+    """A fully built experiment: what `fedlight.cli` makes out of the composed Hydra config."""
+
+    settings: RunSettings
+    data: DataSource
+    model: Callable[..., pl.LightningModule]
+    partition: Partition
+    algorithm: Algorithm
+    selection: Selection
+    lr_schedule: LRSchedule
+    loggers: list[RoundLogger]
+    choices: dict[str, str]
+    config: dict[str, Any]
+    sweep_group: str | None = None
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def first_difference(saved: Any, current: Any, path: str = "") -> str | None:
+    """Dotted key of the first value that differs between two nested config dicts."""
+    if isinstance(saved, dict) and isinstance(current, dict):
+        for key in sorted(set(saved) | set(current)):
+            found = first_difference(saved.get(key), current.get(key), f"{path}{key}.")
+            if found:
+                return found
+        return None
+    return None if saved == current else f"{path.rstrip('.')} (checkpoint {saved!r}, now {current!r})"
+
+
+def comparable_config(config: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in config.items() if k not in RESUME_FREE_KEYS}
+
+
+def run_job(job: Job, output_dir: Path) -> dict[str, Any]:
+    settings = job.settings
+    output_dir.mkdir(parents=True, exist_ok=True)
+    device = resolve_device(settings.device)
+    data = job.data.load().to(device)
+
+    labels = data.train_y.cpu().numpy()
+    client_sets = job.partition(
+        labels, settings.fl.num_clients, numpy_generator(settings.seed, Stream.PARTITION)
+    )
+    write_label_histogram(output_dir, label_histogram(client_sets, labels, data.num_classes))
+    client_indices = [torch.as_tensor(s, dtype=torch.int64, device=device) for s in client_sets]
+
+    torch.manual_seed(derive_seed(settings.seed, Stream.MODEL_INIT))
+    module = job.model(input_shape=data.input_shape, num_classes=data.num_classes).to(device)
+    loop = FederatedLoop(
+        settings, data, client_indices, module, job.algorithm, job.selection, job.lr_schedule
+    )
+    if settings.resume is not None:
+        checkpoint = load_checkpoint(Path(settings.resume) / CHECKPOINT_NAME)
+        difference = first_difference(
+            json.loads(checkpoint["config"]), comparable_config(job.config)
+        )
+        if difference:
+            raise ConfigError(
+                f"resume={settings.resume}: config differs at {difference}; resume with the "
+                "original run's overrides plus resume=<run dir>"
+            )
+        loop.load_state_dict(checkpoint)
+
+    loggers = [*job.loggers, ConsoleProgress()]
+    run_info = RunInfo(output_dir, job.config, job.choices, job.sweep_group, settings.fl.rounds)
+    for logger in loggers:
+        logger.start(run_info)
+    history = loop.run(
+        loggers,
+        output_dir / CHECKPOINT_NAME,
+        {"config": json.dumps(comparable_config(job.config), sort_keys=True)},
+    )
+    summary = summarize(
+        history.rows,
+        target_accuracy=settings.eval.target_accuracy,
+        total_bytes=history.bytes_up + history.bytes_down,
+        wall_seconds=history.wall_seconds,
+        rounds=history.completed_rounds,
+        seed=settings.seed,
+        choices=job.choices,
+    )
+    (output_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    write_curves(output_dir, history.rows)
+    for logger in loggers:
+        logger.finish(summary)
+    return summary

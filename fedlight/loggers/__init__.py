@@ -1,0 +1,1 @@
+"""Where per-round metrics go: metrics.csv always, W&B when chosen, and the console."""

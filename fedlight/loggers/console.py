@@ -1,0 +1,53 @@
+"""Console output: a progress bar over rounds (plain lines when not a terminal), then a summary."""
+
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from fedlight.loggers.base import MetricsRow, RunInfo
+
+
+@dataclass
+class ConsoleProgress:
+    console: Console = field(default_factory=lambda: Console(stderr=True))
+    _progress: Progress | None = field(default=None, init=False)
+    _task: Any = field(default=None, init=False)
+
+    def start(self, run: RunInfo) -> None:
+        if self.console.is_terminal:
+            self._progress = Progress(
+                TextColumn("round"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[status]}"),
+                TimeRemainingColumn(),
+                console=self.console,
+            )
+            self._task = self._progress.add_task("rounds", total=run.total_rounds, status="")
+            self._progress.start()
+
+    def log_round(self, row: MetricsRow) -> None:
+        status = f"acc {row['test_accuracy']:.4f}  loss {row['test_loss']:.4f}"
+        if self._progress is not None:
+            self._progress.update(self._task, completed=row["round"], status=status)
+        else:
+            print(f"round {row['round']}: {status}", file=sys.stderr, flush=True)
+
+    def advance_to(self, round_index: int) -> None:
+        if self._progress is not None:
+            self._progress.update(self._task, completed=round_index)
+
+    def finish(self, summary: dict[str, Any]) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+        target = summary["rounds_to_target"]
+        self.console.print(
+            f"fedlight: {summary['rounds']} rounds  final acc {summary['final_accuracy']:.4f}  "
+            f"best {summary['best_accuracy']:.4f}  rounds to target "
+            f"{'-' if target is None else target}  comm {summary['comm_mb']:.2f} MB  "
+            f"{summary['wall_seconds']:.1f} s",
+            highlight=False,
+        )

@@ -1,0 +1,252 @@
+"""The FederatedLoop: one round of federated training, written out top to bottom in `run_round`.
+
+select clients → broadcast → local training that calls the client LightningModule's hooks →
+aggregate → (evaluate → log → checkpoint) in `run`. There is one client module; each selected client
+loads the global weights into it, so hooks only ever fire on the client being trained, and no
+Lightning Trainer is built per client (that costs ~40% of the speed on small models).
+"""
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+from torch import Tensor
+from torch.nn import functional as F  # noqa: N812
+
+from fedlight.algorithms.base import Algorithm, LocalCallback, LocalResult, ServerState
+from fedlight.checkpoint import save_checkpoint
+from fedlight.config import ConfigError, RunSettings
+from fedlight.data.base import TensorDataset
+from fedlight.lr_schedules.base import LRSchedule
+from fedlight.loggers.base import MetricsRow, RoundLogger
+from fedlight.rng import Stream, derive_seed, numpy_generator
+from fedlight.selection.base import Selection
+from fedlight.tensors import StateDict, detached_copy, nbytes
+
+
+def first_optimizer(configured: Any) -> torch.optim.Optimizer:
+    """The optimizer out of any return value Lightning allows for `configure_optimizers`."""
+    if isinstance(configured, torch.optim.Optimizer):
+        return configured
+    if isinstance(configured, dict) and "optimizer" in configured:
+        return first_optimizer(configured["optimizer"])
+    if isinstance(configured, list | tuple) and configured:
+        return first_optimizer(configured[0])
+    raise ConfigError(
+        f"model: configure_optimizers() returned {type(configured).__name__}; "
+        "return a torch.optim.Optimizer (or Lightning's list/dict forms)"
+    )
+
+
+def training_loss(output: Tensor | dict[str, Tensor]) -> Tensor:
+    """`training_step` may return the loss or a dict holding it under "loss", as in Lightning."""
+    return output["loss"] if isinstance(output, dict) else output
+
+
+@dataclass
+class RoundStats:
+    train_loss: float
+    lr: float
+    bytes_up: int
+    bytes_down: int
+
+
+@dataclass
+class History:
+    """Everything a resumed run needs to reproduce the rows and totals of the uninterrupted run."""
+
+    completed_rounds: int = 0
+    rows: list[MetricsRow] = field(default_factory=list)
+    bytes_up: int = 0
+    bytes_down: int = 0
+    wall_seconds: float = 0.0
+
+
+class FederatedLoop:
+    def __init__(
+        self,
+        settings: RunSettings,
+        data: TensorDataset,
+        client_indices: Sequence[Tensor],
+        module: pl.LightningModule,
+        algorithm: Algorithm,
+        selection: Selection,
+        lr_schedule: LRSchedule,
+    ) -> None:
+        self.settings = settings
+        self.data = data
+        self.client_indices = client_indices
+        self.module = module
+        self.algorithm = algorithm
+        self.selection = selection
+        self.lr_schedule = lr_schedule
+        self.base_lrs = [g["lr"] for g in first_optimizer(module.configure_optimizers()).param_groups]
+        trainable = frozenset(name for name, _ in module.named_parameters())
+        self.server: ServerState = algorithm.init_server(detached_copy(module.state_dict()), trainable)
+        self.client_states: dict[int, StateDict] = {}
+        self.history = History()
+
+    def run_round(self, round_index: int) -> RoundStats:
+        seed, fl = self.settings.seed, self.settings.fl
+        clients = self.selection.select(
+            round_index,
+            fl.num_clients,
+            fl.clients_per_round,
+            numpy_generator(seed, Stream.SELECTION, round_index),
+        )
+        lrs = [self.lr_schedule(round_index, base) for base in self.base_lrs]
+        broadcast = self.algorithm.download(self.server)
+        bytes_down = len(clients) * (nbytes(self.server.weights) + nbytes(broadcast))
+
+        uploads, losses, samples = [], [], []
+        for client in clients:
+            client_state = self.client_states.get(client)
+            callbacks = self.algorithm.local_callbacks(self.server, client_state)
+            local = self.train_client(client, round_index, lrs, callbacks)
+            upload, new_state = self.algorithm.upload(self.server, local, client_state)
+            if new_state is not None:
+                self.client_states[client] = new_state
+            uploads.append(upload)
+            losses.append(local.train_loss * local.num_samples)
+            samples.append(local.num_samples)
+
+        self.server = self.algorithm.server_update(self.server, uploads)
+        return RoundStats(
+            train_loss=sum(losses) / max(sum(samples), 1),
+            lr=lrs[0],
+            bytes_up=sum(nbytes(u.tensors) for u in uploads),
+            bytes_down=bytes_down,
+        )
+
+    def train_client(
+        self, client: int, round_index: int, lrs: list[float], callbacks: list[LocalCallback]
+    ) -> LocalResult:
+        """Local epochs of minibatch training, calling the module's hooks as a Trainer would."""
+        module, data, local = self.module, self.data, self.settings.local
+        module.load_state_dict(self.server.weights)
+        module.train()
+        optimizer = first_optimizer(module.configure_optimizers())
+        for group, lr in zip(optimizer.param_groups, lrs, strict=True):
+            group["lr"] = lr
+        seed = derive_seed(self.settings.seed, Stream.LOCAL_TRAINING, round_index, client)
+        generator = torch.Generator().manual_seed(seed)
+        torch.manual_seed(seed)  # for the module's own randomness, e.g. dropout
+        indices = self.client_indices[client]
+        augment = data.augment
+        losses: list[Tensor] = []
+        step = 0
+        for _ in range(local.epochs):
+            order = indices[torch.randperm(len(indices), generator=generator).to(indices.device)]
+            for batch_indices in order.split(local.batch_size):
+                x, y = data.train_x[batch_indices], data.train_y[batch_indices]
+                if augment is not None:
+                    x = augment(x, generator)
+                loss = training_loss(module.training_step((x, y), step))
+                optimizer.zero_grad(set_to_none=True)
+                module.on_before_backward(loss)
+                for callback in callbacks:
+                    callback.on_before_backward(module, loss)
+                loss.backward()
+                module.on_after_backward()
+                for callback in callbacks:
+                    callback.on_after_backward(module)
+                module.on_before_optimizer_step(optimizer)
+                for callback in callbacks:
+                    callback.on_before_optimizer_step(module, optimizer)
+                optimizer.step()
+                losses.append(loss.detach())
+                step += 1
+        return LocalResult(
+            client_id=client,
+            weights=detached_copy(module.state_dict()),
+            num_samples=len(indices),
+            num_steps=step,
+            lr=lrs[0],
+            train_loss=torch.stack(losses).mean().item() if losses else 0.0,
+        )
+
+    @torch.no_grad()
+    def evaluate(self) -> tuple[float, float]:
+        """Accuracy and mean cross-entropy of the global model on the whole test set."""
+        module, data = self.module, self.data
+        module.load_state_dict(self.server.weights)
+        module.eval()
+        correct = torch.zeros((), dtype=torch.int64, device=data.test_y.device)
+        loss_sum = torch.zeros((), dtype=torch.float64, device=data.test_y.device)
+        for x, y in zip(
+            data.test_x.split(self.settings.eval.batch_size),
+            data.test_y.split(self.settings.eval.batch_size),
+            strict=True,
+        ):
+            logits = module(x)
+            loss_sum += F.cross_entropy(logits, y, reduction="sum")
+            correct += (logits.argmax(dim=1) == y).sum()
+        count = len(data.test_y)
+        return correct.item() / count, loss_sum.item() / count
+
+    def run(
+        self, loggers: Sequence[RoundLogger], checkpoint_path: Path, checkpoint_meta: dict[str, Any]
+    ) -> History:
+        """All remaining rounds; rows of rounds done before a resume are replayed to the loggers.
+        `checkpoint_meta` is stored beside the state (e.g. the config, to check a resume against)."""
+        history, settings = self.history, self.settings
+        for row in history.rows:
+            for logger in loggers:
+                logger.log_round(row)
+        started = time.perf_counter() - history.wall_seconds
+        for round_index in range(history.completed_rounds + 1, settings.fl.rounds + 1):
+            stats = self.run_round(round_index)
+            history.completed_rounds = round_index
+            history.bytes_up += stats.bytes_up
+            history.bytes_down += stats.bytes_down
+            history.wall_seconds = time.perf_counter() - started
+            last = round_index == settings.fl.rounds
+            if last or round_index % settings.eval.every == 0:
+                accuracy, loss = self.evaluate()
+                history.wall_seconds = time.perf_counter() - started
+                row: MetricsRow = {
+                    "round": round_index,
+                    "test_accuracy": accuracy,
+                    "test_loss": loss,
+                    "train_loss": stats.train_loss,
+                    "lr": stats.lr,
+                    "bytes_up": stats.bytes_up,
+                    "bytes_down": stats.bytes_down,
+                    "wall_seconds": history.wall_seconds,
+                }
+                history.rows.append(row)
+                for logger in loggers:
+                    logger.log_round(row)
+            if last or round_index % settings.checkpoint.every == 0:
+                save_checkpoint(checkpoint_path, {**self.state_dict(), **checkpoint_meta})
+        return history
+
+    def state_dict(self) -> dict[str, Any]:
+        """Server state, client states, history and RNG state: only weights-only-safe types."""
+        return {
+            "server_weights": self.server.weights,
+            "server_extras": self.server.extras,
+            "client_states": {str(c): s for c, s in self.client_states.items()},
+            "completed_rounds": self.history.completed_rounds,
+            "rows": self.history.rows,
+            "bytes_up": self.history.bytes_up,
+            "bytes_down": self.history.bytes_down,
+            "wall_seconds": self.history.wall_seconds,
+            "torch_rng": torch.get_rng_state(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.server = ServerState(state["server_weights"], state["server_extras"])
+        self.client_states = {int(c): s for c, s in state["client_states"].items()}
+        self.history = History(
+            completed_rounds=state["completed_rounds"],
+            rows=list(state["rows"]),
+            bytes_up=state["bytes_up"],
+            bytes_down=state["bytes_down"],
+            wall_seconds=state["wall_seconds"],
+        )
+        torch.set_rng_state(state["torch_rng"])

@@ -1,0 +1,1 @@
+"""The clients' learning rate as a function of the round."""

@@ -1,0 +1,1 @@
+"""Client models: LightningModules with `training_step`, `configure_optimizers` and a logits `forward`."""

@@ -1,0 +1,82 @@
+"""Files a run leaves beside metrics.csv: summary.json, curves.png and the label histogram."""
+
+import json
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from fedlight.loggers.base import MetricsRow  # noqa: E402
+
+
+def label_histogram(
+    client_sets: list[np.ndarray], labels: np.ndarray, num_classes: int
+) -> np.ndarray:
+    """Counts of each class (columns) on each client (rows)."""
+    return np.stack([np.bincount(labels[s], minlength=num_classes) for s in client_sets])
+
+
+def write_label_histogram(output_dir: Path, histogram: np.ndarray) -> None:
+    (output_dir / "label_histogram.json").write_text(
+        json.dumps({str(c): row.tolist() for c, row in enumerate(histogram)})
+    )
+    height = min(2 + 0.12 * len(histogram), 30)
+    fig, ax = plt.subplots(figsize=(1.5 + 0.5 * histogram.shape[1], height))
+    image = ax.imshow(histogram, aspect="auto", cmap="viridis", interpolation="nearest")
+    ax.set_xlabel("class")
+    ax.set_ylabel("client")
+    ax.set_title("samples per client and class")
+    fig.colorbar(image, ax=ax)
+    fig.tight_layout()
+    fig.savefig(output_dir / "label_histogram.png", dpi=100)
+    plt.close(fig)
+
+
+def summarize(
+    rows: list[MetricsRow],
+    *,
+    target_accuracy: float | None,
+    total_bytes: int,
+    wall_seconds: float,
+    rounds: int,
+    seed: int,
+    choices: dict[str, str],
+) -> dict[str, Any]:
+    accuracies = [float(r["test_accuracy"]) for r in rows]
+    reached = [
+        int(r["round"])
+        for r in rows
+        if target_accuracy is not None and r["test_accuracy"] >= target_accuracy
+    ]
+    return {
+        "final_accuracy": accuracies[-1],
+        "best_accuracy": max(accuracies),
+        "rounds_to_target": reached[0] if reached else None,
+        "comm_mb": total_bytes / 1e6,
+        "wall_seconds": wall_seconds,
+        "rounds": rounds,
+        "seed": seed,
+        **choices,
+    }
+
+
+def write_curves(output_dir: Path, rows: list[MetricsRow]) -> None:
+    rounds = [r["round"] for r in rows]
+    fig, (acc_ax, loss_ax) = plt.subplots(1, 2, figsize=(10, 4))
+    acc_ax.plot(rounds, [r["test_accuracy"] for r in rows], marker=".")
+    acc_ax.set_xlabel("round")
+    acc_ax.set_ylabel("test accuracy")
+    loss_ax.plot(rounds, [r["test_loss"] for r in rows], marker=".", label="test")
+    loss_ax.plot(rounds, [r["train_loss"] for r in rows], marker=".", label="train")
+    loss_ax.set_xlabel("round")
+    loss_ax.set_ylabel("loss")
+    loss_ax.legend()
+    for ax in (acc_ax, loss_ax):
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(output_dir / "curves.png", dpi=100)
+    plt.close(fig)

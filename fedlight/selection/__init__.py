@@ -1,0 +1,1 @@
+"""Which clients take part in a round."""

@@ -1,0 +1,23 @@
+"""Model states as plain name→tensor dicts: what the server stores, sends and averages."""
+
+import torch
+from torch import Tensor
+
+StateDict = dict[str, Tensor]
+
+
+def nbytes(state: StateDict) -> int:
+    """Exact size in bytes of the tensors as they would travel over the network."""
+    return sum(t.numel() * t.element_size() for t in state.values())
+
+
+def detached_copy(state: StateDict) -> StateDict:
+    return {name: t.detach().clone() for name, t in state.items()}
+
+
+def subtract(a: StateDict, b: StateDict) -> StateDict:
+    return {name: a[name] - b[name] for name in a}
+
+
+def zeros_like(state: StateDict) -> StateDict:
+    return {name: torch.zeros_like(t) for name, t in state.items()}
