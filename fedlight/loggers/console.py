@@ -50,4 +50,5 @@ class ConsoleProgress:
             f"{'-' if target is None else target}  comm {summary['comm_mb']:.2f} MB  "
             f"{summary['wall_seconds']:.1f} s",
             highlight=False,
+            soft_wrap=True,
         )
