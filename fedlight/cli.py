@@ -60,9 +60,16 @@ def group_options(group: str) -> list[str]:
     return sorted(p.stem for p in (Path(CONF_DIR) / group).glob("*.yaml"))
 
 
+def error_chain(error: BaseException) -> list[BaseException]:
+    chain = [error]
+    while chain[-1].__cause__ is not None:
+        chain.append(chain[-1].__cause__)
+    return chain
+
+
 def one_line(error: Exception) -> str:
     """Hydra's and OmegaConf's multi-line messages, reduced to the line a user needs."""
-    text = str(error)
+    text = "\n".join(str(e) for e in error_chain(error))
     key = re.search(r"full_key: (\S+)", text)
     lines = [
         line.strip()
@@ -124,8 +131,9 @@ def validate_command_line(args: list[str]) -> None:
             try:
                 cfg = hydra.compose("config", overrides=job)
             except Exception as error:  # noqa: BLE001
-                missing = re.search(r"Could not override '([^']+)'", str(error))
-                if missing and "not in struct" in str(error):
+                text = "\n".join(str(e) for e in error_chain(error))
+                missing = re.search(r"Could not override '([^']+)'", text)
+                if missing and re.search(r"Key '[^']+' (is )?not in", text):
                     groups = [o for o in job if o.split("=")[0] in CONFIG_GROUPS]
                     raise ConfigError(unknown_key_message(missing.group(1), groups)) from None
                 raise ConfigError(one_line(error)) from None

@@ -37,8 +37,11 @@ class Dirichlet:
             sizes = np.zeros(num_clients, dtype=np.int64)
             for label in np.unique(labels):
                 members = rng.permutation(np.flatnonzero(labels == label))
-                proportions = rng.dirichlet(np.full(num_clients, self.alpha))
-                proportions = proportions * (sizes < fair_share)
+                eligible = sizes < fair_share
+                proportions = rng.dirichlet(np.full(num_clients, self.alpha)) * eligible
+                if proportions.sum() == 0:  # tiny alpha: every eligible share underflowed to 0.0
+                    proportions = np.zeros(num_clients)
+                    proportions[rng.choice(np.flatnonzero(eligible))] = 1.0
                 proportions = proportions / proportions.sum()
                 cuts = (np.cumsum(proportions) * len(members)).astype(np.int64)[:-1]
                 for client, part in enumerate(np.split(members, cuts)):

@@ -1,0 +1,60 @@
+"""Shared helpers: compose the real Hydra config into typed jobs, run the real CLI."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig, open_dict
+
+from fedlight.cli import CONF_DIR, build_job
+from fedlight.config import CONFIG_GROUPS, register_schema
+from fedlight.experiment import Job
+
+register_schema()
+
+REPO = Path(__file__).resolve().parents[1]
+# Small and fast: 10 digits clients, 4 rounds of a few local steps each.
+TINY = [
+    "data=digits",
+    "model=mlp",
+    "fl.num_clients=10",
+    "fl.clients_per_round=4",
+    "fl.rounds=4",
+    "local.batch_size=32",
+    "checkpoint.every=1",
+]
+
+
+def compose_config(overrides: list[str]) -> DictConfig:
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        return compose("config", overrides=overrides, return_hydra_config=True)
+
+
+@pytest.fixture
+def make_job():
+    def make(overrides: list[str]) -> Job:
+        cfg = compose_config(overrides)
+        choices = {g: str(cfg.hydra.runtime.choices[g]) for g in CONFIG_GROUPS}
+        with open_dict(cfg):
+            del cfg["hydra"]
+        return build_job(cfg, choices)
+
+    return make
+
+
+def run_cli(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
+    env = {**os.environ, "WANDB_MODE": "disabled", "HYDRA_FULL_ERROR": "0"}
+    result = subprocess.run(
+        [sys.executable, "-m", "fedlight", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if check and result.returncode != 0:
+        raise AssertionError(f"fedlight {args} failed:\n{result.stdout}\n{result.stderr}")
+    return result

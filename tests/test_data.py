@@ -1,0 +1,602 @@
+"""Data sources loaded through the real loaders from tiny fixtures in the real on-disk formats.
+
+No test touches ../shared or the network: an autouse fixture makes every socket connection and
+DNS lookup fail (and records the attempt), so "download=False never goes online" is checked.
+"""
+
+import os
+import pickle
+import socket
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F  # noqa: N812
+import torchvision.datasets.cifar
+from torchvision.io import write_jpeg, write_png
+
+from fedlight.data import cifar10, fmnist, mnist
+from fedlight.data.augment import CropFlip
+from fedlight.data.base import DataError, TensorDataset, normalize
+from fedlight.data.cifar10 import CIFAR10
+from fedlight.data.digits import Digits
+from fedlight.data.fmnist import FashionMNIST
+from fedlight.data.mnist import MNIST
+from fedlight.data.torchvision_source import open_torchvision
+
+MNIST_FILES = (
+    "train-images-idx3-ubyte",
+    "train-labels-idx1-ubyte",
+    "t10k-images-idx3-ubyte",
+    "t10k-labels-idx1-ubyte",
+)
+
+
+@pytest.fixture(autouse=True)
+def network(monkeypatch) -> list[tuple]:
+    """Block all network access; the returned list records every attempt."""
+    attempts: list[tuple] = []
+
+    def blocked(*args, **kwargs):
+        attempts.append(args)
+        raise OSError("network disabled in tests")
+
+    monkeypatch.setattr(socket, "getaddrinfo", blocked)
+    monkeypatch.setattr(socket, "create_connection", blocked)
+    monkeypatch.setattr(socket.socket, "connect", blocked)
+    return attempts
+
+
+def assert_one_line(message: str) -> None:
+    assert message
+    assert "\n" not in message and "\r" not in message
+
+
+# ---------------------------------------------------------------- base
+
+
+def test_normalize_uint8_per_channel():
+    images = torch.tensor([[[[0, 255]], [[51, 102]], [[255, 0]]]], dtype=torch.uint8)
+    before = images.clone()
+    out = normalize(images, (0.5, 0.2, 0.0), (0.5, 0.1, 2.0))
+    assert out.dtype == torch.float32
+    assert out.shape == (1, 3, 1, 2)
+    expected = torch.tensor([[[[-1.0, 1.0]], [[0.0, 2.0]], [[0.5, 0.0]]]])
+    assert torch.allclose(out, expected, atol=1e-6)
+    assert torch.equal(images, before)
+
+
+def test_tensor_dataset_input_shape_and_to():
+    augment = CropFlip(padding=1, fill=(0.0,))
+    data = TensorDataset(
+        torch.zeros(4, 1, 5, 6), torch.arange(4), torch.ones(2, 1, 5, 6), torch.arange(2), 3, augment
+    )
+    assert data.input_shape == (1, 5, 6)
+    moved = data.to(torch.device("cpu"))
+    assert moved is not data
+    assert torch.equal(moved.train_x, data.train_x) and torch.equal(moved.test_y, data.test_y)
+    assert moved.num_classes == 3 and moved.augment is augment
+
+
+# ---------------------------------------------------------------- digits
+
+
+DIGITS_COUNTS = [178, 182, 177, 183, 181, 182, 181, 179, 174, 180]
+DIGITS_TEST_COUNTS = [36, 36, 35, 37, 36, 36, 36, 36, 35, 36]  # round(0.2 * count)
+
+
+def test_digits_shapes_classes_and_stratified_split():
+    data = Digits().load()
+    assert data.train_x.shape == (1438, 1, 8, 8)
+    assert data.test_x.shape == (359, 1, 8, 8)
+    assert len(data.train_x) + len(data.test_x) == 1797
+    assert data.train_x.dtype == data.test_x.dtype == torch.float32
+    assert data.train_y.dtype == data.test_y.dtype == torch.int64
+    assert data.input_shape == (1, 8, 8)
+    assert data.num_classes == 10
+    assert data.augment is None
+    assert torch.bincount(data.test_y, minlength=10).tolist() == DIGITS_TEST_COUNTS
+    train_counts = [c - t for c, t in zip(DIGITS_COUNTS, DIGITS_TEST_COUNTS, strict=True)]
+    assert torch.bincount(data.train_y, minlength=10).tolist() == train_counts
+
+
+def test_digits_split_is_a_partition_of_the_standardized_images():
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    data = Digits().load()
+    everything = torch.cat([data.train_x, data.test_x])
+    assert abs(everything.mean().item()) < 1e-5
+    assert abs(everything.std().item() - 1.0) < 1e-4
+    # undo the standardization: the 1797 train+test images are exactly sklearn's, each once
+    raw = bunch.images / 16.0
+    restored = everything.squeeze(1).numpy() * raw.std(ddof=1) + raw.mean()
+    restored = np.round(restored * 16.0).astype(np.int64).reshape(1797, 64)
+    labels = torch.cat([data.train_y, data.test_y]).numpy()
+    got = np.unique(np.column_stack([restored, labels]), axis=0, return_counts=True)
+    want = np.unique(
+        np.column_stack([bunch.images.astype(np.int64).reshape(1797, 64), bunch.target]),
+        axis=0,
+        return_counts=True,
+    )
+    assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+
+
+def test_digits_split_is_fixed_and_ignores_global_seeds():
+    np.random.seed(1)
+    torch.manual_seed(1)
+    first = Digits().load()
+    np.random.seed(2)
+    torch.manual_seed(2)
+    second = Digits(root="elsewhere", download=True).load()
+    for name in ("train_x", "train_y", "test_x", "test_y"):
+        assert torch.equal(getattr(first, name), getattr(second, name))
+
+
+# ---------------------------------------------------------------- MNIST / Fashion-MNIST (IDX)
+
+
+def write_idx(path: Path, array: np.ndarray) -> None:
+    """IDX as distributed by LeCun: magic 2051 (images) / 2049 (labels), big-endian dims."""
+    magic = {3: 2051, 1: 2049}[array.ndim]
+    header = struct.pack(">I", magic) + struct.pack(f">{array.ndim}I", *array.shape)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(header + array.astype(np.uint8).tobytes())
+
+
+def idx_images(count: int, seed: int) -> np.ndarray:
+    i, r, c = np.meshgrid(np.arange(count), np.arange(28), np.arange(28), indexing="ij")
+    return ((7 * i + 3 * r + 5 * c + seed) % 256).astype(np.uint8)
+
+
+TRAIN_LABELS = np.array([3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3, 8, 4])
+TEST_LABELS = np.array([9, 8, 7, 6, 5, 4, 3, 2, 1, 0])
+
+
+def write_mnist_tree(root: Path, folder: str) -> tuple[np.ndarray, np.ndarray]:
+    raw = root / folder / "raw"
+    train, test = idx_images(20, 0), idx_images(10, 100)
+    train[0], train[1] = 0, 255
+    write_idx(raw / "train-images-idx3-ubyte", train)
+    write_idx(raw / "train-labels-idx1-ubyte", TRAIN_LABELS)
+    write_idx(raw / "t10k-images-idx3-ubyte", test)
+    write_idx(raw / "t10k-labels-idx1-ubyte", TEST_LABELS)
+    return train, test
+
+
+IDX_SOURCES = [
+    pytest.param(MNIST, "MNIST", 0.1307, 0.3081, id="mnist"),
+    pytest.param(FashionMNIST, "FashionMNIST", 0.2860, 0.3530, id="fmnist"),
+]
+
+
+@pytest.mark.parametrize(("source", "folder", "mean", "std"), IDX_SOURCES)
+@pytest.mark.parametrize("download", [False, True])
+def test_idx_fixture_loads_and_normalizes(tmp_path, network, source, folder, mean, std, download):
+    train, test = write_mnist_tree(tmp_path, folder)
+    data = source(root=str(tmp_path), download=download).load()
+    assert data.train_x.shape == (20, 1, 28, 28)
+    assert data.test_x.shape == (10, 1, 28, 28)
+    assert data.train_x.dtype == data.test_x.dtype == torch.float32
+    assert data.train_y.dtype == data.test_y.dtype == torch.int64
+    assert data.train_y.tolist() == TRAIN_LABELS.tolist()
+    assert data.test_y.tolist() == TEST_LABELS.tolist()
+    assert data.num_classes == 10 and data.augment is None
+    assert data.input_shape == (1, 28, 28)
+    expected_train = (torch.from_numpy(train).float() / 255 - mean) / std
+    expected_test = (torch.from_numpy(test).float() / 255 - mean) / std
+    assert torch.allclose(data.train_x[:, 0], expected_train, atol=1e-5)
+    assert torch.allclose(data.test_x[:, 0], expected_test, atol=1e-5)
+    # black and white pixels, by hand
+    assert torch.allclose(data.train_x[0], torch.full((1, 28, 28), -mean / std), atol=1e-5)
+    assert torch.allclose(data.train_x[1], torch.full((1, 28, 28), (1 - mean) / std), atol=1e-5)
+    # a file that is present is used as is, even with download=True
+    assert network == []
+
+
+def test_idx_module_constants():
+    assert (mnist.MEAN, mnist.STD) == ((0.1307,), (0.3081,))
+    assert (fmnist.MEAN, fmnist.STD) == ((0.2860,), (0.3530,))
+
+
+def test_mnist_missing_files_one_line_error(tmp_path, network):
+    with pytest.raises(DataError) as excinfo:
+        MNIST(root=str(tmp_path), download=False).load()
+    message = str(excinfo.value)
+    assert_one_line(message)
+    assert message.startswith("data=mnist:")
+    assert "MNIST/raw/" in message
+    for name in MNIST_FILES:
+        assert name in message
+    assert str(tmp_path.resolve()) in message
+    assert "data.root" in message
+    assert network == []
+
+
+def test_fmnist_missing_files_names_its_own_folder(tmp_path, network):
+    write_mnist_tree(tmp_path, "MNIST")  # MNIST's files are not Fashion-MNIST's
+    with pytest.raises(DataError) as excinfo:
+        FashionMNIST(root=str(tmp_path), download=False).load()
+    message = str(excinfo.value)
+    assert_one_line(message)
+    assert message.startswith("data=fmnist:")
+    assert "FashionMNIST/raw/" in message and "t10k-labels-idx1-ubyte" in message
+    assert network == []
+
+
+def test_mnist_partial_files_is_missing(tmp_path, network):
+    write_mnist_tree(tmp_path, "MNIST")
+    (tmp_path / "MNIST" / "raw" / "t10k-labels-idx1-ubyte").unlink()
+    with pytest.raises(DataError) as excinfo:
+        MNIST(root=str(tmp_path), download=False).load()
+    assert_one_line(str(excinfo.value))
+    assert network == []
+
+
+@pytest.mark.parametrize(
+    ("source", "setting"), [(MNIST, "data=mnist"), (FashionMNIST, "data=fmnist")]
+)
+def test_idx_download_failure_is_one_line(tmp_path, network, source, setting):
+    # torchvision's own error here lists every mirror over several lines
+    with pytest.raises(DataError) as excinfo:
+        source(root=str(tmp_path), download=True).load()
+    message = str(excinfo.value)
+    assert_one_line(message)
+    assert message.startswith(f"{setting}: download failed")
+    assert str(tmp_path.resolve()) in message
+    assert network, "download=True should have tried the network"
+
+
+# ---------------------------------------------------------------- open_torchvision control flow
+
+
+class FakeDataset:
+    def __init__(self, root, train=True, download=False, present=False, fail=None, calls=None):
+        calls.append((train, download))
+        if download and fail is not None:
+            raise fail
+        if not (present or download):
+            raise RuntimeError("Dataset not found. You can use download=True to download it")
+        self.train = train
+
+
+def fake(calls: list, **kwargs):
+    return lambda root, **kw: FakeDataset(root, calls=calls, **kwargs, **kw)
+
+
+def test_open_torchvision_present_never_downloads(tmp_path):
+    calls: list = []
+    train, test = open_torchvision(fake(calls, present=True), str(tmp_path), True, "F", "data=x")
+    assert (train.train, test.train) == (True, False)
+    assert calls == [(True, False), (False, False)]
+
+
+def test_open_torchvision_missing_without_download(tmp_path):
+    calls: list = []
+    with pytest.raises(DataError) as excinfo:
+        open_torchvision(fake(calls), str(tmp_path), False, "x/{a, b}", "data=x")
+    message = str(excinfo.value)
+    assert_one_line(message)
+    assert message.startswith("data=x: files not found under")
+    assert "x/{a, b}" in message and "Dataset not found" in message
+    assert calls == [(True, False)]
+
+
+def test_open_torchvision_downloads_when_missing(tmp_path):
+    calls: list = []
+    train, test = open_torchvision(fake(calls), str(tmp_path), True, "F", "data=x")
+    assert (train.train, test.train) == (True, False)
+    assert calls == [(True, False), (True, True), (False, True)]
+
+
+@pytest.mark.parametrize("failure", [ConnectionError("a\nb"), ValueError("bad md5\nline 2")])
+def test_open_torchvision_download_failure(tmp_path, failure):
+    calls: list = []
+    with pytest.raises(DataError) as excinfo:
+        open_torchvision(fake(calls, fail=failure), str(tmp_path), True, "x/{a}", "data=x")
+    message = str(excinfo.value)
+    assert_one_line(message)
+    assert f"download failed ({type(failure).__name__})" in message
+    assert "x/{a}" in message and str(tmp_path.resolve()) in message
+
+
+# ---------------------------------------------------------------- CIFAR-10 python batches
+
+CIFAR_NAMES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship"]
+CIFAR_NAMES.append("truck")
+
+
+def cifar_rows(first: int, count: int) -> np.ndarray:
+    """(count, 3072) uint8 rows in CIFAR's layout: 1024 red, 1024 green, 1024 blue, row-major."""
+    g, c, r, w = np.meshgrid(
+        np.arange(first, first + count), np.arange(3), np.arange(32), np.arange(32), indexing="ij"
+    )
+    return ((11 * g + 80 * c + 3 * r + 7 * w) % 256).astype(np.uint8).reshape(count, 3072)
+
+
+def write_cifar_batches(root: Path) -> tuple[np.ndarray, list[int], np.ndarray, list[int]]:
+    """Five training batches of 2 images and a test batch of 4, pickled like the originals.
+
+    torchvision unpickles with encoding="latin1" and indexes entry["data"] / entry["labels"], so
+    the keys are str (what the original Python 2 pickles decode to), not bytes.
+    """
+    folder = root / "cifar-10-batches-py"
+    folder.mkdir(parents=True)
+    train_labels = [7, 2, 9, 0, 4, 4, 1, 8, 3, 6]
+    for k in range(5):
+        batch = {
+            "batch_label": f"training batch {k + 1} of 5",
+            "labels": train_labels[2 * k : 2 * k + 2],
+            "data": cifar_rows(2 * k, 2),
+            "filenames": [f"img_{2 * k + j}.png" for j in range(2)],
+        }
+        with open(folder / f"data_batch_{k + 1}", "wb") as f:
+            pickle.dump(batch, f, protocol=2)
+    test_labels = [5, 0, 9, 3]
+    test = {"batch_label": "testing batch 1 of 1", "labels": test_labels}
+    test["data"] = cifar_rows(100, 4)
+    with open(folder / "test_batch", "wb") as f:
+        pickle.dump(test, f, protocol=2)
+    meta = {"label_names": CIFAR_NAMES, "num_cases_per_batch": 2, "num_vis": 3072}
+    with open(folder / "batches.meta", "wb") as f:
+        pickle.dump(meta, f, protocol=2)
+    rows = np.concatenate([cifar_rows(0, 10), cifar_rows(100, 4)])
+    return rows[:10], train_labels, rows[10:], test_labels
+
+
+@pytest.fixture
+def skip_cifar_md5(monkeypatch):
+    """Accept fixture batches in place of the real ones.
+
+    torchvision's CIFAR10 md5-checks every batch (`_check_integrity`) and `batches.meta`
+    (`_load_meta`) against the published CIFAR-10 files, both through
+    `torchvision.datasets.cifar.check_integrity`; our tiny batches can never match. Replace it
+    with a plain existence check, so pickle parsing, reshaping and the HWC transpose stay real.
+    """
+    monkeypatch.setattr(
+        torchvision.datasets.cifar, "check_integrity", lambda fpath, md5=None: os.path.isfile(fpath)
+    )
+
+
+def to_uint8(images: torch.Tensor) -> torch.Tensor:
+    """Invert CIFAR-10 normalization back to exact uint8 pixels."""
+    mean = torch.tensor(cifar10.MEAN).view(1, 3, 1, 1)
+    std = torch.tensor(cifar10.STD).view(1, 3, 1, 1)
+    return torch.round((images * std + mean) * 255).to(torch.uint8)
+
+
+@pytest.mark.usefixtures("skip_cifar_md5")
+@pytest.mark.parametrize("download", [False, True])
+def test_cifar_batches_load(tmp_path, network, download):
+    train_rows, train_labels, test_rows, test_labels = write_cifar_batches(tmp_path)
+    data = CIFAR10(root=str(tmp_path), download=download, augment=False).load()
+    assert data.train_x.shape == (10, 3, 32, 32)
+    assert data.test_x.shape == (4, 3, 32, 32)
+    assert data.train_x.dtype == torch.float32
+    assert data.train_y.dtype == torch.int64
+    assert data.train_y.tolist() == train_labels
+    assert data.test_y.tolist() == test_labels
+    assert data.num_classes == 10 and data.augment is None
+    # channel-major rows come back as (C, H, W) in batch order
+    expected_train = torch.from_numpy(train_rows).view(10, 3, 32, 32)
+    expected_test = torch.from_numpy(test_rows).view(4, 3, 32, 32)
+    assert torch.equal(to_uint8(data.train_x), expected_train)
+    assert torch.equal(to_uint8(data.test_x), expected_test)
+    assert torch.allclose(data.train_x, normalize(expected_train, cifar10.MEAN, cifar10.STD))
+    # pixel (image 3, green, row 2, col 5) = (33 + 80 + 6 + 35) % 256 = 154
+    assert to_uint8(data.train_x)[3, 1, 2, 5].item() == 154
+    assert data.train_x[0, 0, 0, 0].item() == pytest.approx(-0.4914 / 0.2470, abs=1e-5)
+    assert network == []
+
+
+def test_cifar_batches_rejected_by_md5_without_download(tmp_path, network):
+    # without the md5 bypass, torchvision treats fixture batches as corrupted: a one-line
+    # DataError, and with download=False no attempt to fetch the real ones
+    write_cifar_batches(tmp_path)
+    with pytest.raises(DataError) as excinfo:
+        CIFAR10(root=str(tmp_path), download=False).load()
+    message = str(excinfo.value)
+    assert_one_line(message)
+    assert message.startswith("data=cifar10:")
+    assert "corrupted" in message and "cifar-10-batches-py/" in message
+    assert network == []
+
+
+@pytest.mark.usefixtures("skip_cifar_md5")
+def test_cifar_batches_missing_one_batch(tmp_path, network):
+    write_cifar_batches(tmp_path)
+    (tmp_path / "cifar-10-batches-py" / "data_batch_3").unlink()
+    with pytest.raises(DataError) as excinfo:
+        CIFAR10(root=str(tmp_path), download=False).load()
+    message = str(excinfo.value)
+    assert_one_line(message)
+    assert "cifar-10-batches-py/" in message and "train/<class>/*" in message
+    assert str(tmp_path.resolve()) in message
+    assert network == []
+
+
+def test_cifar_missing_everything_download_fails_one_line(tmp_path, network):
+    with pytest.raises(DataError) as excinfo:
+        CIFAR10(root=str(tmp_path), download=True).load()
+    message = str(excinfo.value)
+    assert_one_line(message)
+    assert message.startswith("data=cifar10: download failed (")
+    assert network
+
+
+# ---------------------------------------------------------------- CIFAR-10 ImageFolder
+
+
+def folder_image(seed: int) -> torch.Tensor:
+    c, r, w = torch.meshgrid(torch.arange(3), torch.arange(32), torch.arange(32), indexing="ij")
+    return ((17 * seed + 60 * c + 5 * r + w) % 256).to(torch.uint8)
+
+
+def write_png_file(path: Path, image: torch.Tensor) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_png(image, str(path))
+
+
+def test_cifar_image_folder_labels_and_pixels(tmp_path, network):
+    # class folders made in non-sorted order; labels must follow the sorted names
+    expected_train: list[tuple[int, torch.Tensor]] = []
+    for label, name in sorted(enumerate(["apple", "mango", "zebra"]), key=lambda x: -x[0]):
+        for k, file in enumerate(["b.png", "a.png", "c.PNG"]):
+            image = folder_image(10 * label + k)
+            write_png_file(tmp_path / "train" / name / file, image)
+            expected_train.append((label, file.lower(), image))
+        (tmp_path / "train" / name / "notes.txt").write_text("not an image")
+        write_png_file(tmp_path / "test" / name / "x.png", folder_image(50 + label))
+    (tmp_path / "train" / "stray.png").write_bytes(b"")  # not a class folder
+    # a grayscale PNG in the test split is decoded as RGB
+    gray = torch.full((1, 32, 32), 77, dtype=torch.uint8)
+    write_png_file(tmp_path / "test" / "mango" / "y.png", gray)
+
+    data = CIFAR10(root=str(tmp_path), download=False, augment=False).load()
+    assert data.train_x.shape == (9, 3, 32, 32)
+    assert data.test_x.shape == (4, 3, 32, 32)
+    assert data.train_y.dtype == torch.int64
+    assert data.train_y.tolist() == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+    assert data.test_y.tolist() == [0, 1, 1, 2]
+    # within a class, files in sorted name order: a.png, b.png, c.PNG
+    order = sorted(expected_train, key=lambda x: (x[0], x[1]))
+    assert torch.equal(to_uint8(data.train_x), torch.stack([img for _, _, img in order]))
+    expected_test = [folder_image(50), folder_image(51), gray.expand(3, 32, 32), folder_image(52)]
+    assert torch.equal(to_uint8(data.test_x), torch.stack(expected_test))
+    assert network == []
+
+
+def test_cifar_image_folder_jpeg(tmp_path):
+    colors = {"cat": (200, 30, 90), "dog": (10, 240, 128)}
+    for name, color in colors.items():
+        image = torch.tensor(color, dtype=torch.uint8).view(3, 1, 1).expand(3, 32, 32).contiguous()
+        for split in ("train", "test"):
+            (tmp_path / split / name).mkdir(parents=True)
+            write_jpeg(image, str(tmp_path / split / name / "0.jpg"), quality=100)
+    data = CIFAR10(root=str(tmp_path), augment=False).load()
+    assert data.train_y.tolist() == [0, 1] and data.test_y.tolist() == [0, 1]
+    pixels = to_uint8(data.train_x).int()
+    for label, color in enumerate(colors.values()):
+        target = torch.tensor(color).view(3, 1, 1)
+        assert (pixels[label] - target).abs().max().item() <= 3  # JPEG is lossy
+
+
+def test_cifar_image_folder_without_images(tmp_path, network):
+    for split in ("train", "test"):
+        (tmp_path / split / "cat").mkdir(parents=True)
+        (tmp_path / split / "cat" / "readme.txt").write_text("x")
+    with pytest.raises(DataError) as excinfo:
+        CIFAR10(root=str(tmp_path)).load()
+    message = str(excinfo.value)
+    assert_one_line(message)
+    assert message.startswith("data=cifar10: no images under")
+    assert str(tmp_path / "train") in message and "data.root" in message
+    assert network == []
+
+
+def test_cifar_train_folder_alone_falls_back_to_batches(tmp_path, network):
+    write_png_file(tmp_path / "train" / "cat" / "a.png", folder_image(0))
+    with pytest.raises(DataError) as excinfo:
+        CIFAR10(root=str(tmp_path), download=False).load()
+    assert "cifar-10-batches-py/" in str(excinfo.value)
+    assert network == []
+
+
+def test_cifar_augment_setting(tmp_path):
+    for split in ("train", "test"):
+        write_png_file(tmp_path / split / "cat" / "a.png", folder_image(0))
+    augmented = CIFAR10(root=str(tmp_path), augment=True).load()
+    assert isinstance(augmented.augment, CropFlip)
+    assert augmented.augment.padding == 4
+    # the fill is a black pixel after normalization
+    black = normalize(torch.zeros(1, 3, 1, 1, dtype=torch.uint8), cifar10.MEAN, cifar10.STD)
+    assert torch.allclose(torch.tensor(augmented.augment.fill), black.flatten(), atol=1e-6)
+    assert CIFAR10(root=str(tmp_path), augment=False).load().augment is None
+
+
+# ---------------------------------------------------------------- CropFlip
+
+
+def match_crops(images, out, pad, fill):
+    """For each sample, the (row, col, flipped) windows of the padded image equal to the output."""
+    padded = torch.stack(
+        [F.pad(images[:, c], (pad, pad, pad, pad), value=fill[c]) for c in range(len(fill))], 1
+    )
+    h, w = images.shape[2:]
+    matches: list[list[tuple[int, int, bool]]] = [[] for _ in range(len(images))]
+    for i in range(2 * pad + 1):
+        for j in range(2 * pad + 1):
+            window = padded[:, :, i : i + h, j : j + w]
+            for flipped, candidate in ((False, window), (True, window.flip(3))):
+                equal = (candidate == out).flatten(1).all(1)
+                for b in torch.flatnonzero(equal).tolist():
+                    matches[b].append((i, j, flipped))
+    return matches
+
+
+def crop_batch(batch: int = 200) -> torch.Tensor:
+    # all values distinct and >= 0, so every window is unique and fill values (< 0) stand out
+    return torch.arange(batch * 3 * 6 * 7, dtype=torch.float32).view(batch, 3, 6, 7)
+
+
+def test_cropflip_is_a_shifted_window_of_the_padded_image():
+    images, pad, fill = crop_batch(), 2, (-1.0, -2.0, -3.0)
+    out = CropFlip(padding=pad, fill=fill)(images, torch.Generator().manual_seed(0))
+    assert out.shape == images.shape and out.dtype == images.dtype
+    matches = match_crops(images, out, pad, fill)
+    assert all(len(m) == 1 for m in matches)
+    rows = [m[0][0] for m in matches]
+    cols = [m[0][1] for m in matches]
+    flips = [m[0][2] for m in matches]
+    assert set(rows) == set(range(5)) and set(cols) == set(range(5))
+    assert 60 <= sum(flips) <= 140  # about half of 200
+    assert len(set(zip(rows, cols, strict=True))) > 15  # offsets drawn per sample
+
+
+def test_cropflip_fill_appears_in_padded_border():
+    images, pad, fill = crop_batch(), 2, (-1.0, -2.0, -3.0)
+    out = CropFlip(padding=pad, fill=fill)(images, torch.Generator().manual_seed(0))
+    for c, value in enumerate(fill):
+        channel = out[:, c]
+        assert torch.all((channel >= 0) | (channel == value))
+        assert (channel == value).any()
+    matches = match_crops(images, out, pad, fill)
+    top = [b for b, m in enumerate(matches) if m[0][0] == 0]
+    assert top
+    for b in top:  # row offset 0: the first `pad` rows are all fill
+        for c, value in enumerate(fill):
+            assert torch.all(out[b, c, :pad] == value)
+        assert torch.all(out[b, :, pad:] >= 0)
+
+
+def test_cropflip_no_padding_only_flips():
+    images = crop_batch(50)
+    out = CropFlip(padding=0, fill=(0.0, 0.0, 0.0))(images, torch.Generator().manual_seed(3))
+    same = (out == images).flatten(1).all(1)
+    flipped = (out == images.flip(3)).flatten(1).all(1)
+    assert torch.all(same ^ flipped)
+    assert same.any() and flipped.any()
+
+
+def test_cropflip_deterministic_for_a_seed():
+    images = crop_batch(32)
+    augment = CropFlip(padding=4, fill=(0.0, 0.5, 1.0))
+    first = augment(images, torch.Generator().manual_seed(42))
+    again = augment(images, torch.Generator().manual_seed(42))
+    other = augment(images, torch.Generator().manual_seed(43))
+    assert torch.equal(first, again)
+    assert not torch.equal(first, other)
+    generator = torch.Generator().manual_seed(42)
+    assert torch.equal(augment(images, generator), first)
+    assert not torch.equal(augment(images, generator), first)  # the generator advances
+
+
+def test_cropflip_single_channel_and_input_untouched():
+    images = torch.rand(8, 1, 5, 5)
+    before = images.clone()
+    out = CropFlip(padding=1, fill=(-9.0,))(images, torch.Generator().manual_seed(0))
+    assert out.shape == (8, 1, 5, 5)
+    assert torch.equal(images, before)
+    assert all(len(m) == 1 for m in match_crops(images, out, 1, (-9.0,)))

@@ -1,0 +1,169 @@
+"""End-to-end runs: the real CLI on digits, output files, sweeps, determinism, resume, W&B."""
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from fedlight.checkpoint import load_checkpoint
+from fedlight.data.digits import Digits
+from fedlight.experiment import run_job
+from fedlight.loggers.base import METRIC_COLUMNS
+from fedlight.loop import FederatedLoop
+
+from .conftest import REPO, TINY, run_cli
+
+
+def read_rows(run_dir: Path) -> list[dict[str, str]]:
+    with (run_dir / "metrics.csv").open() as f:
+        return list(csv.DictReader(f))
+
+
+def without_wall_time(rows: list[dict[str, str]]) -> list[dict[str, str]]:
+    return [{k: v for k, v in row.items() if k != "wall_seconds"} for row in rows]
+
+
+def test_cli_run_writes_the_output_contract(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    result = run_cli(
+        *TINY, "eval.every=2", "eval.target_accuracy=0.3", f"hydra.run.dir={run_dir}", cwd=tmp_path
+    )
+    assert "fedlight: 4 rounds" in result.stdout + result.stderr
+
+    rows = read_rows(run_dir)
+    assert list(rows[0]) == list(METRIC_COLUMNS)
+    assert [int(r["round"]) for r in rows] == [2, 4]
+    model_bytes = 4 * (64 * 200 + 200 + 200 * 200 + 200 + 200 * 10 + 10)
+    for row in rows:
+        assert int(row["bytes_up"]) == 4 * model_bytes
+        assert int(row["bytes_down"]) == 4 * model_bytes
+        assert 0 <= float(row["test_accuracy"]) <= 1
+        assert float(row["lr"]) == 0.05
+    walls = [float(r["wall_seconds"]) for r in rows]
+    assert walls == sorted(walls) and walls[0] > 0
+
+    summary = json.loads((run_dir / "summary.json").read_text())
+    accuracies = [float(r["test_accuracy"]) for r in rows]
+    assert summary["final_accuracy"] == accuracies[-1]
+    assert summary["best_accuracy"] == max(accuracies)
+    reached = [int(r["round"]) for r in rows if float(r["test_accuracy"]) >= 0.3]
+    assert summary["rounds_to_target"] == (reached[0] if reached else None)
+    assert summary["comm_mb"] == pytest.approx(4 * 2 * 4 * model_bytes / 1e6)
+    assert summary["rounds"] == 4 and summary["seed"] == 0
+    assert {k: summary[k] for k in ("algo", "data", "model", "partition")} == {
+        "algo": "fedavg",
+        "data": "digits",
+        "model": "mlp",
+        "partition": "iid",
+    }
+    assert summary["selection"] == "random" and summary["lr_schedule"] == "constant"
+    assert summary["logger"] == "csv"
+
+    histogram = json.loads((run_dir / "label_histogram.json").read_text())
+    assert len(histogram) == 10 and all(len(counts) == 10 for counts in histogram.values())
+    assert sum(map(sum, histogram.values())) == len(Digits().load().train_y)
+    for image in ("curves.png", "label_histogram.png"):
+        assert (run_dir / image).read_bytes()[:4] == b"\x89PNG"
+
+    resumed_dir = tmp_path / "resumed"
+    run_cli(*TINY, "eval.every=2", "eval.target_accuracy=0.3", f"resume={run_dir}",
+            f"hydra.run.dir={resumed_dir}", cwd=tmp_path)
+    assert without_wall_time(read_rows(resumed_dir)) == without_wall_time(rows)
+
+
+def test_cli_sweep_runs_every_job_into_the_sweep_dir(tmp_path: Path) -> None:
+    sweep_dir = tmp_path / "multirun"
+    run_cli(
+        "-m", *TINY, "fl.rounds=2", "partition=iid,shards", "local.epochs=1,2",
+        f"hydra.sweep.dir={sweep_dir}", cwd=tmp_path,
+    )
+    jobs = sorted(p for p in sweep_dir.iterdir() if p.is_dir() and p.name.isdigit())
+    assert [p.name for p in jobs] == ["0", "1", "2", "3"]
+    seen = set()
+    for job in jobs:
+        summary = json.loads((job / "summary.json").read_text())
+        overrides = (job / ".hydra" / "overrides.yaml").read_text()
+        epochs = "2" if "local.epochs=2" in overrides else "1"
+        seen.add((summary["partition"], epochs))
+        assert len(read_rows(job)) == 2
+    assert seen == {("iid", "1"), ("iid", "2"), ("shards", "1"), ("shards", "2")}
+
+
+def test_cli_bad_setting_exits_with_one_line_and_does_no_work(tmp_path: Path) -> None:
+    result = run_cli(*TINY, "partition=dirichlet", "partition.alpha=-0.5", cwd=tmp_path, check=False)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "fedlight: error: partition.alpha=-0.5 must be > 0 (e.g. 0.1 or 0.5)"
+    ]
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_default_command_runs_from_the_repo_config() -> None:
+    assert (REPO / "conf" / "config.yaml").resolve() == (
+        REPO / "fedlight" / "conf" / "config.yaml"
+    ).resolve()
+
+
+def test_same_config_and_seed_give_identical_numbers(make_job, tmp_path: Path) -> None:
+    overrides = [*TINY, "partition=shards"]
+    run_job(make_job(overrides), tmp_path / "a")
+    run_job(make_job(overrides), tmp_path / "b")
+    run_job(make_job([*overrides, "seed=1"]), tmp_path / "c")
+    a, b, c = (without_wall_time(read_rows(tmp_path / d)) for d in "abc")
+    assert a == b
+    assert a != c
+
+
+@pytest.mark.parametrize("algo_overrides", [["partition=dirichlet", "optim.momentum=0.9"]])
+def test_resume_after_a_kill_is_bit_exact(
+    make_job, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, algo_overrides: list[str]
+) -> None:
+    overrides = [*TINY, *algo_overrides, "fl.rounds=5", "checkpoint.every=2"]
+    run_job(make_job(overrides), tmp_path / "full")
+
+    original_round = FederatedLoop.run_round
+
+    def killed_in_round_4(self: FederatedLoop, round_index: int):
+        if round_index == 4:
+            raise KeyboardInterrupt
+        return original_round(self, round_index)
+
+    monkeypatch.setattr(FederatedLoop, "run_round", killed_in_round_4)
+    with pytest.raises(KeyboardInterrupt):
+        run_job(make_job(overrides), tmp_path / "killed")
+    monkeypatch.setattr(FederatedLoop, "run_round", original_round)
+    assert len(read_rows(tmp_path / "killed")) == 3  # rounds 1-3 were logged before the kill
+    assert load_checkpoint(tmp_path / "killed" / "checkpoint.pt")["completed_rounds"] == 2
+
+    run_job(make_job([*overrides, f"resume={tmp_path / 'killed'}"]), tmp_path / "resumed")
+    full, resumed = read_rows(tmp_path / "full"), read_rows(tmp_path / "resumed")
+    assert without_wall_time(resumed) == without_wall_time(full)
+    final_full = load_checkpoint(tmp_path / "full" / "checkpoint.pt")["server_weights"]
+    final_resumed = load_checkpoint(tmp_path / "resumed" / "checkpoint.pt")["server_weights"]
+    assert all(torch.equal(final_full[k], final_resumed[k]) for k in final_full)
+
+
+def test_resume_refuses_a_different_config(make_job, tmp_path: Path) -> None:
+    run_job(make_job(TINY), tmp_path / "first")
+    from fedlight.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"config differs at fl.rounds \(checkpoint 4, now 6\)"):
+        run_job(make_job([*TINY, "fl.rounds=6", f"resume={tmp_path / 'first'}"]), tmp_path / "x")
+
+
+def test_wandb_offline_run_records_the_round_metrics(
+    make_job, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb_root"))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    run_job(make_job([*TINY, "logger=wandb", "fl.rounds=2"]), tmp_path / "run")
+    runs = list((tmp_path / "wandb_root" / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1
+    # The offline run log holds each history record's values as JSON text.
+    record_log = next(runs[0].glob("run-*.wandb")).read_bytes()
+    assert b"test_accuracy" in record_log and b"bytes_up" in record_log
+    for row in read_rows(tmp_path / "run"):
+        assert json.dumps(float(row["test_accuracy"])).encode() in record_log
