@@ -1,4 +1,4 @@
-"""Checkpoint files: written atomically, read with weights-only `torch.load` (no pickle code runs)."""
+"""Checkpoints: written atomically, read with weights-only `torch.load` (no pickled code runs)."""
 
 import os
 from pathlib import Path

@@ -83,7 +83,11 @@ def unknown_key_message(key: str, group_overrides: list[str]) -> str:
     parent, _, _ = key.rpartition(".")
     base = hydra.compose("config", overrides=group_overrides)
     node = OmegaConf.select(base, parent) if parent else base
-    allowed = ", ".join(k for k in node if not str(k).startswith("_")) if isinstance(node, DictConfig) else ""
+    allowed = (
+        ", ".join(k for k in node if not str(k).startswith("_"))
+        if isinstance(node, DictConfig)
+        else ""
+    )
     where = parent or "the top level"
     return f"unknown key {key}; {where} has: {allowed or 'no settable keys'}"
 
@@ -118,7 +122,9 @@ def job_override_lists(overrides: list[str], multirun: bool) -> list[list[str]]:
 def validate_command_line(args: list[str]) -> None:
     """Compose and build every job the command line describes, without running any of them."""
     multirun = any(a in MULTIRUN_FLAGS for a in args)
-    overrides = [a for a in args if a not in MULTIRUN_FLAGS and not a.startswith(("hydra.", "hydra/"))]
+    overrides = [
+        a for a in args if a not in MULTIRUN_FLAGS and not a.startswith(("hydra.", "hydra/"))
+    ]
     try:
         check_group_choices(overrides)
         jobs = job_override_lists(overrides, multirun)

@@ -1,4 +1,4 @@
-"""Typed settings of a run: the schema Hydra validates against, and what the rest of fedlight reads.
+"""Typed settings of a run: the schema Hydra checks and what the rest of fedlight reads.
 
 `DictConfig` never travels past the entry point (`fedlight.cli`): it is turned into these dataclasses
 and into the objects the config groups instantiate.

@@ -1,4 +1,4 @@
-"""One job from typed parts to files: load data, partition, build the loop, run it, write outputs."""
+"""One job from typed parts to files: load data, partition, build the loop, run, write outputs."""
 
 import json
 from collections.abc import Callable
@@ -61,7 +61,9 @@ def first_difference(saved: Any, current: Any, path: str = "") -> str | None:
             if found:
                 return found
         return None
-    return None if saved == current else f"{path.rstrip('.')} (checkpoint {saved!r}, now {current!r})"
+    return (
+        None if saved == current else f"{path.rstrip('.')} (checkpoint {saved!r}, now {current!r})"
+    )
 
 
 def comparable_config(config: dict[str, Any]) -> dict[str, Any]:

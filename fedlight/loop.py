@@ -21,8 +21,8 @@ from fedlight.algorithms.base import Algorithm, LocalCallback, LocalResult, Serv
 from fedlight.checkpoint import save_checkpoint
 from fedlight.config import ConfigError, RunSettings
 from fedlight.data.base import TensorDataset
-from fedlight.lr_schedules.base import LRSchedule
 from fedlight.loggers.base import MetricsRow, RoundLogger
+from fedlight.lr_schedules.base import LRSchedule
 from fedlight.rng import Stream, derive_seed, numpy_generator
 from fedlight.selection.base import Selection
 from fedlight.tensors import StateDict, detached_copy, nbytes
@@ -84,9 +84,13 @@ class FederatedLoop:
         self.algorithm = algorithm
         self.selection = selection
         self.lr_schedule = lr_schedule
-        self.base_lrs = [g["lr"] for g in first_optimizer(module.configure_optimizers()).param_groups]
+        self.base_lrs = [
+            g["lr"] for g in first_optimizer(module.configure_optimizers()).param_groups
+        ]
         trainable = frozenset(name for name, _ in module.named_parameters())
-        self.server: ServerState = algorithm.init_server(detached_copy(module.state_dict()), trainable)
+        self.server: ServerState = algorithm.init_server(
+            detached_copy(module.state_dict()), trainable
+        )
         self.client_states: dict[int, StateDict] = {}
         self.history = History()
 
@@ -192,7 +196,9 @@ class FederatedLoop:
         self, loggers: Sequence[RoundLogger], checkpoint_path: Path, checkpoint_meta: dict[str, Any]
     ) -> History:
         """All remaining rounds; rows of rounds done before a resume are replayed to the loggers.
-        `checkpoint_meta` is stored beside the state (e.g. the config, to check a resume against)."""
+
+        `checkpoint_meta` is stored beside the state (the config, to check a resume against).
+        """
         history, settings = self.history, self.settings
         for row in history.rows:
             for logger in loggers:

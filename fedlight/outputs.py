@@ -7,10 +7,10 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
 
-from fedlight.loggers.base import MetricsRow  # noqa: E402
+from fedlight.loggers.base import MetricsRow
 
 
 def label_histogram(

@@ -29,4 +29,3 @@ def numpy_generator(
     seed: int, stream: Stream, round_index: int = 0, client: int = 0
 ) -> np.random.Generator:
     return np.random.default_rng(derive_seed(seed, stream, round_index, client))
-

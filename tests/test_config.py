@@ -6,7 +6,12 @@ import torch
 from fedlight.cli import CONF_DIR, group_options, validate_command_line
 from fedlight.config import CONFIG_GROUPS, ConfigError
 
-MODEL_INPUT = {"mlp": (1, 8, 8), "cnn": (1, 8, 8), "cifar_cnn": (3, 32, 32), "simple_cnn": (1, 28, 28)}
+MODEL_INPUT = {
+    "mlp": (1, 8, 8),
+    "cnn": (1, 8, 8),
+    "cifar_cnn": (3, 32, 32),
+    "simple_cnn": (1, 28, 28),
+}
 
 
 def test_every_group_has_its_documented_options() -> None:
@@ -56,11 +61,17 @@ def test_mcmahan_cnn_has_the_papers_parameter_count(make_job) -> None:
         (["partition=nope"], "partition=nope is not an option; choose partition from: dirichlet"),
         (["partition=dirichlet", "partition.alpha=0"], "partition.alpha=0 must be > 0"),
         (["partition=dirichlet", "partition.alpha=-1"], "partition.alpha=-1 must be > 0"),
-        (["fl.num_clients=5", "fl.clients_per_round=6"], "fl.clients_per_round=6 must be between 1"),
-        (["fl.rounds=abc"], (
+        (
+            ["fl.num_clients=5", "fl.clients_per_round=6"],
+            "fl.clients_per_round=6 must be between 1",
+        ),
+        (
+            ["fl.rounds=abc"],
+            (
                 "fl.rounds: Error merging override fl.rounds=abc; "
                 "Value 'abc' of type 'str' could not be converted to Integer"
-            ),),
+            ),
+        ),
         (["eval.target_accuracy=80"], "eval.target_accuracy=80.0 must be a fraction"),
         (["model=nope"], "model=nope is not an option; choose model from: cifar_cnn, cnn, mlp"),
         (["partition=iid", "partition.alpha=0.5"], "unknown key partition.alpha; partition has:"),

@@ -71,7 +71,12 @@ def test_normalize_uint8_per_channel():
 def test_tensor_dataset_input_shape_and_to():
     augment = CropFlip(padding=1, fill=(0.0,))
     data = TensorDataset(
-        torch.zeros(4, 1, 5, 6), torch.arange(4), torch.ones(2, 1, 5, 6), torch.arange(2), 3, augment
+        torch.zeros(4, 1, 5, 6),
+        torch.arange(4),
+        torch.ones(2, 1, 5, 6),
+        torch.arange(2),
+        3,
+        augment,
     )
     assert data.input_shape == (1, 5, 6)
     moved = data.to(torch.device("cpu"))
@@ -531,7 +536,7 @@ def match_crops(images, out, pad, fill):
             window = padded[:, :, i : i + h, j : j + w]
             for flipped, candidate in ((False, window), (True, window.flip(3))):
                 equal = (candidate == out).flatten(1).all(1)
-                for b in torch.flatnonzero(equal).tolist():
+                for b in torch.nonzero(equal).flatten().tolist():
                     matches[b].append((i, j, flipped))
     return matches
 
@@ -563,9 +568,9 @@ def test_cropflip_fill_appears_in_padded_border():
         assert torch.all((channel >= 0) | (channel == value))
         assert (channel == value).any()
     matches = match_crops(images, out, pad, fill)
-    top = [b for b, m in enumerate(matches) if m[0][0] == 0]
+    top = [b for b, m in enumerate(matches) if m[0][:2] == (0, pad)]
     assert top
-    for b in top:  # row offset 0: the first `pad` rows are all fill
+    for b in top:  # shifted down only: the first `pad` rows are fill, the rest is the image
         for c, value in enumerate(fill):
             assert torch.all(out[b, c, :pad] == value)
         assert torch.all(out[b, :, pad:] >= 0)

@@ -24,8 +24,22 @@ def test_fedavg_round_is_sample_weighted_average_of_client_models() -> None:
     x = {"w": torch.tensor([1.0, 1.0]), "running": torch.tensor([0.0]), "count": torch.tensor(4)}
     server = server_with(fedavg, x)
     clients = [
-        ({"w": torch.tensor([3.0, 0.0]), "running": torch.tensor([2.0]), "count": torch.tensor(6)}, 10),
-        ({"w": torch.tensor([-1.0, 5.0]), "running": torch.tensor([6.0]), "count": torch.tensor(8)}, 30),
+        (
+            {
+                "w": torch.tensor([3.0, 0.0]),
+                "running": torch.tensor([2.0]),
+                "count": torch.tensor(6),
+            },
+            10,
+        ),
+        (
+            {
+                "w": torch.tensor([-1.0, 5.0]),
+                "running": torch.tensor([6.0]),
+                "count": torch.tensor(8),
+            },
+            30,
+        ),
     ]
     uploads = []
     for cid, (weights, n) in enumerate(clients):
@@ -46,7 +60,9 @@ def test_server_lr_scales_the_averaged_delta_of_parameters_only() -> None:
     fedavg = FedAvg(server_lr=0.5)
     x = {"w": torch.tensor([2.0]), "running": torch.tensor([0.0])}
     server = server_with(fedavg, x)
-    local = LocalResult(0, {"w": torch.tensor([6.0]), "running": torch.tensor([4.0])}, 5, 1, 0.1, 0.0)
+    local = LocalResult(
+        0, {"w": torch.tensor([6.0]), "running": torch.tensor([4.0])}, 5, 1, 0.1, 0.0
+    )
     upload, _ = fedavg.upload(server, local, None)
     new = fedavg.server_update(server, [upload])
     assert new.weights["w"].item() == pytest.approx(2.0 + 0.5 * 4.0)
@@ -54,5 +70,5 @@ def test_server_lr_scales_the_averaged_delta_of_parameters_only() -> None:
 
 
 def test_server_lr_must_be_positive() -> None:
-    with pytest.raises(ConfigError, match="algo.server_lr"):
+    with pytest.raises(ConfigError, match=r"algo\.server_lr"):
         FedAvg(server_lr=0.0)

@@ -68,16 +68,27 @@ def test_cli_run_writes_the_output_contract(tmp_path: Path) -> None:
         assert (run_dir / image).read_bytes()[:4] == b"\x89PNG"
 
     resumed_dir = tmp_path / "resumed"
-    run_cli(*TINY, "eval.every=2", "eval.target_accuracy=0.3", f"resume={run_dir}",
-            f"hydra.run.dir={resumed_dir}", cwd=tmp_path)
+    run_cli(
+        *TINY,
+        "eval.every=2",
+        "eval.target_accuracy=0.3",
+        f"resume={run_dir}",
+        f"hydra.run.dir={resumed_dir}",
+        cwd=tmp_path,
+    )
     assert without_wall_time(read_rows(resumed_dir)) == without_wall_time(rows)
 
 
 def test_cli_sweep_runs_every_job_into_the_sweep_dir(tmp_path: Path) -> None:
     sweep_dir = tmp_path / "multirun"
     run_cli(
-        "-m", *TINY, "fl.rounds=2", "partition=iid,shards", "local.epochs=1,2",
-        f"hydra.sweep.dir={sweep_dir}", cwd=tmp_path,
+        "-m",
+        *TINY,
+        "fl.rounds=2",
+        "partition=iid,shards",
+        "local.epochs=1,2",
+        f"hydra.sweep.dir={sweep_dir}",
+        cwd=tmp_path,
     )
     jobs = sorted(p for p in sweep_dir.iterdir() if p.is_dir() and p.name.isdigit())
     assert [p.name for p in jobs] == ["0", "1", "2", "3"]
@@ -92,7 +103,9 @@ def test_cli_sweep_runs_every_job_into_the_sweep_dir(tmp_path: Path) -> None:
 
 
 def test_cli_bad_setting_exits_with_one_line_and_does_no_work(tmp_path: Path) -> None:
-    result = run_cli(*TINY, "partition=dirichlet", "partition.alpha=-0.5", cwd=tmp_path, check=False)
+    result = run_cli(
+        *TINY, "partition=dirichlet", "partition.alpha=-0.5", cwd=tmp_path, check=False
+    )
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         "fedlight: error: partition.alpha=-0.5 must be > 0 (e.g. 0.1 or 0.5)"

@@ -16,7 +16,9 @@ class WeightedMean:
         total = float(sum(weights))
         result: StateDict = {}
         for name, first in updates[0].items():
-            acc = torch.zeros_like(first, dtype=torch.float64 if first.dtype == torch.float64 else torch.float32)
+            acc = torch.zeros_like(
+                first, dtype=torch.float64 if first.dtype == torch.float64 else torch.float32
+            )
             for update, weight in zip(updates, weights, strict=True):
                 acc.add_(update[name], alpha=weight / total)
             result[name] = acc

@@ -50,8 +50,9 @@ class ClientUpload:
 class LocalCallback:
     """Lightning-style hooks an algorithm adds to a client's local training.
 
-    The loop calls them right after the client module's hook of the same name, on the client being
-    trained only (SCAFFOLD corrects gradients in `on_after_backward`, FedProx adds its proximal term).
+    The loop calls them right after the client module's hook of the same name, on the client
+    being trained only (SCAFFOLD corrects gradients in `on_after_backward`, FedProx adds its
+    proximal term).
     """
 
     def on_before_backward(self, module: pl.LightningModule, loss: Tensor) -> None:

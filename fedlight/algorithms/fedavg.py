@@ -1,7 +1,8 @@
 """FedAvg: Federated Averaging of McMahan et al., "Communication-Efficient Learning of Deep Networks
 from Decentralized Data", AISTATS 2017 (Algorithm 1), with a server learning rate.
 
-Each client sends its model delta Δ_i = y_i − x; the server applies x ← x + η_g Σ_i n_i Δ_i / Σ_i n_i.
+Each client sends its model delta Δ_i = y_i − x; the server applies
+x ← x + η_g Σ_i n_i Δ_i / Σ_i n_i.
 With η_g = 1 this is the paper's sample-weighted model average. Buffers (e.g. BatchNorm running
 statistics) are averaged the same way without the server learning rate.
 """

@@ -1,1 +1,1 @@
-"""Client models: LightningModules with `training_step`, `configure_optimizers` and a logits `forward`."""
+"""Client models: LightningModules with training_step, configure_optimizers, logits forward."""

@@ -1,8 +1,8 @@
 """Label-distribution skew from a Dirichlet prior: NIID-Bench's "labeldir" (Li et al., ICDE 2022).
 
-For each class, client proportions are drawn from Dir(alpha); a client already holding its fair share
-(N / num_clients) gets no more. Draws repeat until every client has at least `min_samples` samples.
-Small alpha means few classes per client; large alpha approaches IID.
+For each class, client proportions are drawn from Dir(alpha); a client already holding its fair
+share (N / num_clients) gets no more. Draws repeat until every client has at least
+`min_samples` samples. Small alpha means few classes per client; large alpha approaches IID.
 """
 
 from dataclasses import dataclass

@@ -1,0 +1,39 @@
+"""A user's own LightningModule, used as `model._target_=tests.user_module.RecordingModule`."""
+
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+from torch import Tensor, nn
+from torch.nn import functional as F  # noqa: N812
+
+
+class RecordingModule(pl.LightningModule):
+    """Records every hook the FederatedLoop calls, and uses Lightning's dict return forms."""
+
+    calls: list[str] = []  # noqa: RUF012 - shared on purpose: the test reads it after the run
+
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, **optim: Any) -> None:
+        super().__init__()
+        self.layer = nn.Linear(int(torch.tensor(input_shape).prod()), num_classes)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.layer(x.flatten(1))
+
+    def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> dict[str, Tensor]:
+        self.calls.append(f"training_step:{batch_idx}")
+        x, y = batch
+        return {"loss": F.cross_entropy(self(x), y)}
+
+    def on_before_backward(self, loss: Tensor) -> None:
+        self.calls.append("on_before_backward")
+
+    def on_after_backward(self) -> None:
+        assert self.layer.weight.grad is not None
+        self.calls.append("on_after_backward")
+
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        self.calls.append("on_before_optimizer_step")
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        return {"optimizer": torch.optim.SGD(self.parameters(), lr=0.1)}
