@@ -1,7 +1,7 @@
 """Typed settings of a run: the schema Hydra checks and what the rest of fedlight reads.
 
-`DictConfig` never travels past the entry point (`fedlight.cli`): it is turned into these dataclasses
-and into the objects the config groups instantiate.
+`DictConfig` never travels past the entry point (`fedlight.cli`): it becomes these dataclasses and
+the objects the config groups instantiate.
 """
 
 from dataclasses import dataclass, field
