@@ -70,6 +70,8 @@ class LocalCallback:
 class Algorithm(ABC):
     """Server and client rules of one federated algorithm."""
 
+    trainable: frozenset[str] = frozenset()  # names of the model's parameters (not buffers)
+
     def init_server(self, weights: StateDict, trainable: frozenset[str]) -> ServerState:
         """Server state for the initial global model; `trainable` names the parameters."""
         self.trainable = trainable

@@ -1,4 +1,4 @@
-"""torchvision's dataset classes, offline first, with a one-line error naming missing files."""
+"""Loading torchvision's dataset classes offline-first, with a one-line error naming missing files."""
 
 from collections.abc import Callable
 from pathlib import Path
@@ -20,7 +20,7 @@ def open_torchvision(
     except RuntimeError as missing:
         if not download:
             raise DataError(
-                f"{setting}: files not found under {Path(root).resolve()} (\n{missing}); put "
+                f"{setting}: files not found under {Path(root).resolve()} ({missing}); put "
                 f"{expected_files} there or set data.root to the folder that holds them"
             ) from None
     try:
