@@ -43,4 +43,4 @@ def normalize(images: Tensor, mean: tuple[float, ...], std: tuple[float, ...]) -
     """uint8 images (N, C, H, W) to float32 standardized per channel."""
     mean_t = torch.tensor(mean).view(1, -1, 1, 1)
     std_t = torch.tensor(std).view(1, -1, 1, 1)
-    return (images.float().div_(255.0) - mean_t).div_(std_t)
+    return (images.float() / 255.0 - mean_t).div_(std_t)

@@ -25,6 +25,10 @@ def read_image_folder(split_dir: Path, classes: list[str]) -> tuple[Tensor, Tens
     """Decode every image of one split into a uint8 (N, 3, H, W) tensor, labels by class order."""
     files, labels = [], []
     for label, name in enumerate(classes):
+        if not (split_dir / name).is_dir():
+            raise DataError(
+                f"data=cifar10: {split_dir / name} is missing; every split needs a folder per class"
+            )
         members = sorted(
             p for p in (split_dir / name).iterdir() if p.suffix.lower() in IMAGE_SUFFIXES
         )

@@ -1,4 +1,4 @@
-"""Loading torchvision's dataset classes offline-first, with a one-line error naming missing files."""
+"""torchvision's dataset classes, offline first, with a one-line error naming missing files."""
 
 from collections.abc import Callable
 from pathlib import Path

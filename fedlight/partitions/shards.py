@@ -33,7 +33,7 @@ class Shards:
                 "lower one of them"
             )
         shuffled = rng.permutation(len(labels))
-        by_label = shuffled[np.argsort(labels[shuffled], kind="quicksort")]
+        by_label = shuffled[np.argsort(labels[shuffled], kind="stable")]
         shard_size = len(labels) // num_shards
         shards = by_label[: num_shards * shard_size].reshape(num_shards, shard_size)
         owners = rng.permutation(num_shards).reshape(num_clients, self.shards_per_client)
