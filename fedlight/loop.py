@@ -166,7 +166,7 @@ class FederatedLoop:
                 step += 1
         return LocalResult(
             client_id=client,
-            weights=detached_copy(module.state_dict()),
+            weights=module.state_dict(),
             num_samples=len(indices),
             num_steps=step,
             lr=lrs[0],

@@ -4,11 +4,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.figure import Figure
 
 from fedlight.loggers.base import MetricsRow
 
@@ -25,15 +22,15 @@ def write_label_histogram(output_dir: Path, histogram: np.ndarray) -> None:
         json.dumps({str(c): row.tolist() for c, row in enumerate(histogram)})
     )
     height = min(2 + 0.12 * len(histogram), 30)
-    fig, ax = plt.subplots(figsize=(1.5 + 0.5 * histogram.shape[1], height))
+    fig = Figure(figsize=(1.5 + 0.5 * histogram.shape[1], height))
+    ax = fig.subplots()
+    fig.subplots_adjust(left=0.2, right=0.95)
     image = ax.imshow(histogram, aspect="auto", cmap="viridis", interpolation="nearest")
     ax.set_xlabel("class")
     ax.set_ylabel("client")
     ax.set_title("samples per client and class")
     fig.colorbar(image, ax=ax)
-    fig.tight_layout()
     fig.savefig(output_dir / "label_histogram.png", dpi=100)
-    plt.close(fig)
 
 
 def summarize(
@@ -66,7 +63,9 @@ def summarize(
 
 def write_curves(output_dir: Path, rows: list[MetricsRow]) -> None:
     rounds = [r["round"] for r in rows]
-    fig, (acc_ax, loss_ax) = plt.subplots(1, 2, figsize=(10, 4))
+    fig = Figure(figsize=(10, 4))
+    acc_ax, loss_ax = fig.subplots(1, 2)
+    fig.subplots_adjust(left=0.08, right=0.98, bottom=0.13, wspace=0.25)
     acc_ax.plot(rounds, [r["test_accuracy"] for r in rows], marker=".")
     acc_ax.set_xlabel("round")
     acc_ax.set_ylabel("test accuracy")
@@ -77,6 +76,4 @@ def write_curves(output_dir: Path, rows: list[MetricsRow]) -> None:
     loss_ax.legend()
     for ax in (acc_ax, loss_ax):
         ax.grid(alpha=0.3)
-    fig.tight_layout()
     fig.savefig(output_dir / "curves.png", dpi=100)
-    plt.close(fig)

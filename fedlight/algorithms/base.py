@@ -27,7 +27,11 @@ class ServerState:
 
 @dataclass
 class LocalResult:
-    """What local training produced on one client, before the algorithm decides what to send."""
+    """What local training produced on one client, before the algorithm decides what to send.
+
+    `weights` share storage with the one client module: valid until the next client trains, so an
+    algorithm that keeps them must copy them.
+    """
 
     client_id: int
     weights: StateDict
