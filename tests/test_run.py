@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import wandb
 
 from fedlight.checkpoint import load_checkpoint
 from fedlight.data.digits import Digits
@@ -173,6 +174,7 @@ def test_wandb_offline_run_records_the_round_metrics(
     monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb_root"))
     monkeypatch.setenv("WANDB_SILENT", "true")
     run_job(make_job([*TINY, "logger=wandb", "fl.rounds=2"]), tmp_path / "run")
+    wandb.teardown()  # what process exit does: wait until the W&B service has written everything
     runs = list((tmp_path / "wandb_root" / "wandb").glob("offline-run-*"))
     assert len(runs) == 1
     # The offline run log holds each history record's values as JSON text.
