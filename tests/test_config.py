@@ -95,3 +95,8 @@ def test_every_job_of_a_sweep_is_validated() -> None:
 
 def test_config_files_are_inside_the_package() -> None:
     assert CONF_DIR.endswith("fedlight/conf")
+
+
+def test_a_model_too_deep_for_the_images_says_so_in_one_line(make_job) -> None:
+    with pytest.raises(ConfigError, match=r"^model=simple_cnn cannot take 8×8 images; choose"):
+        make_job(["model=simple_cnn"]).model(input_shape=(1, 8, 8), num_classes=10)

@@ -1,22 +1,32 @@
 """The LightningModule every built-in model is: cross-entropy training and SGD from `optim.*`."""
 
-import math
-
 import pytorch_lightning as pl
 import torch
 from torch import Tensor, nn
 from torch.nn import functional as F  # noqa: N812
 
+from fedlight.config import ConfigError
+
 
 class Classifier(pl.LightningModule):
-    """Wraps a network; the FederatedLoop calls its hooks exactly as a Lightning Trainer would."""
+    """A network from `build_net`; the FederatedLoop calls its hooks as a Lightning Trainer does."""
 
-    def __init__(self, net: nn.Module, lr: float, momentum: float, weight_decay: float) -> None:
+    def __init__(
+        self,
+        input_shape: tuple[int, ...],
+        num_classes: int,
+        lr: float,
+        momentum: float = 0.0,
+        weight_decay: float = 0.0,
+    ) -> None:
         super().__init__()
-        self.net = net
+        self.net = self.build_net(tuple(input_shape), num_classes)
         self.lr = lr
         self.momentum = momentum
         self.weight_decay = weight_decay
+
+    def build_net(self, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+        raise NotImplementedError
 
     def forward(self, x: Tensor) -> Tensor:
         return self.net(x)
@@ -31,9 +41,30 @@ class Classifier(pl.LightningModule):
         )
 
 
-def flat_size(input_shape: tuple[int, ...]) -> int:
-    return math.prod(input_shape)
+def conv_pool_layers(
+    model: str, input_shape: tuple[int, ...], channels: tuple[int, ...], kernel: int, padding: int
+) -> tuple[list[nn.Module], int]:
+    """conv → ReLU → 2×2 max-pool blocks, then flatten; also the number of features they yield."""
+    in_channels, height, width = input_shape
+    layers: list[nn.Module] = []
+    for out_channels in channels:
+        layers += [nn.Conv2d(in_channels, out_channels, kernel, padding=padding), nn.ReLU()]
+        layers.append(nn.MaxPool2d(2))
+        in_channels = out_channels
+        height = (height + 2 * padding - kernel + 1) // 2
+        width = (width + 2 * padding - kernel + 1) // 2
+        if height < 1 or width < 1:
+            raise ConfigError(
+                f"model={model} cannot take {input_shape[1]}×{input_shape[2]} images; "
+                "choose a model for this data (e.g. model=mlp)"
+            )
+    return [*layers, nn.Flatten()], in_channels * height * width
 
 
-def conv_output_size(size: int, kernel: int, padding: int, pool: int) -> int:
-    return (size + 2 * padding - kernel + 1) // pool
+def dense_layers(features: int, hidden: tuple[int, ...], num_classes: int) -> list[nn.Module]:
+    """Linear → ReLU for each hidden width, then the linear classifier."""
+    layers: list[nn.Module] = []
+    for width in hidden:
+        layers += [nn.Linear(features, width), nn.ReLU()]
+        features = width
+    return [*layers, nn.Linear(features, num_classes)]

@@ -3,31 +3,10 @@ a 512-unit dense layer and softmax; "same" padding gives 1,663,370 parameters on
 
 from torch import nn
 
-from fedlight.models.classifier import Classifier, conv_output_size
+from fedlight.models.classifier import Classifier, conv_pool_layers, dense_layers
 
 
 class CNN(Classifier):
-    def __init__(
-        self,
-        input_shape: tuple[int, ...],
-        num_classes: int,
-        lr: float,
-        momentum: float = 0.0,
-        weight_decay: float = 0.0,
-    ) -> None:
-        channels, height, width = input_shape
-        h = conv_output_size(conv_output_size(height, 5, 2, 2), 5, 2, 2)
-        w = conv_output_size(conv_output_size(width, 5, 2, 2), 5, 2, 2)
-        net = nn.Sequential(
-            nn.Conv2d(channels, 32, 5, padding=2),
-            nn.ReLU(),
-            nn.MaxPool2d(2),
-            nn.Conv2d(32, 64, 5, padding=2),
-            nn.ReLU(),
-            nn.MaxPool2d(2),
-            nn.Flatten(),
-            nn.Linear(64 * h * w, 512),
-            nn.ReLU(),
-            nn.Linear(512, num_classes),
-        )
-        super().__init__(net, lr, momentum, weight_decay)
+    def build_net(self, input_shape: tuple[int, ...], num_classes: int) -> nn.Module:
+        features, size = conv_pool_layers("cnn", input_shape, (32, 64), kernel=5, padding=2)
+        return nn.Sequential(*features, *dense_layers(size, (512,), num_classes))
