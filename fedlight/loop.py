@@ -89,7 +89,7 @@ class FederatedLoop:
         ]
         trainable = frozenset(name for name, _ in module.named_parameters())
         self.server: ServerState = algorithm.init_server(
-            detached_copy(module.state_dict()), trainable
+            detached_copy(module.state_dict()), trainable, settings.fl.num_clients
         )
         self.client_states: dict[int, StateDict] = {}
         self.history = History()

@@ -10,7 +10,7 @@ from fedlight.config import ConfigError
 
 
 def server_with(fedavg: FedAvg, weights: dict[str, torch.Tensor]):
-    return fedavg.init_server(weights, trainable=frozenset({"w"}))
+    return fedavg.init_server(weights, trainable=frozenset({"w"}), num_clients=10)
 
 
 def test_weighted_mean_matches_hand_computation() -> None:

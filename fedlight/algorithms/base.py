@@ -37,7 +37,7 @@ class LocalResult:
     weights: StateDict
     num_samples: int
     num_steps: int
-    lr: float
+    lr: float  # the local learning rate of this round (first parameter group)
     train_loss: float
 
 
@@ -75,10 +75,14 @@ class Algorithm(ABC):
     """Server and client rules of one federated algorithm."""
 
     trainable: frozenset[str] = frozenset()  # names of the model's parameters (not buffers)
+    num_clients: int = 0  # N, the size of the federation
 
-    def init_server(self, weights: StateDict, trainable: frozenset[str]) -> ServerState:
+    def init_server(
+        self, weights: StateDict, trainable: frozenset[str], num_clients: int
+    ) -> ServerState:
         """Server state for the initial global model; `trainable` names the parameters."""
         self.trainable = trainable
+        self.num_clients = num_clients
         return ServerState(weights)
 
     def download(self, server: ServerState) -> StateDict:
