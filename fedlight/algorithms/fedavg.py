@@ -33,10 +33,15 @@ class FedAvg(Algorithm):
         return ClientUpload(local.client_id, local.num_samples, local.num_steps, delta), None
 
     def server_update(self, server: ServerState, uploads: Sequence[ClientUpload]) -> ServerState:
-        mean_delta = self.aggregator(
+        return ServerState(
+            self.apply_delta(server.weights, self.mean_delta(uploads)), server.extras
+        )
+
+    def mean_delta(self, uploads: Sequence[ClientUpload]) -> StateDict:
+        """The aggregated model delta, each client weighted by its number of samples."""
+        return self.aggregator(
             [u.tensors for u in uploads], [float(u.num_samples) for u in uploads]
         )
-        return ServerState(self.apply_delta(server.weights, mean_delta), server.extras)
 
     def apply_delta(self, weights: StateDict, mean_delta: StateDict) -> StateDict:
         """x + η_g Δ for parameters, x + Δ for buffers; integer buffers are rounded back."""

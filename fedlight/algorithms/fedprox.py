@@ -1,0 +1,51 @@
+"""FedProx of Li et al., "Federated Optimization in Heterogeneous Networks", MLSys 2020
+(Algorithm 2), with FedAvg's server.
+
+Each client approximately minimizes h_k(w; x) = F_k(w) + μ/2 ‖w − x‖² around the global model x.
+Variant implemented: every selected client runs the configured local epochs (no γ-inexactness
+stopping and no dropped stragglers), and the proximal term enters through its gradient,
+p.grad += μ (p − x_p), added to every trainable parameter after backpropagation, so any local
+optimizer (momentum, weight decay) sees the gradient of h_k. The server is FedAvg's: the
+sample-weighted mean delta times `server_lr`. With μ = 0 this is FedAvg exactly.
+"""
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pytorch_lightning as pl
+import torch
+
+from fedlight.algorithms.base import LocalCallback, ServerState
+from fedlight.algorithms.fedavg import FedAvg
+from fedlight.config import require
+from fedlight.tensors import StateDict
+
+
+class ProximalTerm(LocalCallback):
+    """Adds the gradient of μ/2 ‖w − x‖² to the local gradients of the trainable parameters."""
+
+    def __init__(self, mu: float, anchor: StateDict, trainable: Sequence[str]) -> None:
+        self.mu = mu
+        self.anchor = {name: anchor[name] for name in trainable}  # the global weights x
+
+    @torch.no_grad()
+    def on_after_backward(self, module: pl.LightningModule) -> None:
+        for name, param in module.named_parameters():
+            # A parameter without a gradient is skipped by the optimizer, so it stays at x and
+            # its proximal gradient μ (p − x) is zero anyway.
+            if param.grad is not None and name in self.anchor:
+                param.grad.add_(param - self.anchor[name], alpha=self.mu)
+
+
+@dataclass
+class FedProx(FedAvg):
+    mu: float = 0.01
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        require(self.mu >= 0, f"algo.mu={self.mu} must be >= 0 (0 is FedAvg)")
+
+    def local_callbacks(
+        self, server: ServerState, client_state: StateDict | None
+    ) -> list[LocalCallback]:
+        return [ProximalTerm(self.mu, server.weights, sorted(self.trainable))]
