@@ -143,7 +143,7 @@ class FederatedLoop:
         augment = data.augment
         losses: list[Tensor] = []
         step = 0
-        for _ in range(local.epochs):
+        for _ in range(local.epochs if len(indices) else 0):  # a client without data takes no step
             order = indices[torch.randperm(len(indices), generator=generator).to(indices.device)]
             for batch_indices in order.split(local.batch_size):
                 x, y = data.train_x[batch_indices], data.train_y[batch_indices]
@@ -246,8 +246,16 @@ class FederatedLoop:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.server = ServerState(state["server_weights"], state["server_extras"])
-        self.client_states = {int(c): s for c, s in state["client_states"].items()}
+        """Restore a checkpoint (loaded on the CPU) onto the device of the client module."""
+        device = next(self.module.parameters()).device
+
+        def on_device(tensors: StateDict) -> StateDict:
+            return {name: t.to(device) for name, t in tensors.items()}
+
+        self.server = ServerState(
+            on_device(state["server_weights"]), on_device(state["server_extras"])
+        )
+        self.client_states = {int(c): on_device(s) for c, s in state["client_states"].items()}
         self.history = History(
             completed_rounds=state["completed_rounds"],
             rows=list(state["rows"]),

@@ -2,7 +2,11 @@
 
 from pathlib import Path
 
+import torch
+
+from fedlight.data.digits import Digits
 from fedlight.experiment import run_job
+from fedlight.loop import FederatedLoop
 
 from .user_module import RecordingModule
 
@@ -33,3 +37,17 @@ def test_user_module_hooks_fire_in_trainer_order_once_per_local_step(
     # batch_idx counts the client's local steps from zero
     assert steps[:7] == [f"training_step:{i}" for i in range(6)] + ["training_step:0"]
     assert summary["final_accuracy"] > 0.5
+
+
+def test_a_client_without_data_takes_no_step(make_job) -> None:
+    job = make_job(["fl.num_clients=2", "fl.clients_per_round=2", "fl.rounds=1"])
+    data = Digits().load()
+    module = job.model(input_shape=data.input_shape, num_classes=data.num_classes)
+    clients = [torch.arange(50), torch.zeros(0, dtype=torch.int64)]
+    loop = FederatedLoop(
+        job.settings, data, clients, module, job.algorithm, job.selection, job.lr_schedule
+    )
+    empty = loop.train_client(1, 1, [0.05], [])
+    assert (empty.num_steps, empty.num_samples, empty.train_loss) == (0, 0, 0.0)
+    stats = loop.run_round(1)
+    assert stats.train_loss == stats.train_loss  # not NaN

@@ -1,0 +1,176 @@
+"""SCAFFOLD: Karimireddy et al., "SCAFFOLD: Stochastic Controlled Averaging for Federated
+Learning", ICML 2020, Algorithm 1 with control update option II.
+
+The exact variant implemented (x global model, y_i local model, c server control, c_i client
+control, S the sampled clients, N the federation size, η_g the server learning rate):
+
+- c has one tensor per trainable parameter (not buffers), kept in `ServerState.extras`, zeros at
+  init, and is sent down to every sampled client (counted in bytes_down besides x).
+- c_i lives in the client's persistent state. Before a client's first round it is absent and read
+  as zeros; nothing is stored for clients that never trained, so memory grows only with the
+  clients that actually took part (each of those keeps one model-sized control, as the paper's
+  stateful clients do).
+- Local step: after each backward pass, p.grad += c − c_i for every trainable parameter, i.e.
+  y ← y − η_l (g_i(y) − c_i + c). The difference c − c_i is formed once per client and round.
+  The optimizer then runs as configured, so momentum and weight decay act on the corrected gradient
+  (the paper analyses plain SGD). A parameter with no gradient in a step still gets c − c_i as its
+  gradient, as the update rule above says; frozen parameters (requires_grad=False) are left alone.
+  The loop has no mixed precision or gradient accumulation today: a future AMP path must unscale
+  the gradients before this correction (or move it to `on_before_optimizer_step`, which runs after
+  unscaling), and an accumulation path must add it once per optimizer step, not once per
+  micro-batch.
+- Control update, option II: c_i⁺ = c_i − c + (x − y_i) / (K η_l), with K the number of local
+  steps actually taken and η_l the local learning rate actually used in the round (after the
+  round's schedule; the first parameter group's rate). With momentum, (x − y_i)/(K η_l) is the
+  average *applied* step rather than the average corrected gradient. A client that took no step
+  (no data) keeps its control, sends Δc_i = 0 and is left out of the server's means.
+- Upload: Δy_i = y_i − x for every state entry (parameters and buffers, as FedAvg) and
+  Δc_i = c_i⁺ − c_i for trainable parameters; both are counted in bytes_up.
+- Server: x ← x + η_g · (1/|S|) Σ_{i∈S} Δy_i for parameters, the paper's plain (unweighted) mean
+  over the sampled clients; c ← c + (|S|/N) · (1/|S|) Σ_{i∈S} Δc_i. With the |S|/N factor,
+  c stays the mean over all N clients of c_i (absent ones counting as zero). Buffers (e.g.
+  BatchNorm statistics) are not optimized and are averaged exactly as FedAvg does: sample-weighted,
+  without η_g, integer buffers rounded back.
+"""
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import pytorch_lightning as pl
+import torch
+from torch import Tensor
+
+from fedlight.aggregation.mean import WeightedMean
+from fedlight.algorithms.base import (
+    Algorithm,
+    ClientUpload,
+    LocalCallback,
+    LocalResult,
+    ServerState,
+)
+from fedlight.config import require
+from fedlight.tensors import StateDict
+
+CONTROL = "control/"  # key prefix of c in ServerState.extras and of the download
+DELTA_Y = "delta_y/"  # key prefixes of the two parts of an upload
+DELTA_C = "delta_c/"
+
+
+class ControlCorrection(LocalCallback):
+    """Adds the precomputed c − c_i to every trainable parameter's gradient after backward."""
+
+    def __init__(self, correction: StateDict) -> None:
+        self.correction = correction
+        self.pairs: list[tuple[torch.nn.Parameter, Tensor]] | None = None
+
+    def on_after_backward(self, module: pl.LightningModule) -> None:
+        if self.pairs is None:  # the module's parameter objects are fixed during local training
+            self.pairs = [
+                (p, self.correction[name].to(p.device, p.dtype))
+                for name, p in module.named_parameters()
+                if p.requires_grad and name in self.correction
+            ]
+        for param, correction in self.pairs:
+            if param.grad is None:
+                param.grad = correction.clone()
+            else:
+                param.grad.add_(correction)
+
+
+@dataclass
+class Scaffold(Algorithm):
+    """SCAFFOLD with option II controls; see the module docstring for the exact variant."""
+
+    server_lr: float = 1.0
+    aggregator: WeightedMean = field(default_factory=WeightedMean)
+
+    def __post_init__(self) -> None:
+        require(self.server_lr > 0, f"algo.server_lr={self.server_lr} must be > 0")
+
+    def parameter_names(self, weights: StateDict) -> list[str]:
+        """Trainable entries of a state dict, in its order (so sums are reproducible)."""
+        return [name for name in weights if name in self.trainable]
+
+    def init_server(
+        self, weights: StateDict, trainable: frozenset[str], num_clients: int
+    ) -> ServerState:
+        """x as given and c = 0, one tensor per trainable parameter."""
+        server = super().init_server(weights, trainable, num_clients)
+        names = self.parameter_names(weights)
+        server.extras = {CONTROL + name: torch.zeros_like(weights[name]) for name in names}
+        return server
+
+    def control(self, server: ServerState) -> StateDict:
+        """c keyed by parameter name (views of the extras, never modified in place)."""
+        names = self.parameter_names(server.weights)
+        return {name: server.extras[CONTROL + name] for name in names}
+
+    def download(self, server: ServerState) -> StateDict:
+        """c travels to each sampled client besides x."""
+        return {key: t for key, t in server.extras.items() if key.startswith(CONTROL)}
+
+    def local_callbacks(
+        self, server: ServerState, client_state: StateDict | None
+    ) -> list[LocalCallback]:
+        """The gradient correction c − c_i, computed once for the client's whole local run."""
+        c = self.control(server)
+        if client_state is None:  # c_i = 0: the correction is c itself (read-only, not copied)
+            return [ControlCorrection(c)]
+        return [ControlCorrection({name: c[name] - client_state[name] for name in c})]
+
+    def upload(
+        self, server: ServerState, local: LocalResult, client_state: StateDict | None
+    ) -> tuple[ClientUpload, StateDict | None]:
+        """Δy_i and Δc_i (option II); the new c_i⁺ = c_i + Δc_i is the client's state."""
+        x = server.weights
+        # Subtraction makes new tensors: nothing of the live local.weights is kept.
+        delta_y = {name: local.weights[name] - x[name] for name in x}
+        c = self.control(server)
+        if local.num_steps == 0:  # no step, no gradient information: c_i stays as it was
+            delta_c = {name: torch.zeros_like(t) for name, t in c.items()}
+            new_state = client_state
+        else:
+            # Δc_i = c_i⁺ − c_i = −c + (x − y_i)/(K η_l): c_i cancels out of the difference.
+            scale = float(local.num_steps) * local.lr
+            delta_c = {name: -c[name] - delta_y[name] / scale for name in c}
+            if client_state is None:
+                new_state = {name: d.clone() for name, d in delta_c.items()}
+            else:
+                new_state = {name: client_state[name] + delta_c[name] for name in c}
+        tensors = {DELTA_Y + name: t for name, t in delta_y.items()}
+        tensors.update({DELTA_C + name: t for name, t in delta_c.items()})
+        return ClientUpload(local.client_id, local.num_samples, local.num_steps, tensors), new_state
+
+    def server_update(self, server: ServerState, uploads: Sequence[ClientUpload]) -> ServerState:
+        """x += η_g·mean Δy (buffers: FedAvg's weighted mean), c += (|S|/N)·mean Δc."""
+        # A client without data took no step and sent Δy = Δc = 0: left out of the means rather
+        # than diluting them. c is unaffected, since (|S|/N)·mean_S Δc = (1/N)·Σ_S Δc.
+        uploads = [u for u in uploads if u.num_steps > 0]
+        if not uploads:
+            return server
+        x, names = server.weights, self.parameter_names(server.weights)
+        buffers = [name for name in x if name not in self.trainable]
+        keys = [DELTA_Y + name for name in names] + [DELTA_C + name for name in names]
+        plain = self.aggregator(
+            [{key: u.tensors[key] for key in keys} for u in uploads], [1.0] * len(uploads)
+        )
+        weights: StateDict = {}
+        for name in names:
+            step = self.server_lr * plain[DELTA_Y + name]
+            weights[name] = x[name] + step.to(x[name].dtype)
+        if buffers:
+            weighted = self.aggregator(
+                [{name: u.tensors[DELTA_Y + name] for name in buffers} for u in uploads],
+                [float(u.num_samples) for u in uploads],
+            )
+            for name in buffers:
+                if x[name].is_floating_point():
+                    weights[name] = x[name] + weighted[name].to(x[name].dtype)
+                else:
+                    weights[name] = x[name] + torch.round(weighted[name]).to(x[name].dtype)
+        fraction = len(uploads) / self.num_clients
+        extras = dict(server.extras)
+        for name in names:
+            c = server.extras[CONTROL + name]
+            extras[CONTROL + name] = c + (fraction * plain[DELTA_C + name]).to(c.dtype)
+        return ServerState({name: weights[name] for name in x}, extras)
