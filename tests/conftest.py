@@ -11,7 +11,8 @@ from omegaconf import DictConfig, open_dict
 
 from fedlight.cli import CONF_DIR, build_job
 from fedlight.config import CONFIG_GROUPS, register_schema
-from fedlight.experiment import Job
+from fedlight.experiment import Job, run_job
+from fedlight.loop import FederatedLoop
 
 register_schema()
 
@@ -58,3 +59,20 @@ def run_cli(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedPr
     if check and result.returncode != 0:
         raise AssertionError(f"fedlight {args} failed:\n{result.stdout}\n{result.stderr}")
     return result
+
+
+def run_killed_in_round(
+    job: Job, run_dir: Path, kill_round: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Run a job that is killed (KeyboardInterrupt) as it starts round `kill_round`."""
+    original_round = FederatedLoop.run_round
+
+    def run_round(self: FederatedLoop, round_index: int):
+        if round_index == kill_round:
+            raise KeyboardInterrupt
+        return original_round(self, round_index)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(FederatedLoop, "run_round", run_round)
+        with pytest.raises(KeyboardInterrupt):
+            run_job(job, run_dir)

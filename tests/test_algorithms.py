@@ -19,11 +19,10 @@ from fedlight.algorithms.fedyogi import FedYogi
 from fedlight.checkpoint import load_checkpoint
 from fedlight.config import ConfigError
 from fedlight.experiment import Job, run_job
-from fedlight.loop import FederatedLoop, RoundStats
 from fedlight.models.mlp import MLP
 from fedlight.tensors import StateDict
 
-from .conftest import TINY
+from .conftest import TINY, run_killed_in_round
 
 NEW_ALGOS = ["fedprox", "fednova", "fedavgm", "fedadam", "fedyogi", "fedadagrad"]
 
@@ -322,17 +321,7 @@ def test_fedadam_resume_after_a_kill_is_bit_exact(
     """The moments travel in the checkpoint: a resumed run continues the same trajectory."""
     overrides = [*TINY, "algo=fedadam", "fl.rounds=3", "checkpoint.every=2"]
     run_job(make_job(overrides), tmp_path / "full")
-    original_round = FederatedLoop.run_round
-
-    def killed_in_round_3(self: FederatedLoop, round_index: int) -> RoundStats:
-        if round_index == 3:
-            raise KeyboardInterrupt
-        return original_round(self, round_index)
-
-    monkeypatch.setattr(FederatedLoop, "run_round", killed_in_round_3)
-    with pytest.raises(KeyboardInterrupt):
-        run_job(make_job(overrides), tmp_path / "killed")
-    monkeypatch.setattr(FederatedLoop, "run_round", original_round)
+    run_killed_in_round(make_job(overrides), tmp_path / "killed", 3, monkeypatch)
     extras = load_checkpoint(tmp_path / "killed" / "checkpoint.pt")["server_extras"]
     assert any(k.startswith("v/") for k in extras)
 

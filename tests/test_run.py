@@ -12,9 +12,8 @@ from fedlight.checkpoint import load_checkpoint
 from fedlight.data.digits import Digits
 from fedlight.experiment import run_job
 from fedlight.loggers.base import METRIC_COLUMNS
-from fedlight.loop import FederatedLoop
 
-from .conftest import REPO, TINY, run_cli
+from .conftest import REPO, TINY, run_cli, run_killed_in_round
 
 
 def read_rows(run_dir: Path) -> list[dict[str, str]]:
@@ -137,17 +136,7 @@ def test_resume_after_a_kill_is_bit_exact(
     overrides = [*TINY, *algo_overrides, "fl.rounds=5", "checkpoint.every=2"]
     run_job(make_job(overrides), tmp_path / "full")
 
-    original_round = FederatedLoop.run_round
-
-    def killed_in_round_4(self: FederatedLoop, round_index: int):
-        if round_index == 4:
-            raise KeyboardInterrupt
-        return original_round(self, round_index)
-
-    monkeypatch.setattr(FederatedLoop, "run_round", killed_in_round_4)
-    with pytest.raises(KeyboardInterrupt):
-        run_job(make_job(overrides), tmp_path / "killed")
-    monkeypatch.setattr(FederatedLoop, "run_round", original_round)
+    run_killed_in_round(make_job(overrides), tmp_path / "killed", 4, monkeypatch)
     assert len(read_rows(tmp_path / "killed")) == 3  # rounds 1-3 were logged before the kill
     assert load_checkpoint(tmp_path / "killed" / "checkpoint.pt")["completed_rounds"] == 2
 

@@ -20,14 +20,14 @@ from fedlight.checkpoint import load_checkpoint
 from fedlight.config import ConfigError, FLSettings, LocalSettings, RunSettings
 from fedlight.data.base import TensorDataset
 from fedlight.experiment import Job, run_job
-from fedlight.loop import FederatedLoop, RoundStats
+from fedlight.loop import FederatedLoop
 from fedlight.lr_schedules.constant import Constant
 from fedlight.rng import Stream, numpy_generator
 from fedlight.selection.base import Selection
 from fedlight.selection.random import RandomSelection
 from fedlight.tensors import StateDict
 
-from .conftest import TINY
+from .conftest import TINY, run_killed_in_round
 
 F64 = torch.float64
 
@@ -349,17 +349,7 @@ def test_resume_after_a_kill_is_bit_exact_with_client_controls(
     assert isinstance(job.algorithm, Scaffold) and job.algorithm.server_lr == 1.0
     run_job(job, tmp_path / "full")
 
-    original_round = FederatedLoop.run_round
-
-    def killed_in_round_4(self: FederatedLoop, round_index: int) -> RoundStats:
-        if round_index == 4:
-            raise KeyboardInterrupt
-        return original_round(self, round_index)
-
-    monkeypatch.setattr(FederatedLoop, "run_round", killed_in_round_4)
-    with pytest.raises(KeyboardInterrupt):
-        run_job(make_job(overrides), tmp_path / "killed")
-    monkeypatch.setattr(FederatedLoop, "run_round", original_round)
+    run_killed_in_round(make_job(overrides), tmp_path / "killed", 4, monkeypatch)
     killed = load_checkpoint(tmp_path / "killed" / "checkpoint.pt")
     assert killed["completed_rounds"] == 2
     # Controls of exactly the clients that trained in rounds 1-2 are in the checkpoint.
