@@ -103,14 +103,14 @@ class FederatedLoop:
             numpy_generator(seed, Stream.SELECTION, round_index),
         )
         lrs = [self.lr_schedule(round_index, base) for base in self.base_lrs]
-        broadcast = self.algorithm.download(self.server)
-        bytes_down = len(clients) * (nbytes(self.server.weights) + nbytes(broadcast))
+        bytes_down = len(clients) * nbytes(self.algorithm.download(self.server))
 
         uploads, losses, samples = [], [], []
         for client in clients:
             client_state = self.client_states.get(client)
             callbacks = self.algorithm.local_callbacks(self.server, client_state)
-            local = self.train_client(client, round_index, lrs, callbacks)
+            start = self.algorithm.start_weights(self.server, client_state)
+            local = self.train_client(client, round_index, start, lrs, callbacks)
             upload, new_state = self.algorithm.upload(self.server, local, client_state)
             if new_state is not None:
                 self.client_states[client] = new_state
@@ -127,11 +127,16 @@ class FederatedLoop:
         )
 
     def train_client(
-        self, client: int, round_index: int, lrs: list[float], callbacks: list[LocalCallback]
+        self,
+        client: int,
+        round_index: int,
+        start: StateDict,
+        lrs: list[float],
+        callbacks: list[LocalCallback],
     ) -> LocalResult:
         """Local epochs of minibatch training, calling the module's hooks as a Trainer would."""
         module, data, local = self.module, self.data, self.settings.local
-        module.load_state_dict(self.server.weights)
+        module.load_state_dict(start)
         module.train()
         optimizer = first_optimizer(module.configure_optimizers())
         for group, lr in zip(optimizer.param_groups, lrs, strict=True):
@@ -173,11 +178,19 @@ class FederatedLoop:
             train_loss=torch.stack(losses).mean().item() if losses else 0.0,
         )
 
+    def evaluate(self) -> tuple[float, float, float]:
+        """Mean test accuracy, mean test loss and accuracy spread (population std) of the models
+        the algorithm reports: the global model, or each client's own for `local`."""
+        models = self.algorithm.evaluated_models(self.server, self.client_states)
+        accuracies, losses = zip(*(self.evaluate_model(weights) for weights in models), strict=True)
+        spread = torch.tensor(accuracies, dtype=torch.float64).std(correction=0).item()
+        return sum(accuracies) / len(models), sum(losses) / len(models), spread
+
     @torch.no_grad()
-    def evaluate(self) -> tuple[float, float]:
-        """Accuracy and mean cross-entropy of the global model on the whole test set."""
+    def evaluate_model(self, weights: StateDict) -> tuple[float, float]:
+        """Accuracy and mean cross-entropy of one model on the whole test set."""
         module, data = self.module, self.data
-        module.load_state_dict(self.server.weights)
+        module.load_state_dict(weights)
         module.eval()
         correct = torch.zeros((), dtype=torch.int64, device=data.test_y.device)
         loss_sum = torch.zeros((), dtype=torch.float64, device=data.test_y.device)
@@ -212,7 +225,7 @@ class FederatedLoop:
             history.wall_seconds = time.perf_counter() - started
             last = round_index == settings.fl.rounds
             if last or round_index % settings.eval.every == 0:
-                accuracy, loss = self.evaluate()
+                accuracy, loss, accuracy_std = self.evaluate()
                 history.wall_seconds = time.perf_counter() - started
                 row: MetricsRow = {
                     "round": round_index,
@@ -223,6 +236,7 @@ class FederatedLoop:
                     "bytes_up": stats.bytes_up,
                     "bytes_down": stats.bytes_down,
                     "wall_seconds": history.wall_seconds,
+                    "test_accuracy_std": accuracy_std,
                 }
                 history.rows.append(row)
                 for logger in loggers:

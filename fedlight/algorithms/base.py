@@ -7,7 +7,7 @@ default that does nothing, so FedAvg overrides only what it needs.
 """
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import pytorch_lightning as pl
@@ -86,8 +86,13 @@ class Algorithm(ABC):
         return ServerState(weights)
 
     def download(self, server: ServerState) -> StateDict:
-        """Tensors sent to each selected client besides the global weights (counted in bytes)."""
-        return {}
+        """Everything sent to each selected client (counted in bytes): the global model."""
+        return server.weights
+
+    def start_weights(self, server: ServerState, client_state: StateDict | None) -> StateDict:
+        """The weights a client's local training starts from: the global model, unless the
+        algorithm keeps a model of the client's own (local training, personalization)."""
+        return server.weights
 
     def local_callbacks(
         self, server: ServerState, client_state: StateDict | None
@@ -105,3 +110,9 @@ class Algorithm(ABC):
     @abstractmethod
     def server_update(self, server: ServerState, uploads: Sequence[ClientUpload]) -> ServerState:
         """The next server state from this round's uploads."""
+
+    def evaluated_models(
+        self, server: ServerState, client_states: Mapping[int, StateDict]
+    ) -> list[StateDict]:
+        """The models whose test metrics are reported (mean and spread): the global model."""
+        return [server.weights]

@@ -106,8 +106,9 @@ class Scaffold(Algorithm):
         return {name: server.extras[CONTROL + name] for name in names}
 
     def download(self, server: ServerState) -> StateDict:
-        """c travels to each sampled client besides x."""
-        return {key: t for key, t in server.extras.items() if key.startswith(CONTROL)}
+        """x and c travel to each sampled client."""
+        controls = {key: t for key, t in server.extras.items() if key.startswith(CONTROL)}
+        return {**server.weights, **controls}
 
     def local_callbacks(
         self, server: ServerState, client_state: StateDict | None

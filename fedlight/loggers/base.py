@@ -13,6 +13,7 @@ METRIC_COLUMNS = (
     "bytes_up",
     "bytes_down",
     "wall_seconds",
+    "test_accuracy_std",
 )
 
 MetricsRow = dict[str, float | int]
