@@ -1,9 +1,10 @@
 """The FederatedLoop: one round of federated training, written out top to bottom in `run_round`.
 
 select clients → broadcast → local training that calls the client LightningModule's hooks →
-aggregate → (evaluate → log → checkpoint) in `run`. There is one client module; each selected client
-loads the global weights into it, so hooks only ever fire on the client being trained, and no
-Lightning Trainer is built per client (that costs ~40% of the speed on small models).
+aggregate → (evaluate → log → checkpoint) in `run`. There is one client module; each selected
+client loads its start weights (normally the global model) into it, so hooks only ever fire on the
+client being trained, and no Lightning Trainer is built per client (that costs ~40% of the speed
+on small models).
 """
 
 import time
@@ -95,6 +96,7 @@ class FederatedLoop:
         self.history = History()
 
     def run_round(self, round_index: int) -> RoundStats:
+        """Select clients, send the download, train each client locally, aggregate the uploads."""
         seed, fl = self.settings.seed, self.settings.fl
         clients = self.selection.select(
             round_index,
