@@ -373,3 +373,25 @@ def test_resume_after_a_kill_is_bit_exact_with_client_controls(
     assert {int(c) for c in full["client_states"]} == selected_up_to(5)
     for client, state in full["client_states"].items():
         assert all(torch.equal(state[k], resumed["client_states"][client][k]) for k in state)
+
+
+def test_option_ii_recovers_the_gradient_under_local_momentum() -> None:
+    """With a constant gradient g, K momentum-SGD steps move x by η g ‖a‖₁; option II must give
+    c_i⁺ = g (here c = c_i = 0), not the ~1/(1 − ρ) times larger (x − y)/(K η)."""
+    g = torch.tensor([0.3, -1.2])
+    x = torch.tensor([1.0, 2.0])
+    param = torch.nn.Parameter(x.clone())
+    optimizer = torch.optim.SGD([param], lr=0.1, momentum=0.9)
+    for _ in range(20):
+        optimizer.zero_grad()
+        param.grad = g.clone()
+        optimizer.step()
+    scaffold = Scaffold(momentum=0.9)
+    server = scaffold.init_server({"w": x}, frozenset({"w"}), num_clients=1)
+    local = LocalResult(0, {"w": param.detach().clone()}, 5, 20, 0.1, 0.0)
+    _, state = scaffold.upload(server, local, None)
+    assert torch.allclose(state["w"], g, atol=1e-5)
+    without_momentum = Scaffold(momentum=0.0)
+    server = without_momentum.init_server({"w": x}, frozenset({"w"}), num_clients=1)
+    _, plain = without_momentum.upload(server, local, None)
+    assert plain["w"].norm() > 5 * g.norm()

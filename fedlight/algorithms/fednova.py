@@ -23,6 +23,13 @@ from fedlight.algorithms.fedavg import FedAvg
 from fedlight.config import require
 
 
+def momentum_step_norm(num_steps: int, momentum: float) -> float:
+    """‖a‖₁ = [τ − ρ(1 − ρ^τ)/(1 − ρ)]/(1 − ρ): how many plain-gradient steps τ local steps of
+    heavy-ball SGD with momentum ρ amount to (τ when ρ = 0); Wang et al. 2020, Section 4."""
+    rho = momentum
+    return (num_steps - rho * (1 - rho**num_steps) / (1 - rho)) / (1 - rho)
+
+
 @dataclass
 class FedNova(FedAvg):
     momentum: float = 0.0  # ρ of the clients' local SGD
@@ -35,9 +42,7 @@ class FedNova(FedAvg):
         )
 
     def step_norm(self, num_steps: int) -> float:
-        """‖a_i‖₁: how many plain-gradient steps τ_i local steps of momentum SGD amount to."""
-        rho = self.momentum
-        return (num_steps - rho * (1 - rho**num_steps) / (1 - rho)) / (1 - rho)
+        return momentum_step_norm(num_steps, self.momentum)
 
     def server_update(self, server: ServerState, uploads: Sequence[ClientUpload]) -> ServerState:
         samples = [float(u.num_samples) for u in uploads]

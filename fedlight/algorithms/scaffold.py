@@ -21,8 +21,12 @@ control, S the sampled clients, N the federation size, η_g the server learning 
   micro-batch.
 - Control update, option II: c_i⁺ = c_i − c + (x − y_i) / (K η_l), with K the number of local
   steps actually taken and η_l the local learning rate actually used in the round (after the
-  round's schedule; the first parameter group's rate). With momentum, (x − y_i)/(K η_l) is the
-  average *applied* step rather than the average corrected gradient. A client that took no step
+  round's schedule; the first parameter group's rate). With local momentum ρ (`algo.momentum`,
+  set from `optim.momentum`) K is replaced by FedNova's ‖a‖₁ = [K − ρ(1 − ρ^K)/(1 − ρ)]/(1 − ρ),
+  the number of plain-gradient steps K momentum steps amount to, so that (x − y_i)/(‖a‖₁ η_l) is
+  again the average corrected gradient. Without it, (x − y_i)/(K η_l) is about 1/(1 − ρ) times too
+  large and the corrections diverge (measured: Fashion-MNIST, shards, ρ = 0.9, loss NaN by
+  round 3). A client that took no step
   (no data) keeps its control, sends Δc_i = 0 and is left out of the server's means.
 - Upload: Δy_i = y_i − x for every state entry (parameters and buffers, as FedAvg) and
   Δc_i = c_i⁺ − c_i for trainable parameters; both are counted in bytes_up.
@@ -48,6 +52,7 @@ from fedlight.algorithms.base import (
     LocalResult,
     ServerState,
 )
+from fedlight.algorithms.fednova import momentum_step_norm
 from fedlight.config import require
 from fedlight.tensors import StateDict
 
@@ -82,10 +87,15 @@ class Scaffold(Algorithm):
     """SCAFFOLD with option II controls; see the module docstring for the exact variant."""
 
     server_lr: float = 1.0
+    momentum: float = 0.0  # ρ of the clients' local SGD, for the option II normalization
     aggregator: WeightedMean = field(default_factory=WeightedMean)
 
     def __post_init__(self) -> None:
         require(self.server_lr > 0, f"algo.server_lr={self.server_lr} must be > 0")
+        require(
+            0 <= self.momentum < 1,
+            f"algo.momentum={self.momentum} must be in [0, 1) (the local optim.momentum)",
+        )
 
     def parameter_names(self, weights: StateDict) -> list[str]:
         """Trainable entries of a state dict, in its order (so sums are reproducible)."""
@@ -132,7 +142,7 @@ class Scaffold(Algorithm):
             new_state = client_state
         else:
             # Δc_i = c_i⁺ − c_i = −c + (x − y_i)/(K η_l): c_i cancels out of the difference.
-            scale = float(local.num_steps) * local.lr
+            scale = momentum_step_norm(local.num_steps, self.momentum) * local.lr
             delta_c = {name: -c[name] - delta_y[name] / scale for name in c}
             if client_state is None:
                 new_state = {name: d.clone() for name, d in delta_c.items()}
