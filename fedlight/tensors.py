@@ -1,6 +1,5 @@
 """Model states as plain name→tensor dicts: what the server stores, sends and averages."""
 
-import torch
 from torch import Tensor
 
 StateDict = dict[str, Tensor]
@@ -17,7 +16,3 @@ def detached_copy(state: StateDict) -> StateDict:
 
 def subtract(a: StateDict, b: StateDict) -> StateDict:
     return {name: a[name] - b[name] for name in a}
-
-
-def zeros_like(state: StateDict) -> StateDict:
-    return {name: torch.zeros_like(t) for name, t in state.items()}

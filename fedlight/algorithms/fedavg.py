@@ -44,12 +44,18 @@ class FedAvg(Algorithm):
         )
 
     def apply_delta(self, weights: StateDict, mean_delta: StateDict) -> StateDict:
-        """x + η_g Δ for parameters, x + Δ for buffers; integer buffers are rounded back."""
-        updated: StateDict = {}
-        for name, current in weights.items():
-            step = self.server_lr if name in self.trainable else 1.0
-            if current.is_floating_point():
-                updated[name] = current + step * mean_delta[name].to(current.dtype)
-            else:
-                updated[name] = current + torch.round(mean_delta[name]).to(current.dtype)
-        return updated
+        return apply_delta(weights, mean_delta, self.trainable, self.server_lr)
+
+
+def apply_delta(
+    weights: StateDict, delta: StateDict, trainable: frozenset[str], server_lr: float
+) -> StateDict:
+    """x + η_g Δ for parameters, x + Δ for buffers; integer buffers are rounded back."""
+    updated: StateDict = {}
+    for name, current in weights.items():
+        step = server_lr if name in trainable else 1.0
+        if current.is_floating_point():
+            updated[name] = current + step * delta[name].to(current.dtype)
+        else:
+            updated[name] = current + torch.round(delta[name]).to(current.dtype)
+    return updated

@@ -52,6 +52,7 @@ from fedlight.algorithms.base import (
     LocalResult,
     ServerState,
 )
+from fedlight.algorithms.fedavg import apply_delta
 from fedlight.algorithms.fednova import momentum_step_norm
 from fedlight.config import require
 from fedlight.tensors import StateDict
@@ -165,23 +166,15 @@ class Scaffold(Algorithm):
         plain = self.aggregator(
             [{key: u.tensors[key] for key in keys} for u in uploads], [1.0] * len(uploads)
         )
-        weights: StateDict = {}
-        for name in names:
-            step = self.server_lr * plain[DELTA_Y + name]
-            weights[name] = x[name] + step.to(x[name].dtype)
+        delta = {name: plain[DELTA_Y + name] for name in names}
         if buffers:
-            weighted = self.aggregator(
+            delta |= self.aggregator(
                 [{name: u.tensors[DELTA_Y + name] for name in buffers} for u in uploads],
                 [float(u.num_samples) for u in uploads],
             )
-            for name in buffers:
-                if x[name].is_floating_point():
-                    weights[name] = x[name] + weighted[name].to(x[name].dtype)
-                else:
-                    weights[name] = x[name] + torch.round(weighted[name]).to(x[name].dtype)
         fraction = len(uploads) / self.num_clients
         extras = dict(server.extras)
         for name in names:
             c = server.extras[CONTROL + name]
             extras[CONTROL + name] = c + (fraction * plain[DELTA_C + name]).to(c.dtype)
-        return ServerState({name: weights[name] for name in x}, extras)
+        return ServerState(apply_delta(x, delta, self.trainable, self.server_lr), extras)
