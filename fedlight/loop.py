@@ -107,12 +107,16 @@ class FederatedLoop:
         lrs = [self.lr_schedule(round_index, base) for base in self.base_lrs]
         bytes_down = len(clients) * nbytes(self.algorithm.download(self.server))
 
+        participants = self.algorithm.participants(
+            clients, self.client_indices, numpy_generator(seed, Stream.POOLING, round_index)
+        )
+
         uploads, losses, samples = [], [], []
-        for client in clients:
+        for client, indices in participants:
             client_state = self.client_states.get(client)
             callbacks = self.algorithm.local_callbacks(self.server, client_state)
             start = self.algorithm.start_weights(self.server, client_state)
-            local = self.train_client(client, round_index, start, lrs, callbacks)
+            local = self.train_client(client, indices, round_index, start, lrs, callbacks)
             upload, new_state = self.algorithm.upload(self.server, local, client_state)
             if new_state is not None:
                 self.client_states[client] = new_state
@@ -131,12 +135,14 @@ class FederatedLoop:
     def train_client(
         self,
         client: int,
+        indices: Tensor,
         round_index: int,
         start: StateDict,
         lrs: list[float],
         callbacks: list[LocalCallback],
     ) -> LocalResult:
-        """Local epochs of minibatch training, calling the module's hooks as a Trainer would."""
+        """Local epochs of minibatch training on the examples `indices`, calling the module's
+        hooks as a Trainer would."""
         module, data, local = self.module, self.data, self.settings.local
         module.load_state_dict(start)
         module.train()
@@ -146,7 +152,6 @@ class FederatedLoop:
         seed = derive_seed(self.settings.seed, Stream.LOCAL_TRAINING, round_index, client)
         generator = torch.Generator().manual_seed(seed)
         torch.manual_seed(seed)  # for the module's own randomness, e.g. dropout
-        indices = self.client_indices[client]
         augment = data.augment
         losses: list[Tensor] = []
         step = 0

@@ -17,6 +17,7 @@ class Stream(IntEnum):
     PARTITION = 1
     SELECTION = 2
     LOCAL_TRAINING = 3
+    POOLING = 4
 
 
 def derive_seed(seed: int, stream: Stream, round_index: int = 0, client: int = 0) -> int:

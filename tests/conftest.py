@@ -1,5 +1,6 @@
 """Shared helpers: compose the real Hydra config into typed jobs, run the real CLI."""
 
+import csv
 import os
 import subprocess
 import sys
@@ -44,6 +45,12 @@ def make_job():
         return build_job(cfg, choices)
 
     return make
+
+
+def rows_without_wall_time(run_dir: Path) -> list[dict[str, str]]:
+    """metrics.csv without wall_seconds, the one column a resumed or repeated run may change."""
+    with (run_dir / "metrics.csv").open() as f:
+        return [{k: v for k, v in r.items() if k != "wall_seconds"} for r in csv.DictReader(f)]
 
 
 def run_cli(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess:

@@ -1,6 +1,5 @@
 """FedProx, FedNova and the server optimizers against FedAvg and hand computations."""
 
-import csv
 import math
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -22,9 +21,9 @@ from fedlight.experiment import Job, run_job
 from fedlight.models.mlp import MLP
 from fedlight.tensors import StateDict
 
-from .conftest import TINY, run_killed_in_round
+from .conftest import TINY, rows_without_wall_time, run_killed_in_round
 
-NEW_ALGOS = ["fedprox", "fednova", "fedavgm", "fedadam", "fedyogi", "fedadagrad"]
+NEW_ALGOS = ["fedprox", "fednova", "fedavgm", "fedadam", "fedyogi", "fedadagrad", "central"]
 
 
 @pytest.fixture(autouse=True)
@@ -34,11 +33,6 @@ def one_torch_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
-
-
-def rows_without_wall_time(run_dir: Path) -> list[dict[str, str]]:
-    with (run_dir / "metrics.csv").open() as f:
-        return [{k: v for k, v in r.items() if k != "wall_seconds"} for r in csv.DictReader(f)]
 
 
 def final_weights(run_dir: Path) -> StateDict:

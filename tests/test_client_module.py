@@ -47,7 +47,7 @@ def test_a_client_without_data_takes_no_step(make_job) -> None:
     loop = FederatedLoop(
         job.settings, data, clients, module, job.algorithm, job.selection, job.lr_schedule
     )
-    empty = loop.train_client(1, 1, loop.server.weights, [0.05], [])
+    empty = loop.train_client(1, loop.client_indices[1], 1, loop.server.weights, [0.05], [])
     assert (empty.num_steps, empty.num_samples, empty.train_loss) == (0, 0, 0.0)
     stats = loop.run_round(1)
     assert stats.train_loss == stats.train_loss  # not NaN

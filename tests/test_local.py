@@ -36,7 +36,7 @@ def test_each_client_continues_its_own_model_and_the_server_never_changes(make_j
     assert not torch.equal(after_round_1[0]["net.1.weight"], after_round_1[1]["net.1.weight"])
 
     loop.run_round(2)
-    expected = loop.train_client(0, 2, after_round_1[0], [0.05], [])
+    expected = loop.train_client(0, loop.client_indices[0], 2, after_round_1[0], [0.05], [])
     assert all(torch.equal(expected.weights[k], loop.client_states[0][k]) for k in expected.weights)
     assert all(torch.equal(initial[k], loop.server.weights[k]) for k in initial)
 

@@ -1,7 +1,6 @@
 """SCAFFOLD (Karimireddy et al., ICML 2020) through the real FederatedLoop: no client drift on a
 heterogeneous quadratic, one round against a hand computation, bytes, and a bit-exact resume."""
 
-import csv
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from itertools import pairwise
@@ -27,7 +26,7 @@ from fedlight.selection.base import Selection
 from fedlight.selection.random import RandomSelection
 from fedlight.tensors import StateDict
 
-from .conftest import TINY, run_killed_in_round
+from .conftest import TINY, rows_without_wall_time, run_killed_in_round
 
 F64 = torch.float64
 
@@ -317,12 +316,6 @@ def test_server_lr_must_be_positive() -> None:
         Scaffold(server_lr=0.0)
 
 
-def metric_rows(run_dir: Path) -> list[dict[str, str]]:
-    """metrics.csv without wall_seconds, the one column a resumed run may change."""
-    with (run_dir / "metrics.csv").open() as f:
-        return [{k: v for k, v in row.items() if k != "wall_seconds"} for row in csv.DictReader(f)]
-
-
 def selected_up_to(rounds: int) -> set[int]:
     """Clients that trained in rounds 1..rounds of a TINY run (10 clients, 4 per round)."""
     return {
@@ -358,8 +351,8 @@ def test_resume_after_a_kill_is_bit_exact_with_client_controls(
     assert any(t.abs().max() > 0 for t in killed["server_extras"].values())
 
     run_job(make_job([*overrides, f"resume={tmp_path / 'killed'}"]), tmp_path / "resumed")
-    rows = metric_rows(tmp_path / "full")
-    assert metric_rows(tmp_path / "resumed") == rows and len(rows) == 5
+    rows = rows_without_wall_time(tmp_path / "full")
+    assert rows_without_wall_time(tmp_path / "resumed") == rows and len(rows) == 5
     model_bytes = 4 * (64 * 200 + 200 + 200 * 200 + 200 + 200 * 10 + 10)
     assert all(int(r["bytes_up"]) == int(r["bytes_down"]) == 4 * 2 * model_bytes for r in rows)
     assert float(rows[-1]["test_accuracy"]) > 0.5

@@ -10,6 +10,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import pytorch_lightning as pl
 import torch
 from torch import Tensor
@@ -84,6 +85,16 @@ class Algorithm(ABC):
         self.trainable = trainable
         self.num_clients = num_clients
         return ServerState(weights)
+
+    def participants(
+        self,
+        selected: Sequence[int],
+        client_indices: Sequence[Tensor],
+        generator: np.random.Generator,
+    ) -> list[tuple[int, Tensor]]:
+        """Who trains this round and on which training examples: each selected client on its own
+        data. `generator` is this round's own (Stream.POOLING), for algorithms that resample."""
+        return [(client, client_indices[client]) for client in selected]
 
     def download(self, server: ServerState) -> StateDict:
         """Everything sent to each selected client (counted in bytes): the global model."""

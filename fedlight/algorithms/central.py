@@ -1,0 +1,46 @@
+"""Centralized training: the "centralized" reference of federated-learning papers (the SCAFFOLD
+tutorial's centralized column; McMahan et al., AISTATS 2017, compare against it too).
+
+One model trains on the pooled training data of all clients with the same model, optimizer, batch
+size and local epochs as the federated run, and does the same amount of work: each round it draws,
+without replacement, as many pooled examples as the round's selected clients hold together
+(all of them when every client takes part) and trains its local epochs on them, continuing from
+the previous round. So a round processes the same number of sample gradients as a federated round;
+the number of optimizer steps differs only by the clients' partial last batches. The optimizer
+(and its momentum) restarts each round, as it does for every client. Nothing is communicated.
+"""
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from fedlight.algorithms.base import ServerState
+from fedlight.algorithms.local import Local
+from fedlight.tensors import StateDict
+
+# The pooled trainer is stored (and checkpointed) as the state of this participant id.
+POOLED_TRAINER = 0
+
+
+@dataclass
+class Central(Local):
+    """`Local` training of a single participant that holds everybody's data."""
+
+    def participants(
+        self,
+        selected: Sequence[int],
+        client_indices: Sequence[Tensor],
+        generator: np.random.Generator,
+    ) -> list[tuple[int, Tensor]]:
+        pool = torch.cat(list(client_indices))
+        size = sum(len(client_indices[client]) for client in selected)
+        drawn = torch.as_tensor(generator.permutation(len(pool))[:size], device=pool.device)
+        return [(POOLED_TRAINER, pool[drawn])]
+
+    def evaluated_models(
+        self, server: ServerState, client_states: Mapping[int, StateDict]
+    ) -> list[StateDict]:
+        return [client_states.get(POOLED_TRAINER, server.weights)]
