@@ -119,8 +119,19 @@ def job_override_lists(overrides: list[str], multirun: bool) -> list[list[str]]:
     return [job for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
 
 
-def validate_command_line(args: list[str]) -> None:
-    """Compose and build every job the command line describes, without running any of them."""
+def preset_sweep(job: list[str]) -> list[str]:
+    """The sweep an experiment preset declares in `hydra.sweeper.params`, as overrides that the
+    command line's own overrides then replace key by key (as Hydra's basic sweeper does)."""
+    try:
+        composed = hydra.compose("config", overrides=job, return_hydra_config=True)
+    except Exception:  # noqa: BLE001 - the job is composed again below, which reports the error
+        return []
+    return [f"{key}={value}" for key, value in (composed.hydra.sweeper.params or {}).items()]
+
+
+def validate_command_line(args: list[str]) -> list[list[str]]:
+    """Compose and build every job the command line describes, without running any of them;
+    returns each job's overrides."""
     multirun = any(a in MULTIRUN_FLAGS for a in args)
     overrides = [
         a for a in args if a not in MULTIRUN_FLAGS and not a.startswith(("hydra.", "hydra/"))
@@ -133,6 +144,8 @@ def validate_command_line(args: list[str]) -> None:
     except Exception as error:  # noqa: BLE001 - Hydra's parser errors become one line
         raise ConfigError(one_line(error)) from None
     with hydra.initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        if multirun:
+            jobs = job_override_lists([*preset_sweep(jobs[0]), *overrides], multirun)
         for job in jobs:
             try:
                 cfg = hydra.compose("config", overrides=job)
@@ -149,6 +162,7 @@ def validate_command_line(args: list[str]) -> None:
                 raise
             except Exception as error:  # noqa: BLE001 - OmegaConf validation errors
                 raise ConfigError(one_line(error)) from None
+    return jobs
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
@@ -164,8 +178,13 @@ def hydra_entry(cfg: DictConfig) -> None:
 
 
 def main() -> None:
-    register_schema()
+    """`fedlight [overrides]` runs (Hydra); `fedlight report <sweep dir>` summarizes a sweep."""
     args = sys.argv[1:]
+    if args[:1] == ["report"]:
+        from fedlight.report import main as report_main
+
+        sys.exit(report_main(args[1:]))
+    register_schema()
     hydra_flags = [a for a in args if a.startswith("-") and a not in MULTIRUN_FLAGS]
     if not hydra_flags:
         try:

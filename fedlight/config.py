@@ -112,6 +112,8 @@ class ConfigSchema(RunSettings):
     selection: Any = None
     lr_schedule: Any = None
     logger: Any = None
+    # The table layout `fedlight report` uses for an experiment preset (see conf/experiment/).
+    report: Any = None
 
 
 CONFIG_GROUPS = ("algo", "data", "model", "partition", "selection", "lr_schedule", "logger")

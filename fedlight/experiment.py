@@ -114,6 +114,7 @@ def run_job(job: Job, output_dir: Path) -> dict[str, Any]:
         target_accuracy=settings.eval.target_accuracy,
         total_bytes=history.bytes_up + history.bytes_down,
         wall_seconds=history.wall_seconds,
+        client_seconds=history.client_seconds,
         rounds=history.completed_rounds,
         seed=settings.seed,
         choices=job.choices,

@@ -54,6 +54,7 @@ class RoundStats:
     lr: float
     bytes_up: int
     bytes_down: int
+    client_seconds: float  # summed local-training time of the round's participants
 
 
 @dataclass
@@ -65,6 +66,7 @@ class History:
     bytes_up: int = 0
     bytes_down: int = 0
     wall_seconds: float = 0.0
+    client_seconds: float = 0.0
 
 
 class FederatedLoop:
@@ -112,11 +114,14 @@ class FederatedLoop:
         )
 
         uploads, losses, samples = [], [], []
+        client_seconds = 0.0
         for client, indices in participants:
             client_state = self.client_states.get(client)
             callbacks = self.algorithm.local_callbacks(self.server, client_state)
             start = self.algorithm.start_weights(self.server, client_state)
+            started = time.perf_counter()
             local = self.train_client(client, indices, round_index, start, lrs, callbacks)
+            client_seconds += time.perf_counter() - started
             upload, new_state = self.algorithm.upload(self.server, local, client_state)
             if new_state is not None:
                 self.client_states[client] = new_state
@@ -130,6 +135,7 @@ class FederatedLoop:
             lr=lrs[0],
             bytes_up=sum(nbytes(u.tensors) for u in uploads),
             bytes_down=bytes_down,
+            client_seconds=client_seconds,
         )
 
     def train_client(
@@ -229,6 +235,7 @@ class FederatedLoop:
             history.completed_rounds = round_index
             history.bytes_up += stats.bytes_up
             history.bytes_down += stats.bytes_down
+            history.client_seconds += stats.client_seconds
             history.wall_seconds = time.perf_counter() - started
             last = round_index == settings.fl.rounds
             if last or round_index % settings.eval.every == 0:
@@ -244,6 +251,7 @@ class FederatedLoop:
                     "bytes_down": stats.bytes_down,
                     "wall_seconds": history.wall_seconds,
                     "test_accuracy_std": accuracy_std,
+                    "client_seconds": stats.client_seconds,
                 }
                 history.rows.append(row)
                 for logger in loggers:
@@ -263,6 +271,7 @@ class FederatedLoop:
             "bytes_up": self.history.bytes_up,
             "bytes_down": self.history.bytes_down,
             "wall_seconds": self.history.wall_seconds,
+            "client_seconds": self.history.client_seconds,
             "torch_rng": torch.get_rng_state(),
         }
 
@@ -283,5 +292,6 @@ class FederatedLoop:
             bytes_up=state["bytes_up"],
             bytes_down=state["bytes_down"],
             wall_seconds=state["wall_seconds"],
+            client_seconds=state["client_seconds"],
         )
         torch.set_rng_state(state["torch_rng"])

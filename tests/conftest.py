@@ -4,6 +4,7 @@ import csv
 import os
 import subprocess
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -47,10 +48,17 @@ def make_job():
     return make
 
 
-def rows_without_wall_time(run_dir: Path) -> list[dict[str, str]]:
-    """metrics.csv without wall_seconds, the one column a resumed or repeated run may change."""
+# The metrics.csv columns a resumed or repeated run may change: they measure time.
+TIMING_COLUMNS = ("wall_seconds", "client_seconds")
+
+
+def without_timings(rows: Iterable[dict[str, str]]) -> list[dict[str, str]]:
+    return [{k: v for k, v in row.items() if k not in TIMING_COLUMNS} for row in rows]
+
+
+def rows_without_timings(run_dir: Path) -> list[dict[str, str]]:
     with (run_dir / "metrics.csv").open() as f:
-        return [{k: v for k, v in r.items() if k != "wall_seconds"} for r in csv.DictReader(f)]
+        return without_timings(csv.DictReader(f))
 
 
 def run_cli(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess:

@@ -21,7 +21,7 @@ from fedlight.experiment import Job, run_job
 from fedlight.models.mlp import MLP
 from fedlight.tensors import StateDict
 
-from .conftest import TINY, rows_without_wall_time, run_killed_in_round
+from .conftest import TINY, rows_without_timings, run_killed_in_round
 
 NEW_ALGOS = ["fedprox", "fednova", "fedavgm", "fedadam", "fedyogi", "fedadagrad", "central"]
 
@@ -106,12 +106,12 @@ def test_fedprox_with_mu_zero_is_fedavg_bit_exactly_and_mu_shrinks_local_updates
         )
 
     fedavg, prox0, prox1 = (tmp_path / n for n in ("fedavg", "prox0", "prox1"))
-    assert rows_without_wall_time(prox0) == rows_without_wall_time(fedavg)
+    assert rows_without_timings(prox0) == rows_without_timings(fedavg)
     avg_w, prox0_w = final_weights(fedavg), final_weights(prox0)
     assert avg_w.keys() == prox0_w.keys()
     assert all(torch.equal(avg_w[k], prox0_w[k]) for k in avg_w)
 
-    assert rows_without_wall_time(prox1) != rows_without_wall_time(fedavg)
+    assert rows_without_timings(prox1) != rows_without_timings(fedavg)
     assert not all(torch.equal(avg_w[k], final_weights(prox1)[k]) for k in avg_w)
     assert norms["prox0"] == norms["fedavg"]
     assert norms["prox1"] < 0.99 * norms["fedavg"]  # the proximal pull keeps clients closer to x
@@ -164,8 +164,8 @@ def test_fednova_with_equal_step_counts_is_fedavg(
     for name in avg_w:
         assert torch.allclose(avg_w[name], nova_w[name], rtol=1e-5, atol=1e-6)
     for avg_row, nova_row in zip(
-        rows_without_wall_time(tmp_path / "fedavg"),
-        rows_without_wall_time(tmp_path / "fednova"),
+        rows_without_timings(tmp_path / "fedavg"),
+        rows_without_timings(tmp_path / "fednova"),
         strict=True,
     ):
         assert float(nova_row["test_loss"]) == pytest.approx(float(avg_row["test_loss"]), 1e-5)
@@ -320,7 +320,7 @@ def test_fedadam_resume_after_a_kill_is_bit_exact(
     assert any(k.startswith("v/") for k in extras)
 
     run_job(make_job([*overrides, f"resume={tmp_path / 'killed'}"]), tmp_path / "resumed")
-    assert rows_without_wall_time(tmp_path / "resumed") == rows_without_wall_time(tmp_path / "full")
+    assert rows_without_timings(tmp_path / "resumed") == rows_without_timings(tmp_path / "full")
     full, resumed = final_weights(tmp_path / "full"), final_weights(tmp_path / "resumed")
     assert all(torch.equal(full[k], resumed[k]) for k in full)
 
@@ -336,7 +336,7 @@ def test_every_algorithm_option_runs_a_round(
     assert job.choices["algo"] == algo
     summary = run_job(job, tmp_path / algo)
     assert summary["algo"] == algo and summary["rounds"] == 1
-    [row] = rows_without_wall_time(tmp_path / algo)
+    [row] = rows_without_timings(tmp_path / algo)
     assert 0 < float(row["test_accuracy"]) <= 1 and math.isfinite(float(row["test_loss"]))
     weights = final_weights(tmp_path / algo)
     assert all(torch.isfinite(t.float()).all() for t in weights.values())

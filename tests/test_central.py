@@ -14,7 +14,7 @@ from fedlight.experiment import Job, run_job
 from fedlight.loop import FederatedLoop
 from fedlight.rng import Stream, derive_seed, numpy_generator
 
-from .conftest import TINY, rows_without_wall_time, run_killed_in_round
+from .conftest import TINY, rows_without_timings, run_killed_in_round
 
 
 def build_loop(make_job: Callable[[list[str]], Job], overrides: list[str]) -> FederatedLoop:
@@ -107,5 +107,5 @@ def test_central_resumes_bit_exactly(
     assert summary["comm_mb"] == 0
     run_killed_in_round(make_job(overrides), tmp_path / "killed", 3, monkeypatch)
     run_job(make_job([*overrides, f"resume={tmp_path / 'killed'}"]), tmp_path / "resumed")
-    rows = rows_without_wall_time(tmp_path / "full")
-    assert rows_without_wall_time(tmp_path / "resumed") == rows and len(rows) == 3
+    rows = rows_without_timings(tmp_path / "full")
+    assert rows_without_timings(tmp_path / "resumed") == rows and len(rows) == 3

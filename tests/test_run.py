@@ -11,18 +11,15 @@ import wandb
 from fedlight.checkpoint import load_checkpoint
 from fedlight.data.digits import Digits
 from fedlight.experiment import run_job
-from fedlight.loggers.base import METRIC_COLUMNS
+from fedlight.loggers.base import METRIC_COLUMNS, RunInfo
+from fedlight.loggers.wandb import WandbLogger
 
-from .conftest import REPO, TINY, run_cli, run_killed_in_round
+from .conftest import REPO, TINY, run_cli, run_killed_in_round, without_timings
 
 
 def read_rows(run_dir: Path) -> list[dict[str, str]]:
     with (run_dir / "metrics.csv").open() as f:
         return list(csv.DictReader(f))
-
-
-def without_wall_time(rows: list[dict[str, str]]) -> list[dict[str, str]]:
-    return [{k: v for k, v in row.items() if k != "wall_seconds"} for row in rows]
 
 
 def test_cli_run_writes_the_output_contract(tmp_path: Path) -> None:
@@ -43,6 +40,8 @@ def test_cli_run_writes_the_output_contract(tmp_path: Path) -> None:
         assert float(row["lr"]) == 0.05
     walls = [float(r["wall_seconds"]) for r in rows]
     assert walls == sorted(walls) and walls[0] > 0
+    # client_seconds: that round's local training only, a part of the wall time
+    assert all(0 < float(r["client_seconds"]) < walls[0] for r in rows)
 
     summary = json.loads((run_dir / "summary.json").read_text())
     accuracies = [float(r["test_accuracy"]) for r in rows]
@@ -52,6 +51,8 @@ def test_cli_run_writes_the_output_contract(tmp_path: Path) -> None:
     assert summary["rounds_to_target"] == (reached[0] if reached else None)
     assert summary["comm_mb"] == pytest.approx(4 * 2 * 4 * model_bytes / 1e6)
     assert summary["rounds"] == 4 and summary["seed"] == 0
+    assert summary["target_accuracy"] == 0.3
+    assert 0 < summary["client_seconds_per_round"] < summary["wall_seconds"] / 4
     assert {k: summary[k] for k in ("algo", "data", "model", "partition")} == {
         "algo": "fedavg",
         "data": "digits",
@@ -76,7 +77,7 @@ def test_cli_run_writes_the_output_contract(tmp_path: Path) -> None:
         f"hydra.run.dir={resumed_dir}",
         cwd=tmp_path,
     )
-    assert without_wall_time(read_rows(resumed_dir)) == without_wall_time(rows)
+    assert without_timings(read_rows(resumed_dir)) == without_timings(rows)
 
 
 def test_cli_sweep_runs_every_job_into_the_sweep_dir(tmp_path: Path) -> None:
@@ -124,7 +125,7 @@ def test_same_config_and_seed_give_identical_numbers(make_job, tmp_path: Path) -
     run_job(make_job(overrides), tmp_path / "a")
     run_job(make_job(overrides), tmp_path / "b")
     run_job(make_job([*overrides, "seed=1"]), tmp_path / "c")
-    a, b, c = (without_wall_time(read_rows(tmp_path / d)) for d in "abc")
+    a, b, c = (without_timings(read_rows(tmp_path / d)) for d in "abc")
     assert a == b
     assert a != c
 
@@ -142,7 +143,7 @@ def test_resume_after_a_kill_is_bit_exact(
 
     run_job(make_job([*overrides, f"resume={tmp_path / 'killed'}"]), tmp_path / "resumed")
     full, resumed = read_rows(tmp_path / "full"), read_rows(tmp_path / "resumed")
-    assert without_wall_time(resumed) == without_wall_time(full)
+    assert without_timings(resumed) == without_timings(full)
     final_full = load_checkpoint(tmp_path / "full" / "checkpoint.pt")["server_weights"]
     final_resumed = load_checkpoint(tmp_path / "resumed" / "checkpoint.pt")["server_weights"]
     assert all(torch.equal(final_full[k], final_resumed[k]) for k in final_full)
@@ -171,3 +172,15 @@ def test_wandb_offline_run_records_the_round_metrics(
     assert b"test_accuracy" in record_log and b"bytes_up" in record_log
     for row in read_rows(tmp_path / "run"):
         assert json.dumps(float(row["test_accuracy"])).encode() in record_log
+
+
+def test_wandb_groups_a_sweep_types_jobs_by_algo_and_tags_the_choices(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[dict] = []
+    monkeypatch.setattr(wandb, "init", lambda **kwargs: calls.append(kwargs))
+    choices = {"algo": "scaffold", "partition": "shards"}
+    WandbLogger(tags=["paper"]).start(RunInfo(tmp_path, {}, choices, "multirun/x", 3))
+    [call] = calls
+    assert (call["group"], call["job_type"]) == ("multirun/x", "scaffold")
+    assert call["tags"] == ["paper", "algo=scaffold", "partition=shards"]

@@ -26,7 +26,7 @@ from fedlight.selection.base import Selection
 from fedlight.selection.random import RandomSelection
 from fedlight.tensors import StateDict
 
-from .conftest import TINY, rows_without_wall_time, run_killed_in_round
+from .conftest import TINY, rows_without_timings, run_killed_in_round
 
 F64 = torch.float64
 
@@ -351,8 +351,8 @@ def test_resume_after_a_kill_is_bit_exact_with_client_controls(
     assert any(t.abs().max() > 0 for t in killed["server_extras"].values())
 
     run_job(make_job([*overrides, f"resume={tmp_path / 'killed'}"]), tmp_path / "resumed")
-    rows = rows_without_wall_time(tmp_path / "full")
-    assert rows_without_wall_time(tmp_path / "resumed") == rows and len(rows) == 5
+    rows = rows_without_timings(tmp_path / "full")
+    assert rows_without_timings(tmp_path / "resumed") == rows and len(rows) == 5
     model_bytes = 4 * (64 * 200 + 200 + 200 * 200 + 200 + 200 * 10 + 10)
     assert all(int(r["bytes_up"]) == int(r["bytes_down"]) == 4 * 2 * model_bytes for r in rows)
     assert float(rows[-1]["test_accuracy"]) > 0.5

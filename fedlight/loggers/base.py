@@ -14,6 +14,7 @@ METRIC_COLUMNS = (
     "bytes_down",
     "wall_seconds",
     "test_accuracy_std",
+    "client_seconds",
 )
 
 MetricsRow = dict[str, float | int]

@@ -1,4 +1,5 @@
-"""Weights & Biases: one W&B run per job, step = round, grouped by sweep.
+"""Weights & Biases: one W&B run per job, step = round; the jobs of a sweep share a group,
+job_type is the algorithm and the tags are the config-group choices (`algo=scaffold`, ...).
 
 Offline automatically when there is no API key or no network; any W&B failure is reported once and
 then ignored, so W&B trouble never fails or loses a run (metrics.csv has everything).
@@ -58,7 +59,7 @@ class WandbLogger:
                 group=run.sweep_group,
                 job_type=run.choices.get("algo"),
                 config=run.config,
-                tags=list(self.tags) or None,
+                tags=[*self.tags, *(f"{group}={choice}" for group, choice in run.choices.items())],
                 reinit="finish_previous",
             )
         except Exception as failure:  # noqa: BLE001 - W&B must never fail a run

@@ -1,0 +1,96 @@
+"""Experiment presets: each composes, declares the sweep of its table, and runs through the CLI."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fedlight.cli import group_options, validate_command_line
+from fedlight.config import ConfigError
+
+from .conftest import REPO, compose_config, run_cli
+
+PRESETS = ["fedavg_vs_scaffold", "rounds_vs_epochs", "fed_vs_central"]
+
+
+def test_every_preset_is_listed_and_declares_seeds_0_1_2() -> None:
+    assert set(group_options("experiment")) == set(PRESETS)
+    for preset in PRESETS:
+        cfg = compose_config([f"+experiment={preset}"])
+        assert cfg.hydra.sweeper.params["seed"] == "0,1,2"
+        assert cfg.report.title and cfg.report.metrics
+
+
+@pytest.mark.parametrize(
+    ("preset", "jobs", "choices"),
+    [
+        ("fedavg_vs_scaffold", 3 * 3, {"data": "fmnist", "model": "simple_cnn"}),
+        ("rounds_vs_epochs", 3 * 3 * 3, {"data": "fmnist", "model": "simple_cnn"}),
+        ("fed_vs_central", 3 * 3, {"data": "fmnist", "model": "simple_cnn"}),
+    ],
+)
+def test_each_preset_sweep_expands_and_every_job_is_validated(
+    preset: str, jobs: int, choices: dict[str, str]
+) -> None:
+    overrides = validate_command_line(["-m", f"+experiment={preset}"])
+    assert len(overrides) == jobs
+    cfg = compose_config(overrides[-1])
+    assert {g: cfg.hydra.runtime.choices[g] for g in choices} == choices
+
+
+def test_fed_vs_central_bundles_algorithm_and_partition_per_setting() -> None:
+    settings = {}
+    for job in validate_command_line(["-m", "+experiment=fed_vs_central", "seed=0"]):
+        cfg = compose_config(job)
+        name = cfg.hydra.runtime.choices["experiment/fed_vs_central"]
+        settings[name] = (cfg.hydra.runtime.choices.algo, cfg.hydra.runtime.choices.partition)
+        assert (cfg.fl.num_clients, cfg.fl.clients_per_round) == (100, 10)
+    assert settings == {
+        "central": ("central", "iid"),
+        "fedavg_iid": ("fedavg", "iid"),
+        "fedavg_noniid": ("fedavg", "shards"),
+    }
+
+
+def test_command_line_overrides_replace_the_presets_sweep() -> None:
+    jobs = validate_command_line(["-m", "+experiment=fedavg_vs_scaffold", "seed=7", "data=mnist"])
+    assert len(jobs) == 3
+    assert all("seed=7" in job and "seed=0" not in job for job in jobs)
+    assert compose_config(jobs[0]).hydra.runtime.choices.data == "mnist"
+
+
+def test_a_bad_value_in_a_preset_sweep_fails_in_one_line() -> None:
+    with pytest.raises(ConfigError, match=r"^local.epochs=0 must be"):
+        validate_command_line(["-m", "+experiment=rounds_vs_epochs", "local.epochs=1,0"])
+
+
+def test_slurm_launcher_preset_composes_on_submitit() -> None:
+    launcher = compose_config(["hydra/launcher=slurm"]).hydra.launcher
+    assert launcher._target_.endswith("submitit_launcher.SlurmLauncher")
+    assert (launcher.gpus_per_node, launcher.cpus_per_task, launcher.timeout_min) == (1, 4, 240)
+
+
+def test_a_preset_runs_as_a_sweep_and_reports_its_table(tmp_path: Path) -> None:
+    """fed_vs_central on digits for 2 rounds: three settings, one seed, then `fedlight report`."""
+    sweep = tmp_path / "sweep"
+    run_cli(
+        "-m",
+        "+experiment=fed_vs_central",
+        "data=digits",
+        "model=mlp",
+        "fl.num_clients=10",
+        "fl.clients_per_round=5",
+        "fl.rounds=2",
+        "seed=0",
+        f"hydra.sweep.dir={sweep}",
+        cwd=REPO,
+    )
+    summaries = [json.loads((sweep / str(j) / "summary.json").read_text()) for j in range(3)]
+    assert [s["algo"] for s in summaries] == ["central", "fedavg", "fedavg"]
+    assert [s["partition"] for s in summaries] == ["iid", "iid", "shards"]
+    assert summaries[0]["comm_mb"] == 0 < summaries[1]["comm_mb"] == summaries[2]["comm_mb"]
+
+    run_cli("report", str(sweep), cwd=REPO)
+    report = (sweep / "report.md").read_text()
+    assert "| Centralized | FedAvg (IID) | FedAvg (non-IID) |" in report.replace("  ", " ")
+    assert "python -m fedlight -m +experiment=fed_vs_central data=digits" in report
