@@ -1,0 +1,389 @@
+"""`fedlight report`: tables, report.csv and curves.png from fake sweeps and one real tiny sweep."""
+
+import csv
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from omegaconf import OmegaConf
+
+from fedlight.report import main
+
+from .conftest import REPO, TINY, run_cli
+
+PRESET = ["+experiment=fedavg_vs_scaffold", "data.root=../shared/data"]
+COMPARISON_LAYOUT = {
+    "title": "FedAvg vs SCAFFOLD",
+    "reference": "Paper: FedAvg 72.3%, SCAFFOLD 82.1%",
+    "rows": ["algo"],
+    "columns": None,
+    "metrics": ["final_accuracy", "rounds_to_target", "comm_mb", "accuracy_at_2"],
+    "transpose": False,
+    "labels": {"fedavg": "FedAvg", "scaffold": "SCAFFOLD"},
+}
+
+
+def summary_of(final: float, **fields: Any) -> dict[str, Any]:
+    """A summary.json as a finished run writes it, with `fields` replaced."""
+    summary = {
+        "final_accuracy": final,
+        "best_accuracy": final,
+        "rounds_to_target": None,
+        "target_accuracy": None,
+        "comm_mb": 10.0,
+        "wall_seconds": 5.0,
+        "client_seconds_per_round": 0.5,
+        "rounds": 3,
+        "seed": 0,
+        "algo": "fedavg",
+        "data": "digits",
+        "model": "mlp",
+        "partition": "iid",
+        "selection": "random",
+        "lr_schedule": "constant",
+        "logger": "csv",
+    }
+    return summary | fields
+
+
+def write_metrics(job_dir: Path, accuracies: list[float], client_seconds: bool = True) -> None:
+    columns = ["round", "test_accuracy", "test_loss", "train_loss", "lr", "bytes_up"]
+    columns += ["bytes_down", "wall_seconds", "test_accuracy_std"]
+    columns += ["client_seconds"] if client_seconds else []
+    with (job_dir / "metrics.csv").open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(columns)
+        for round_index, accuracy in enumerate(accuracies, start=1):
+            row = [round_index, accuracy, 1.0, 1.0, 0.05, 1000, 1000, round_index, 0.0, 0.1]
+            writer.writerow(row[: len(columns)])
+
+
+def write_job(
+    sweep: Path,
+    name: str,
+    overrides: list[str],
+    layout: dict[str, Any] | None,
+    summary: dict[str, Any] | None,
+    accuracies: list[float],
+) -> None:
+    """A job directory in Hydra's format; no summary.json (`summary=None`) means unfinished."""
+    job_dir = sweep / name
+    (job_dir / ".hydra").mkdir(parents=True)
+    (job_dir / ".hydra" / "overrides.yaml").write_text(OmegaConf.to_yaml(overrides))
+    config = {"seed": 0, "fl": {"rounds": 3}, "report": layout}
+    (job_dir / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(config))
+    if summary is not None:
+        (job_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    write_metrics(job_dir, accuracies)
+
+
+def write_multirun(sweep: Path, task: list[str]) -> None:
+    config = {"hydra": {"overrides": {"hydra": ["hydra.mode=MULTIRUN"], "task": task}}}
+    (sweep / "multirun.yaml").write_text(OmegaConf.to_yaml(config))
+
+
+def read_report_csv(sweep: Path) -> dict[str, dict[str, str]]:
+    with (sweep / "report.csv").open(newline="") as f:
+        return {row["group"]: row for row in csv.DictReader(f)}
+
+
+def table_row(*cells: str) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+@pytest.fixture
+def comparison_sweep(tmp_path: Path) -> Path:
+    """FedAvg and SCAFFOLD over 3 seeds with known numbers, plus a SCAFFOLD seed killed in round 3.
+
+    Job numbers 7..13 put SCAFFOLD (10..12) first in alphabetical order, FedAvg first in number
+    order, which is the order a Hydra sweep ran them.
+    """
+    sweep = tmp_path / "multirun" / "2024-05-01" / "12-00-00"
+    sweep.mkdir(parents=True)
+    write_multirun(sweep, [*PRESET, "algo=fedavg,scaffold", "seed=0,1,2,3"])
+    runs = [
+        ("7", "fedavg", 0, 0.66, None),
+        ("8", "fedavg", 1, 0.72, 30),
+        ("9", "fedavg", 2, 0.78, 40),
+        ("10", "scaffold", 0, 0.80, 20),
+        ("11", "scaffold", 1, 0.81, 22),
+        ("12", "scaffold", 2, 0.85, 24),
+    ]
+    for name, algo, seed, final, rounds_to_target in runs:
+        summary = summary_of(
+            final,
+            algo=algo,
+            seed=seed,
+            rounds_to_target=rounds_to_target,
+            target_accuracy=0.7,
+            comm_mb=10.0 if algo == "fedavg" else 20.0,
+        )
+        overrides = [*PRESET, f"algo={algo}", f"seed={seed}"]
+        write_job(
+            sweep, name, overrides, COMPARISON_LAYOUT, summary, [final - 0.2, final - 0.1, final]
+        )
+    overrides = [*PRESET, "algo=scaffold", "seed=3"]
+    write_job(sweep, "13", overrides, COMPARISON_LAYOUT, None, [0.6, 0.7])
+    with (sweep / "13" / "metrics.csv").open("a") as f:
+        f.write("3,0.7")  # killed while writing round 3
+    return sweep
+
+
+def test_report_tables_mean_and_sample_std_over_seeds(
+    comparison_sweep: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([str(comparison_sweep)]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        str(comparison_sweep / "report.md"),
+        "6 jobs in 2 groups, 1 incomplete",
+    ]
+    report = (comparison_sweep / "report.md").read_text()
+    command = (
+        "python -m fedlight -m +experiment=fedavg_vs_scaffold data.root=../shared/data "
+        "algo=fedavg,scaffold seed=0,1,2,3"
+    )
+    assert report.startswith(f"# Report: {comparison_sweep}\n\n```bash\n{command}\n```\n")
+    lines = report.splitlines()
+    assert "### FedAvg vs SCAFFOLD" in lines
+    assert "mean ± std over seeds; n = 3 seeds per cell" in lines
+    header = table_row(
+        "algo",
+        "Final accuracy (%)",
+        "Rounds to 70%",
+        "Communication (MB)",
+        "Accuracy at round 2 (%)",
+    )
+    fedavg = table_row("FedAvg", "72.0 ± 6.0", "35.0 ± 7.1 (2/3)", "10.0 ± 0.0", "62.0 ± 6.0")
+    scaffold = table_row("SCAFFOLD", "82.0 ± 2.6", "22.0 ± 2.0", "20.0 ± 0.0", "72.0 ± 2.6")
+    assert lines.index(header) + 2 == lines.index(fedavg) == lines.index(scaffold) - 1
+    assert "Reference: Paper: FedAvg 72.3%, SCAFFOLD 82.1%" in lines
+    assert "### Incomplete jobs" in lines
+    assert table_row("13", "algo=scaffold seed=3", "2") in lines
+    assert lines[-1] == "![curves](curves.png)"
+
+
+def test_report_csv_holds_raw_means_and_stds_per_group(comparison_sweep: Path) -> None:
+    main([str(comparison_sweep)])
+    rows = read_report_csv(comparison_sweep)
+    assert list(rows) == ["FedAvg", "SCAFFOLD"]
+    fedavg = rows["FedAvg"]
+    assert {k: fedavg[k] for k in ("experiment", "data.root", "algo", "n")} == {
+        "experiment": "fedavg_vs_scaffold",
+        "data.root": "../shared/data",
+        "algo": "fedavg",
+        "n": "3",
+    }
+    assert "seed" not in fedavg
+    assert float(fedavg["final_accuracy_mean"]) == pytest.approx(0.72)
+    assert float(fedavg["final_accuracy_std"]) == pytest.approx(0.06)
+    assert float(fedavg["rounds_to_target_mean"]) == 35.0
+    assert float(fedavg["rounds_to_target_std"]) == pytest.approx(statistics.stdev([30, 40]))
+    assert float(fedavg["accuracy_at_2_mean"]) == pytest.approx(0.62)
+    assert float(rows["SCAFFOLD"]["comm_mb_mean"]) == 20.0
+    assert float(rows["SCAFFOLD"]["final_accuracy_std"]) == pytest.approx(
+        statistics.stdev([0.80, 0.81, 0.85])
+    )
+
+
+def test_report_draws_curves_png(comparison_sweep: Path) -> None:
+    main([str(comparison_sweep)])
+    assert (comparison_sweep / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_pivot_layout_makes_one_table_per_metric_with_columns_by_value(tmp_path: Path) -> None:
+    layout = {
+        "title": "Local epochs",
+        "rows": ["algo"],
+        "columns": ["local.epochs"],
+        "metrics": ["final_accuracy", "best_accuracy"],
+        "labels": {"fedavg": "FedAvg", 5: "E=5"},
+    }
+    finals = {("fedavg", 1): (0.70, 0.72), ("fedavg", 5): (0.60, 0.62)}
+    finals |= {("fedprox", 1): (0.75, 0.75), ("fedprox", 5): (0.65, 0.69)}
+    job = 0
+    for (algo, epochs), seed_finals in finals.items():
+        for seed, final in enumerate(seed_finals):
+            overrides = [f"algo={algo}", f"local.epochs={epochs}", f"seed={seed}"]
+            summary = summary_of(final, best_accuracy=final + 0.1, algo=algo, seed=seed)
+            write_job(tmp_path, str(job), overrides, layout, summary, [final])
+            job += 1
+    assert main([str(tmp_path)]) == 0
+    lines = (tmp_path / "report.md").read_text().splitlines()
+    assert f"Command: unknown (no multirun.yaml in {tmp_path})." in lines
+    final_table = lines.index("### Local epochs: Final accuracy (%)")
+    best_table = lines.index("### Local epochs: Best accuracy (%)")
+    assert lines[final_table + 2] == "mean ± std over seeds; n = 2 seeds per cell"
+    assert lines[final_table + 4 : final_table + 9] == [
+        table_row("algo", "local.epochs=1", "E=5"),
+        table_row("---", "---:", "---:"),
+        table_row("FedAvg", "71.0 ± 1.4", "61.0 ± 1.4"),
+        table_row("fedprox", "75.0 ± 0.0", "67.0 ± 2.8"),
+        "",
+    ]
+    assert table_row("FedAvg", "81.0 ± 1.4", "71.0 ± 1.4") in lines[best_table:]
+    assert list(read_report_csv(tmp_path)) == [
+        "FedAvg, local.epochs=1",
+        "FedAvg, E=5",
+        "algo=fedprox, local.epochs=1",
+        "algo=fedprox, E=5",
+    ]
+
+
+def test_transposed_layout_puts_metrics_in_rows_and_groups_in_columns(tmp_path: Path) -> None:
+    layout = {
+        "title": "One seed each",
+        "rows": ["algo"],
+        "metrics": ["final_accuracy", "comm_mb"],
+        "transpose": True,
+        "labels": {"fedavg": "FedAvg"},
+    }
+    for job, (algo, final) in enumerate([("fedavg", 0.70), ("fedprox", 0.75)]):
+        summary = summary_of(final, algo=algo, comm_mb=1.5)
+        write_job(tmp_path, str(job), [f"algo={algo}", "seed=0"], layout, summary, [final])
+    assert main([str(tmp_path)]) == 0
+    lines = (tmp_path / "report.md").read_text().splitlines()
+    assert "mean ± std over seeds; n = 1 seed per cell" in lines
+    header = lines.index(table_row("Metric", "FedAvg", "algo=fedprox"))
+    assert lines[header + 2 : header + 4] == [
+        table_row("Final accuracy (%)", "70.0", "75.0"),
+        table_row("Communication (MB)", "1.5", "1.5"),
+    ]
+
+
+def test_default_layout_rows_are_the_varied_overrides(tmp_path: Path) -> None:
+    """Without a `report` section: a row per value of what the sweep varied, every metric.
+
+    These summaries come from an older fedlight: no client_seconds_per_round, no target_accuracy.
+    """
+    sweep = tmp_path / "lr_sweep"
+    for job, (lr, seed, final) in enumerate([("0.1", 0, 0.5), ("0.1", 1, 0.6), ("0.01", 0, 0.4)]):
+        summary = summary_of(final, seed=seed)
+        del summary["client_seconds_per_round"], summary["target_accuracy"]
+        overrides = ["algo=fedavg", f"optim.lr={lr}", f"seed={seed}"]
+        write_job(sweep, str(job), overrides, None, summary, [final])
+        write_metrics(sweep / str(job), [final], client_seconds=False)
+    assert main([str(sweep)]) == 0
+    lines = (sweep / "report.md").read_text().splitlines()
+    assert "### Sweep lr_sweep" in lines
+    assert "mean ± std over seeds; n = 2 seeds per cell (except optim.lr=0.01: n = 1)" in lines
+    header = table_row(
+        "optim.lr",
+        "Final accuracy (%)",
+        "Best accuracy (%)",
+        "Rounds to target",
+        "Communication (MB)",
+        "Client compute (s/round)",
+        "Wall time (s)",
+    )
+    first = lines.index(header)
+    assert lines[first + 2 : first + 4] == [
+        table_row("0.1", "55.0 ± 7.1", "55.0 ± 7.1", "—", "10.0 ± 0.0", "—", "5.0 ± 0.0"),
+        table_row("0.01", "40.0", "40.0", "—", "10.0", "—", "5.0"),
+    ]
+    rows = read_report_csv(sweep)
+    assert list(rows) == ["optim.lr=0.1", "optim.lr=0.01"]
+    assert rows["optim.lr=0.01"]["final_accuracy_std"] == ""
+    assert rows["optim.lr=0.1"]["client_seconds_per_round_mean"] == ""
+
+
+def test_default_layout_of_a_sweep_that_varies_only_the_seed_has_one_row(tmp_path: Path) -> None:
+    for seed in (0, 1):
+        write_job(tmp_path, str(seed), [f"seed={seed}"], None, summary_of(0.5, seed=seed), [0.5])
+    assert main([str(tmp_path)]) == 0
+    lines = (tmp_path / "report.md").read_text().splitlines()
+    assert any(line.startswith("| all | 50.0 ± 0.0 |") for line in lines)
+    assert list(read_report_csv(tmp_path)) == ["all"]
+
+
+def test_several_sweeps_filtered_into_one_report(comparison_sweep: Path, tmp_path: Path) -> None:
+    """A baseline run in its own sweep joins the comparison; --where keeps one partition."""
+    extra = tmp_path / "central_sweep"
+    extra.mkdir()
+    write_multirun(extra, [*PRESET, "algo=central", "partition=iid,shards"])
+    for job, partition in enumerate(["iid", "shards"]):
+        summary = summary_of(0.9, algo="central", partition=partition, target_accuracy=0.7)
+        overrides = [*PRESET, "algo=central", f"partition={partition}", "seed=0"]
+        write_job(extra, str(job), overrides, COMPARISON_LAYOUT, summary, [0.9])
+    out = tmp_path / "combined"
+    args = [str(extra), str(comparison_sweep), "-o", str(out), "--where", "partition=iid"]
+    args += ["--metrics", "final_accuracy,comm_mb"]
+    assert main(args) == 0
+    lines = (out / "report.md").read_text().splitlines()
+    assert lines.count("```bash") == 2
+    assert f"python -m fedlight -m {' '.join(PRESET)} algo=central partition=iid,shards" in lines
+    header = table_row("algo", "Final accuracy (%)", "Communication (MB)")
+    first = lines.index(header)
+    assert lines[first + 2 : first + 5] == [
+        table_row("central", "90.0", "10.0"),
+        table_row("FedAvg", "72.0 ± 6.0", "10.0 ± 0.0"),
+        table_row("SCAFFOLD", "82.0 ± 2.6", "20.0 ± 0.0"),  # partition=iid from summary.json
+    ]
+    assert "algo=central partition=shards" not in (out / "report.csv").read_text()
+    assert (out / "curves.png").exists() and (out / "report.csv").exists()
+
+
+def test_several_sweeps_need_an_output_and_where_must_match(
+    comparison_sweep: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([str(comparison_sweep), str(comparison_sweep)]) == 2
+    assert "need --output DIR" in capsys.readouterr().err
+    assert main([str(comparison_sweep), "--where", "algo=fedprox"]) == 2
+    assert "no job matches --where algo=fedprox" in capsys.readouterr().err
+    assert main([str(comparison_sweep), "--where", "algo"]) == 2
+    assert "--where algo is not KEY=VALUE" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind", ["missing", "file", "empty"])
+def test_a_path_without_jobs_is_a_one_line_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str
+) -> None:
+    path = tmp_path / kind
+    if kind == "file":
+        path.write_text("not a sweep")
+    if kind == "empty":
+        path.mkdir()
+    assert main([str(path)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    [line] = captured.err.splitlines()
+    assert line.startswith(f"fedlight report: error: {path} ")
+    assert "pass the sweep directory" in line
+
+
+def test_report_of_a_real_sweep_through_the_cli(tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    overrides = [*TINY, "fl.rounds=2", "algo=fedavg,local", "seed=0,1"]
+    run_cli("-m", *overrides, f"hydra.sweep.dir={sweep}", cwd=REPO)
+
+    result = run_cli("report", str(sweep), cwd=REPO)
+    assert result.stdout.splitlines() == [
+        str(sweep / "report.md"),
+        "4 jobs in 2 groups, 0 incomplete",
+    ]
+    report = (sweep / "report.md").read_text()
+    assert f"python -m fedlight -m {' '.join(overrides)}\n" in report
+    assert "mean ± std over seeds; n = 2 seeds per cell" in report
+    summaries = [json.loads((sweep / str(j) / "summary.json").read_text()) for j in range(4)]
+    rows = read_report_csv(sweep)
+    assert list(rows) == ["algo=fedavg", "algo=local"]
+    for algo, row in rows.items():
+        runs = [s for s in summaries if f"algo={s['algo']}" == algo]
+        assert row["n"] == "2"
+        for metric in ("final_accuracy", "best_accuracy", "comm_mb", "wall_seconds"):
+            mean = statistics.fmean(s[metric] for s in runs)
+            assert float(row[f"{metric}_mean"]) == pytest.approx(mean, rel=1e-12)
+
+    module_run = subprocess.run(
+        [sys.executable, "-m", "fedlight.report", str(sweep)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert module_run.stdout.splitlines()[0] == str(sweep / "report.md")
+    assert (sweep / "curves.png").read_bytes()[:4] == b"\x89PNG"
