@@ -9,6 +9,8 @@ from pathlib import Path
 
 from .conftest import REPO
 
+COUNT_JOBS = "validate_command_line(['-m', '+experiment=fed_vs_central'])"
+
 
 def test_wheel_installs_and_runs_from_an_unrelated_directory(tmp_path: Path) -> None:
     dist = tmp_path / "dist"
@@ -76,3 +78,19 @@ def test_wheel_installs_and_runs_from_an_unrelated_directory(tmp_path: Path) -> 
     )
     summary = json.loads((elsewhere / "run" / "summary.json").read_text())
     assert summary["data"] == "digits" and summary["rounds"] == 1
+
+    # Presets and their nested option groups ship too: fed_vs_central's sweep has 3 × 3 jobs.
+    preset_jobs = subprocess.run(
+        [
+            python,
+            "-c",
+            f"import fedlight.cli as c; c.register_schema(); print(len(c.{COUNT_JOBS}))",
+        ],
+        cwd=elsewhere,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    assert preset_jobs.strip() == "9"
+    launcher = env_site / "fedlight" / "conf" / "hydra" / "launcher" / "slurm.yaml"
+    assert launcher.exists()
