@@ -94,6 +94,7 @@ class JobResult:
     summary: dict[str, Any] | None
     rows: list[MetricsRow]
     layout: Layout
+    target_accuracy: float | None = None
 
     @property
     def finished(self) -> bool:
@@ -210,6 +211,7 @@ def load_job(sweep_dir: Path, job_dir: Path) -> JobResult:
         summary=read_summary(job_dir / "summary.json"),
         rows=read_metrics(job_dir / "metrics.csv"),
         layout=Layout.from_config(config.get("report")),
+        target_accuracy=(config.get("eval") or {}).get("target_accuracy"),
     )
 
 
@@ -296,7 +298,7 @@ def metric_title(metric: str, groups: list[Group]) -> str:
     if at_round:
         return f"Accuracy at round {at_round.group(1)} (%)"
     if metric == "rounds_to_target":
-        targets = {(j.summary or {}).get("target_accuracy") for g in groups for j in g.jobs}
+        targets = {j.target_accuracy for g in groups for j in g.jobs}
         if len(targets) == 1 and None not in targets:
             return f"Rounds to {100 * float(targets.pop()):g}%"
         return "Rounds to target"

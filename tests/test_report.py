@@ -74,7 +74,8 @@ def write_job(
     job_dir = sweep / name
     (job_dir / ".hydra").mkdir(parents=True)
     (job_dir / ".hydra" / "overrides.yaml").write_text(OmegaConf.to_yaml(overrides))
-    config = {"seed": 0, "fl": {"rounds": 3}, "report": layout}
+    target = (summary or {}).get("target_accuracy")
+    config = {"seed": 0, "fl": {"rounds": 3}, "eval": {"target_accuracy": target}, "report": layout}
     (job_dir / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(config))
     if summary is not None:
         (job_dir / "summary.json").write_text(json.dumps(summary, indent=2))
