@@ -19,11 +19,15 @@ def require(condition: bool, message: str) -> None:
         raise ConfigError(message)
 
 
+CLIENT_STATE_STORES = ("memory", "disk")  # fl.client_state: see fedlight.client_states
+
+
 @dataclass
 class FLSettings:
     num_clients: int = 100
     clients_per_round: int = 10
     rounds: int = 50
+    client_state: str = "memory"
 
     def __post_init__(self) -> None:
         require(self.num_clients >= 1, f"fl.num_clients={self.num_clients} must be >= 1")
@@ -33,6 +37,11 @@ class FLSettings:
             f"fl.num_clients={self.num_clients}; lower it or raise fl.num_clients",
         )
         require(self.rounds >= 1, f"fl.rounds={self.rounds} must be >= 1")
+        require(
+            self.client_state in CLIENT_STATE_STORES,
+            f"fl.client_state={self.client_state} is not a store; use memory (states in RAM) or "
+            "disk (one file per client under <run dir>/client_states/, for many clients)",
+        )
 
 
 @dataclass

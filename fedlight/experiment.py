@@ -11,6 +11,7 @@ import torch
 
 from fedlight.algorithms.base import Algorithm
 from fedlight.checkpoint import CHECKPOINT_NAME, load_checkpoint
+from fedlight.client_states import client_state_store
 from fedlight.config import ConfigError, RunSettings
 from fedlight.data.base import TensorDataset
 from fedlight.loggers.base import RoundLogger, RunInfo
@@ -86,10 +87,18 @@ def run_job(job: Job, output_dir: Path) -> dict[str, Any]:
     torch.manual_seed(derive_seed(settings.seed, Stream.MODEL_INIT))
     module = job.model(input_shape=data.input_shape, num_classes=data.num_classes).to(device)
     loop = FederatedLoop(
-        settings, data, client_indices, module, job.algorithm, job.selection, job.lr_schedule
+        settings,
+        data,
+        client_indices,
+        module,
+        job.algorithm,
+        job.selection,
+        job.lr_schedule,
+        client_state_store(settings.fl.client_state, output_dir, device),
     )
     if settings.resume is not None:
-        checkpoint = load_checkpoint(Path(settings.resume) / CHECKPOINT_NAME)
+        resumed_dir = Path(settings.resume)
+        checkpoint = load_checkpoint(resumed_dir / CHECKPOINT_NAME)
         difference = first_difference(
             json.loads(checkpoint["config"]), comparable_config(job.config)
         )
@@ -98,7 +107,7 @@ def run_job(job: Job, output_dir: Path) -> dict[str, Any]:
                 f"resume={settings.resume}: config differs at {difference}; resume with the "
                 "original run's overrides plus resume=<run dir>"
             )
-        loop.load_state_dict(checkpoint)
+        loop.load_state_dict(checkpoint, resumed_dir)
 
     loggers = [*job.loggers, ConsoleProgress()]
     run_info = RunInfo(output_dir, job.config, job.choices, job.sweep_group, settings.fl.rounds)

@@ -20,6 +20,7 @@ from torch.nn import functional as F  # noqa: N812
 
 from fedlight.algorithms.base import Algorithm, LocalCallback, LocalResult, ServerState
 from fedlight.checkpoint import save_checkpoint
+from fedlight.client_states import ClientStates, MemoryClientStates
 from fedlight.config import ConfigError, RunSettings
 from fedlight.data.base import TensorDataset
 from fedlight.loggers.base import MetricsRow, RoundLogger
@@ -79,7 +80,9 @@ class FederatedLoop:
         algorithm: Algorithm,
         selection: Selection,
         lr_schedule: LRSchedule,
+        client_states: ClientStates | None = None,
     ) -> None:
+        """`client_states` defaults to a memory store on the client module's device."""
         self.settings = settings
         self.data = data
         self.client_indices = client_indices
@@ -94,7 +97,11 @@ class FederatedLoop:
         self.server: ServerState = algorithm.init_server(
             detached_copy(module.state_dict()), trainable, settings.fl.num_clients
         )
-        self.client_states: dict[int, StateDict] = {}
+        self.client_states = (
+            MemoryClientStates(next(module.parameters()).device)
+            if client_states is None  # an empty store is falsy: it is a Mapping
+            else client_states
+        )
         self.history = History()
 
     def run_round(self, round_index: int) -> RoundStats:
@@ -123,8 +130,8 @@ class FederatedLoop:
             local = self.train_client(client, indices, round_index, start, lrs, callbacks)
             client_seconds += time.perf_counter() - started
             upload, new_state = self.algorithm.upload(self.server, local, client_state)
-            if new_state is not None:
-                self.client_states[client] = new_state
+            if new_state is not None and new_state is not client_state:  # unchanged: not rewritten
+                self.client_states.put(client, round_index, new_state)
             uploads.append(upload)
             losses.append(local.train_loss * local.num_samples)
             samples.append(local.num_samples)
@@ -193,11 +200,13 @@ class FederatedLoop:
 
     def evaluate(self) -> tuple[float, float, float]:
         """Mean test accuracy, mean test loss and accuracy spread (population std) of the models
-        the algorithm reports: the global model, or each client's own for `local`."""
+        the algorithm reports: the global model, or each client's own for `local` (evaluated as
+        they stream in, one at a time)."""
         models = self.algorithm.evaluated_models(self.server, self.client_states)
         accuracies, losses = zip(*(self.evaluate_model(weights) for weights in models), strict=True)
         spread = torch.tensor(accuracies, dtype=torch.float64).std(correction=0).item()
-        return sum(accuracies) / len(models), sum(losses) / len(models), spread
+        count = len(accuracies)
+        return sum(accuracies) / count, sum(losses) / count, spread
 
     @torch.no_grad()
     def evaluate_model(self, weights: StateDict) -> tuple[float, float]:
@@ -258,14 +267,16 @@ class FederatedLoop:
                     logger.log_round(row)
             if last or round_index % settings.checkpoint.every == 0:
                 save_checkpoint(checkpoint_path, {**self.state_dict(), **checkpoint_meta})
+                self.client_states.checkpoint_saved()
         return history
 
     def state_dict(self) -> dict[str, Any]:
-        """Server state, client states, history and RNG state: only weights-only-safe types."""
+        """Server state, client states (or, on disk, which file version each is), history and RNG
+        state: only weights-only-safe types."""
         return {
             "server_weights": self.server.weights,
             "server_extras": self.server.extras,
-            "client_states": {str(c): s for c, s in self.client_states.items()},
+            "client_states": self.client_states.state_dict(),
             "completed_rounds": self.history.completed_rounds,
             "rows": self.history.rows,
             "bytes_up": self.history.bytes_up,
@@ -275,8 +286,9 @@ class FederatedLoop:
             "torch_rng": torch.get_rng_state(),
         }
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore a checkpoint (loaded on the CPU) onto the device of the client module."""
+    def load_state_dict(self, state: dict[str, Any], run_dir: Path) -> None:
+        """Restore the checkpoint (loaded on the CPU) of the run in `run_dir` onto the device of
+        the client module."""
         device = next(self.module.parameters()).device
 
         def on_device(tensors: StateDict) -> StateDict:
@@ -285,7 +297,7 @@ class FederatedLoop:
         self.server = ServerState(
             on_device(state["server_weights"]), on_device(state["server_extras"])
         )
-        self.client_states = {int(c): on_device(s) for c, s in state["client_states"].items()}
+        self.client_states.load_state_dict(state["client_states"], run_dir)
         self.history = History(
             completed_rounds=state["completed_rounds"],
             rows=list(state["rows"]),

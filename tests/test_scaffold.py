@@ -193,7 +193,7 @@ def run_hand_round(num_clients: int, server_lr: float) -> tuple[RecordingScaffol
     )
     seen = torch.zeros((), dtype=F64)
     loop.server = ServerState({"w": X.clone(), "seen": seen}, {CONTROL + "w": C.clone()})
-    loop.client_states = {0: {"w": C0.clone()}}
+    loop.client_states.put(0, 0, {"w": C0.clone()})
     loop.run_round(1)
     return algorithm, loop
 

@@ -7,7 +7,7 @@ default that does nothing, so FedAvg overrides only what it needs.
 """
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -124,6 +124,7 @@ class Algorithm(ABC):
 
     def evaluated_models(
         self, server: ServerState, client_states: Mapping[int, StateDict]
-    ) -> list[StateDict]:
-        """The models whose test metrics are reported (mean and spread): the global model."""
+    ) -> Iterable[StateDict]:
+        """The models whose test metrics are reported (mean and spread): the global model. The
+        loop evaluates them one at a time as they are produced, so an iterator can stream many."""
         return [server.weights]

@@ -10,7 +10,7 @@ the number of optimizer steps differs only by the clients' partial last batches.
 (and its momentum) restarts each round, as it does for every client. Nothing is communicated.
 """
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,6 +35,8 @@ class Central(Local):
         client_indices: Sequence[Tensor],
         generator: np.random.Generator,
     ) -> list[tuple[int, Tensor]]:
+        """One trainer on a draw from everybody's pooled examples: O(all examples) per round by
+        definition, like a centralized epoch; no state per client is kept."""
         pool = torch.cat(list(client_indices))
         size = sum(len(client_indices[client]) for client in selected)
         drawn = torch.as_tensor(generator.permutation(len(pool))[:size], device=pool.device)
@@ -42,5 +44,5 @@ class Central(Local):
 
     def evaluated_models(
         self, server: ServerState, client_states: Mapping[int, StateDict]
-    ) -> list[StateDict]:
+    ) -> Iterable[StateDict]:
         return [client_states.get(POOLED_TRAINER, server.weights)]

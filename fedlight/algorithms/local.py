@@ -8,7 +8,7 @@ set (a client that has not trained yet counts with the initial model), and `test
 their spread.
 """
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from fedlight.algorithms.base import Algorithm, ClientUpload, LocalResult, ServerState
@@ -35,5 +35,9 @@ class Local(Algorithm):
 
     def evaluated_models(
         self, server: ServerState, client_states: Mapping[int, StateDict]
-    ) -> list[StateDict]:
-        return [client_states.get(client, server.weights) for client in range(self.num_clients)]
+    ) -> Iterator[StateDict]:
+        """All N client models: O(N) by definition, since the reported metric is their mean.
+        Yielded one at a time, so a disk store reads each model as it is evaluated instead of
+        holding all N."""
+        for client in range(self.num_clients):
+            yield client_states.get(client, server.weights)

@@ -7,9 +7,9 @@ control, S the sampled clients, N the federation size, η_g the server learning 
 - c has one tensor per trainable parameter (not buffers), kept in `ServerState.extras`, zeros at
   init, and is sent down to every sampled client (counted in bytes_down besides x).
 - c_i lives in the client's persistent state. Before a client's first round it is absent and read
-  as zeros; nothing is stored for clients that never trained, so memory grows only with the
+  as zeros; nothing is stored for clients that never trained, so storage grows only with the
   clients that actually took part (each of those keeps one model-sized control, as the paper's
-  stateful clients do).
+  stateful clients do; in RAM, or on disk with `fl.client_state=disk`).
 - Local step: after each backward pass, p.grad += c − c_i for every trainable parameter, i.e.
   y ← y − η_l (g_i(y) − c_i + c). The difference c − c_i is formed once per client and round.
   The optimizer then runs as configured, so momentum and weight decay act on the corrected gradient

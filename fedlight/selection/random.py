@@ -11,5 +11,7 @@ class RandomSelection:
         self, round_index: int, num_clients: int, clients_per_round: int, rng: np.random.Generator
     ) -> list[int]:
         """Sorted client ids, so the aggregation order (and its rounding) is reproducible."""
+        # numpy draws this with a partial shuffle of arange(N) in C for N <= 10,000 (8 bytes per
+        # client, ~20 µs in all) and in O(K) above; another method would change every run's clients.
         chosen = rng.choice(num_clients, size=clients_per_round, replace=False)
         return sorted(int(c) for c in chosen)

@@ -1,0 +1,176 @@
+"""Per-client persistent state (SCAFFOLD's c_i, the `local` baseline's own models) for many clients.
+
+A round reads and writes the state of its participants only, one client at a time (`get`, `put`),
+so a store never has to hold every client's tensors at once. `fl.client_state` picks the store:
+
+- `memory`: every state in RAM and in checkpoint.pt (the simplest; fine while all states fit).
+- `disk`: one file per client state version under `<run dir>/client_states/<client>/<round>.pt`;
+  RAM and the checkpoint hold only the index {client: round of its newest version}, so memory is
+  O(clients per round). Versions make resume exact: the checkpoint of round r names versions
+  written up to round r, and later rounds write new files beside them instead of overwriting them.
+  Exactly the versions a resume could still need are kept (the last saved checkpoint's and the
+  newest), so disk use stays within twice the size of the states that exist.
+"""
+
+import os
+import shutil
+from abc import abstractmethod
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fedlight.checkpoint import save_checkpoint
+from fedlight.config import ConfigError
+from fedlight.tensors import StateDict
+
+CLIENT_STATES_DIR = "client_states"  # the disk store's folder inside a run directory
+
+
+class ClientStates(Mapping[int, StateDict]):
+    """Client id → its persistent state, for the clients that have one."""
+
+    @abstractmethod
+    def put(self, client: int, round_index: int, state: StateDict) -> None:
+        """Store `state` as `client`'s state after round `round_index`."""
+
+    @abstractmethod
+    def state_dict(self) -> dict[str, Any]:
+        """What checkpoint.pt holds of the states (weights-only-safe types)."""
+
+    @abstractmethod
+    def load_state_dict(self, state: dict[str, Any], run_dir: Path) -> None:
+        """Restore `state_dict()` as saved by the run in `run_dir` (the run being resumed)."""
+
+    def checkpoint_saved(self) -> None:
+        """The last `state_dict()` is now safely in checkpoint.pt: what only the previous
+        checkpoint needed may go. Called by the loop after each checkpoint, with no `put` between
+        the `state_dict()` and this call."""
+
+
+class MemoryClientStates(ClientStates):
+    """Every state as tensors in RAM (on the client module's device) and in the checkpoint."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.states: dict[int, StateDict] = {}
+
+    def __getitem__(self, client: int) -> StateDict:
+        return self.states[client]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.states)
+
+    def __len__(self) -> int:
+        return len(self.states)
+
+    def put(self, client: int, round_index: int, state: StateDict) -> None:
+        self.states[client] = state
+
+    def state_dict(self) -> dict[str, Any]:
+        """Client id (as text) → its tensors."""
+        return {str(client): state for client, state in self.states.items()}
+
+    def load_state_dict(self, state: dict[str, Any], run_dir: Path) -> None:
+        self.states = {
+            int(client): {name: t.to(self.device) for name, t in tensors.items()}
+            for client, tensors in state.items()
+        }
+
+
+class DiskClientStates(ClientStates):
+    """One file per client state version in `directory`; in RAM only which version is newest."""
+
+    def __init__(self, directory: Path, device: torch.device) -> None:
+        self.directory = directory
+        self.device = device
+        self.newest: dict[int, int] = {}  # client → round of its newest version
+        self.saved: dict[int, int] = {}  # the index the last saved checkpoint holds
+        # Versions the saved checkpoint names that are no longer newest: deleted once the next
+        # checkpoint is saved, since a resume from the saved one still needs them until then.
+        self.superseded: dict[int, int] = {}
+
+    def path(self, client: int, round_index: int) -> Path:
+        return self.directory / str(client) / f"{round_index}.pt"
+
+    def __getitem__(self, client: int) -> StateDict:
+        """Read from the file; memory-mapped, so only the pages the caller touches are read."""
+        return torch.load(
+            self.path(client, self.newest[client]),
+            map_location=self.device,
+            weights_only=True,
+            mmap=True,
+        )
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.newest)
+
+    def __len__(self) -> int:
+        return len(self.newest)
+
+    def __contains__(self, client: object) -> bool:
+        return client in self.newest
+
+    def put(self, client: int, round_index: int, state: StateDict) -> None:
+        """Write a new version atomically; the one it replaces goes unless a checkpoint names it."""
+        path = self.path(client, round_index)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        save_checkpoint(path, state)
+        previous = self.newest.get(client)
+        self.newest[client] = round_index
+        if previous is None or previous == round_index:
+            return
+        if self.saved.get(client) == previous:
+            self.superseded[client] = previous
+        else:
+            self.path(client, previous).unlink()
+
+    def state_dict(self) -> dict[str, Any]:
+        """Client id (as text) → the round of its newest version: no tensors."""
+        return {str(client): round_index for client, round_index in self.newest.items()}
+
+    def checkpoint_saved(self) -> None:
+        for client, round_index in self.superseded.items():
+            self.path(client, round_index).unlink()
+        self.superseded = {}
+        self.saved = dict(self.newest)
+
+    def load_state_dict(self, state: dict[str, Any], run_dir: Path) -> None:
+        """Bring the versions the checkpoint names from `run_dir` into this run's directory (hard
+        links where possible, copies otherwise), so that this run is self-contained and the
+        resumed run's files are never changed."""
+        source = run_dir / CLIENT_STATES_DIR
+        self.newest = {int(client): int(round_index) for client, round_index in state.items()}
+        for client, round_index in self.newest.items():
+            origin = source / str(client) / f"{round_index}.pt"
+            if not origin.is_file():
+                raise ConfigError(
+                    f"resume={run_dir}: {origin} is missing; resume from a complete run directory "
+                    "(fl.client_state=disk keeps client states in its client_states/)"
+                )
+            link_or_copy(origin, self.path(client, round_index))
+        # Kept like a saved checkpoint's versions until this run's first checkpoint: a run resumed
+        # into its own directory still has that checkpoint there.
+        self.saved, self.superseded = dict(self.newest), {}
+
+
+def link_or_copy(origin: Path, destination: Path) -> None:
+    """A hard link (no bytes copied; safe because versions are replaced, never written in place),
+    or a copy where the file system cannot link."""
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    if destination.exists():
+        if destination.samefile(origin):  # resumed into its own run directory
+            return
+        destination.unlink()
+    try:
+        os.link(origin, destination)
+    except OSError:
+        shutil.copyfile(origin, destination)
+
+
+def client_state_store(kind: str, run_dir: Path, device: torch.device) -> ClientStates:
+    """The store `fl.client_state` names, for a run writing into `run_dir`."""
+    if kind == "disk":
+        return DiskClientStates(run_dir / CLIENT_STATES_DIR, device)
+    return MemoryClientStates(device)
