@@ -19,11 +19,15 @@ def require(condition: bool, message: str) -> None:
         raise ConfigError(message)
 
 
+ENGINE_CHOICES = ("auto", "sequential", "vectorized")  # fl.engine; see fedlight.engines
+
+
 @dataclass
 class FLSettings:
     num_clients: int = 100
     clients_per_round: int = 10
     rounds: int = 50
+    engine: str = "auto"  # how clients train locally: see fedlight.engines
 
     def __post_init__(self) -> None:
         require(self.num_clients >= 1, f"fl.num_clients={self.num_clients} must be >= 1")
@@ -33,6 +37,10 @@ class FLSettings:
             f"fl.num_clients={self.num_clients}; lower it or raise fl.num_clients",
         )
         require(self.rounds >= 1, f"fl.rounds={self.rounds} must be >= 1")
+        require(
+            self.engine in ENGINE_CHOICES,
+            f"fl.engine={self.engine} is not an engine; use {', '.join(ENGINE_CHOICES)}",
+        )
 
 
 @dataclass
