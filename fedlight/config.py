@@ -20,6 +20,7 @@ def require(condition: bool, message: str) -> None:
 
 
 CLIENT_STATE_STORES = ("memory", "disk")  # fl.client_state: see fedlight.client_states
+ENGINE_CHOICES = ("auto", "sequential", "vectorized")  # fl.engine; see fedlight.engines
 
 
 @dataclass
@@ -28,6 +29,7 @@ class FLSettings:
     clients_per_round: int = 10
     rounds: int = 50
     client_state: str = "memory"
+    engine: str = "auto"  # how clients train locally: see fedlight.engines
 
     def __post_init__(self) -> None:
         require(self.num_clients >= 1, f"fl.num_clients={self.num_clients} must be >= 1")
@@ -41,6 +43,10 @@ class FLSettings:
             self.client_state in CLIENT_STATE_STORES,
             f"fl.client_state={self.client_state} is not a store; use memory (states in RAM) or "
             "disk (one file per client under <run dir>/client_states/, for many clients)",
+        )
+        require(
+            self.engine in ENGINE_CHOICES,
+            f"fl.engine={self.engine} is not an engine; use {', '.join(ENGINE_CHOICES)}",
         )
 
 

@@ -1,17 +1,16 @@
 """The FederatedLoop: one round of federated training, written out top to bottom in `run_round`.
 
-select clients → broadcast → local training that calls the client LightningModule's hooks →
-aggregate → (evaluate → log → checkpoint) in `run`. There is one client module; each selected
-client loads its start weights (normally the global model) into it, so hooks only ever fire on the
-client being trained, and no Lightning Trainer is built per client (that costs ~40% of the speed
-on small models).
+select clients → broadcast → local training by the client engine (`fl.engine`, see
+`fedlight.engines`) → aggregate → (evaluate → log → checkpoint) in `run`. The loop describes each
+participant's local training as a task; the engine yields their results one by one, and each
+client's upload is made before the next result is asked for.
 """
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytorch_lightning as pl
 import torch
@@ -21,32 +20,26 @@ from torch.nn import functional as F  # noqa: N812
 from fedlight.algorithms.base import Algorithm, LocalCallback, LocalResult, ServerState
 from fedlight.checkpoint import save_checkpoint
 from fedlight.client_states import ClientStates, MemoryClientStates
-from fedlight.config import ConfigError, RunSettings
+from fedlight.config import RunSettings
 from fedlight.data.base import TensorDataset
+from fedlight.engines import LocalTask, first_optimizer, make_engine
 from fedlight.loggers.base import MetricsRow, RoundLogger
 from fedlight.lr_schedules.base import LRSchedule
-from fedlight.rng import Stream, derive_seed, numpy_generator
+from fedlight.rng import Stream, numpy_generator
 from fedlight.selection.base import Selection
 from fedlight.tensors import StateDict, detached_copy, nbytes
 
-
-def first_optimizer(configured: Any) -> torch.optim.Optimizer:
-    """The optimizer out of any return value Lightning allows for `configure_optimizers`."""
-    if isinstance(configured, torch.optim.Optimizer):
-        return configured
-    if isinstance(configured, dict) and "optimizer" in configured:
-        return first_optimizer(configured["optimizer"])
-    if isinstance(configured, list | tuple) and configured:
-        return first_optimizer(configured[0])
-    raise ConfigError(
-        f"model: configure_optimizers() returned {type(configured).__name__}; "
-        "return a torch.optim.Optimizer (or Lightning's list/dict forms)"
-    )
+Item = TypeVar("Item")
 
 
-def training_loss(output: Tensor | dict[str, Tensor]) -> Tensor:
-    """`training_step` may return the loss or a dict holding it under "loss", as in Lightning."""
-    return output["loss"] if isinstance(output, dict) else output
+def timed(items: Iterator[Item]) -> Iterator[tuple[Item, float]]:
+    """Each item with the seconds spent producing it: an engine's training time per result."""
+    while True:
+        started = time.perf_counter()
+        item = next(items, None)
+        if item is None:
+            return
+        yield item, time.perf_counter() - started
 
 
 @dataclass
@@ -103,6 +96,7 @@ class FederatedLoop:
             else client_states
         )
         self.history = History()
+        self.engine = make_engine(module, data, settings)
 
     def run_round(self, round_index: int) -> RoundStats:
         """Select clients, send the download, train each client locally, aggregate the uploads."""
@@ -120,18 +114,21 @@ class FederatedLoop:
             clients, self.client_indices, numpy_generator(seed, Stream.POOLING, round_index)
         )
 
+        tasks, states = [], {}
+        for client, indices in participants:
+            states[client] = self.client_states.get(client)  # read once: it may come from disk
+            start = self.algorithm.start_weights(self.server, states[client])
+            callbacks = self.algorithm.local_callbacks(self.server, states[client])
+            tasks.append(LocalTask(client, indices, start, callbacks))
+
         uploads, losses, samples = [], [], []
         client_seconds = 0.0
-        for client, indices in participants:
-            client_state = self.client_states.get(client)
-            callbacks = self.algorithm.local_callbacks(self.server, client_state)
-            start = self.algorithm.start_weights(self.server, client_state)
-            started = time.perf_counter()
-            local = self.train_client(client, indices, round_index, start, lrs, callbacks)
-            client_seconds += time.perf_counter() - started
+        for local, seconds in timed(self.engine.train(tasks, round_index, lrs)):
+            client_seconds += seconds
+            client_state = states[local.client_id]
             upload, new_state = self.algorithm.upload(self.server, local, client_state)
             if new_state is not None and new_state is not client_state:  # unchanged: not rewritten
-                self.client_states.put(client, round_index, new_state)
+                self.client_states.put(local.client_id, round_index, new_state)
             uploads.append(upload)
             losses.append(local.train_loss * local.num_samples)
             samples.append(local.num_samples)
@@ -154,49 +151,10 @@ class FederatedLoop:
         lrs: list[float],
         callbacks: list[LocalCallback],
     ) -> LocalResult:
-        """Local epochs of minibatch training on the examples `indices`, calling the module's
-        hooks as a Trainer would."""
-        module, data, local = self.module, self.data, self.settings.local
-        module.load_state_dict(start)
-        module.train()
-        optimizer = first_optimizer(module.configure_optimizers())
-        for group, lr in zip(optimizer.param_groups, lrs, strict=True):
-            group["lr"] = lr
-        seed = derive_seed(self.settings.seed, Stream.LOCAL_TRAINING, round_index, client)
-        generator = torch.Generator().manual_seed(seed)
-        torch.manual_seed(seed)  # for the module's own randomness, e.g. dropout
-        augment = data.augment
-        losses: list[Tensor] = []
-        step = 0
-        for _ in range(local.epochs if len(indices) else 0):  # a client without data takes no step
-            order = indices[torch.randperm(len(indices), generator=generator).to(indices.device)]
-            for batch_indices in order.split(local.batch_size):
-                x, y = data.train_x[batch_indices], data.train_y[batch_indices]
-                if augment is not None:
-                    x = augment(x, generator)
-                loss = training_loss(module.training_step((x, y), step))
-                optimizer.zero_grad(set_to_none=True)
-                module.on_before_backward(loss)
-                for callback in callbacks:
-                    callback.on_before_backward(module, loss)
-                loss.backward()
-                module.on_after_backward()
-                for callback in callbacks:
-                    callback.on_after_backward(module)
-                module.on_before_optimizer_step(optimizer)
-                for callback in callbacks:
-                    callback.on_before_optimizer_step(module, optimizer)
-                optimizer.step()
-                losses.append(loss.detach())
-                step += 1
-        return LocalResult(
-            client_id=client,
-            weights=module.state_dict(),
-            num_samples=len(indices),
-            num_steps=step,
-            lr=lrs[0],
-            train_loss=torch.stack(losses).mean().item() if losses else 0.0,
-        )
+        """Local training of one participant by the loop's engine (as in a round)."""
+        task = LocalTask(client, indices, start, callbacks)
+        (local,) = self.engine.train([task], round_index, lrs)
+        return local
 
     def evaluate(self) -> tuple[float, float, float]:
         """Mean test accuracy, mean test loss and accuracy spread (population std) of the models

@@ -9,6 +9,7 @@ default that does nothing, so FedAvg overrides only what it needs.
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 import pytorch_lightning as pl
@@ -30,8 +31,8 @@ class ServerState:
 class LocalResult:
     """What local training produced on one client, before the algorithm decides what to send.
 
-    `weights` share storage with the one client module: valid until the next client trains, so an
-    algorithm that keeps them must copy them.
+    `weights` share storage with the engine (the sequential engine's one client module): valid
+    until the next client's result is asked for, so an algorithm that keeps them must copy them.
     """
 
     client_id: int
@@ -55,9 +56,10 @@ class ClientUpload:
 class LocalCallback:
     """Lightning-style hooks an algorithm adds to a client's local training.
 
-    The loop calls them right after the client module's hook of the same name, on the client
-    being trained only (SCAFFOLD corrects gradients in `on_after_backward`, FedProx adds its
-    proximal term).
+    The sequential engine calls them right after the client module's hook of the same name, on
+    the client being trained only (SCAFFOLD corrects gradients in `on_after_backward`, FedProx
+    adds its proximal term). The vectorized engine has no module per client: it calls
+    `correct_gradients` of the `stack`ed callbacks of all clients instead.
     """
 
     def on_before_backward(self, module: pl.LightningModule, loss: Tensor) -> None:
@@ -70,6 +72,24 @@ class LocalCallback:
         self, module: pl.LightningModule, optimizer: torch.optim.Optimizer
     ) -> None:
         """Called right before each optimizer step."""
+
+    def correct_gradients(self, params: StateDict, grads: StateDict) -> StateDict:
+        """The same correction as `on_after_backward`, for engines without a module (the
+        vectorized engine): the corrected gradients `grads` of the trainable parameters `params`,
+        name → tensor. Called on a `stack`ed callback, every tensor has a leading client
+        dimension. Override it (and `stack`) only if it is the callback's whole effect; a
+        callback without it trains on the sequential engine only."""
+        raise NotImplementedError
+
+    @classmethod
+    def stack(cls: type["CallbackT"], callbacks: Sequence["CallbackT"]) -> "CallbackT":
+        """One callback acting as `callbacks` (one per client, of this class) on tensors stacked
+        along a new leading client dimension, in their order: the vectorized engine corrects all
+        clients' gradients in one call."""
+        raise NotImplementedError
+
+
+CallbackT = TypeVar("CallbackT", bound=LocalCallback)
 
 
 class Algorithm(ABC):

@@ -36,6 +36,23 @@ class ProximalTerm(LocalCallback):
             if param.grad is not None and name in self.anchor:
                 param.grad.add_(param - self.anchor[name], alpha=self.mu)
 
+    def correct_gradients(self, params: StateDict, grads: StateDict) -> StateDict:
+        return {
+            name: grad.add(params[name] - self.anchor[name], alpha=self.mu)
+            if name in self.anchor
+            else grad
+            for name, grad in grads.items()
+        }
+
+    @classmethod
+    def stack(cls, callbacks: Sequence["ProximalTerm"]) -> "ProximalTerm":
+        mus = {callback.mu for callback in callbacks}
+        if len(mus) != 1:
+            raise ValueError(f"ProximalTerm.stack needs one μ for all clients, got {sorted(mus)}")
+        names = list(callbacks[0].anchor)
+        anchor = {name: torch.stack([c.anchor[name] for c in callbacks]) for name in names}
+        return cls(mus.pop(), anchor, names)
+
 
 @dataclass
 class FedProx(FedAvg):

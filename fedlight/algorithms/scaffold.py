@@ -82,6 +82,17 @@ class ControlCorrection(LocalCallback):
             else:
                 param.grad.add_(correction)
 
+    def correct_gradients(self, params: StateDict, grads: StateDict) -> StateDict:
+        return {
+            name: grad + self.correction[name] if name in self.correction else grad
+            for name, grad in grads.items()
+        }
+
+    @classmethod
+    def stack(cls, callbacks: Sequence["ControlCorrection"]) -> "ControlCorrection":
+        names = list(callbacks[0].correction)
+        return cls({name: torch.stack([c.correction[name] for c in callbacks]) for name in names})
+
 
 @dataclass
 class Scaffold(Algorithm):

@@ -1,0 +1,78 @@
+"""The sequential engine: one participant after another on the one shared client module.
+
+Each participant loads its start weights into the module and trains with the module's own
+`training_step` and `configure_optimizers`, calling its hooks as a Lightning Trainer would
+(`on_before_backward`, `on_after_backward`, `on_before_optimizer_step`, each followed by the
+algorithm's callbacks of the same name). No Trainer is built per client (that costs ~40% of the
+speed on small models), so hooks only ever fire on the client being trained. Any LightningModule
+and optimizer work here.
+"""
+
+from collections.abc import Iterator, Sequence
+
+import torch
+from torch import Tensor
+
+from fedlight.algorithms.base import LocalResult
+from fedlight.engines.base import Engine, LocalTask, batch_indices, first_optimizer, local_seed
+
+
+def training_loss(output: Tensor | dict[str, Tensor]) -> Tensor:
+    """`training_step` may return the loss or a dict holding it under "loss", as in Lightning."""
+    return output["loss"] if isinstance(output, dict) else output
+
+
+class SequentialEngine(Engine):
+    """Trains one client after another on the one client module; see the module docstring."""
+
+    def train(
+        self, tasks: Sequence[LocalTask], round_index: int, lrs: Sequence[float]
+    ) -> Iterator[LocalResult]:
+        """Trains each task only when its result is asked for: the results' weights are the
+        module's own tensors, which the next task overwrites."""
+        for task in tasks:
+            yield self.train_one(task, round_index, lrs)
+
+    def train_one(self, task: LocalTask, round_index: int, lrs: Sequence[float]) -> LocalResult:
+        """Local epochs of minibatch training on the task's examples, calling the module's hooks
+        as a Trainer would."""
+        module, data, local = self.module, self.data, self.settings.local
+        callbacks = task.callbacks
+        module.load_state_dict(task.start)
+        module.train()
+        optimizer = first_optimizer(module.configure_optimizers())
+        for group, lr in zip(optimizer.param_groups, lrs, strict=True):
+            group["lr"] = lr
+        seed = local_seed(self.settings.seed, round_index, task.client)
+        generator = torch.Generator().manual_seed(seed)
+        torch.manual_seed(seed)  # for the module's own randomness, e.g. dropout
+        augment = data.augment
+        losses: list[Tensor] = []
+        step = 0
+        for indices in batch_indices(task.indices, generator, local.epochs, local.batch_size):
+            x, y = data.train_x[indices], data.train_y[indices]
+            if augment is not None:
+                x = augment(x, generator)
+            loss = training_loss(module.training_step((x, y), step))
+            optimizer.zero_grad(set_to_none=True)
+            module.on_before_backward(loss)
+            for callback in callbacks:
+                callback.on_before_backward(module, loss)
+            loss.backward()
+            module.on_after_backward()
+            for callback in callbacks:
+                callback.on_after_backward(module)
+            module.on_before_optimizer_step(optimizer)
+            for callback in callbacks:
+                callback.on_before_optimizer_step(module, optimizer)
+            optimizer.step()
+            losses.append(loss.detach())
+            step += 1
+        return LocalResult(
+            client_id=task.client,
+            weights=module.state_dict(),
+            num_samples=len(task.indices),
+            num_steps=step,
+            lr=lrs[0],
+            train_loss=torch.stack(losses).mean().item() if losses else 0.0,
+        )
