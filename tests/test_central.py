@@ -98,16 +98,6 @@ def test_one_model_continues_across_rounds_and_nothing_is_communicated(make_job)
     assert (accuracy, loss) == loop.evaluate_model(trained) and spread == 0.0
 
 
-def test_central_does_not_depend_on_how_the_data_is_partitioned(make_job, tmp_path: Path) -> None:
-    """With every client taking part, two partitions of the same examples give the same run."""
-    overrides = [*TINY, "algo=central", "fl.clients_per_round=10", "fl.rounds=2"]
-    for partition in ("iid", "dirichlet", "label_quantity"):
-        run_job(make_job([*overrides, f"partition={partition}"]), tmp_path / partition)
-    iid = rows_without_timings(tmp_path / "iid")
-    assert rows_without_timings(tmp_path / "dirichlet") == iid
-    assert rows_without_timings(tmp_path / "label_quantity") == iid
-
-
 def test_central_resumes_bit_exactly(
     make_job: Callable[[list[str]], Job], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -6,9 +6,7 @@ size and local epochs as the federated run, and does the same amount of work: ea
 without replacement, as many pooled examples as the round's selected clients hold together
 (all of them when every client takes part) and trains its local epochs on them, continuing from
 the previous round. So a round processes the same number of sample gradients as a federated round;
-the number of optimizer steps differs only by the clients' partial last batches. The pool is
-sorted before the draw, so with every client taking part two partitions of the same examples
-(say `iid` and `dirichlet`) give the same centralized run, bit for bit. The optimizer
+the number of optimizer steps differs only by the clients' partial last batches. The optimizer
 (and its momentum) restarts each round, as it does for every client. Nothing is communicated.
 """
 
@@ -39,7 +37,7 @@ class Central(Local):
     ) -> list[tuple[int, Tensor]]:
         """One trainer on a draw from everybody's pooled examples: O(all examples) per round by
         definition, like a centralized epoch; no state per client is kept."""
-        pool = torch.cat(list(client_indices)).sort().values  # the same for every partition
+        pool = torch.cat(list(client_indices))
         size = sum(len(client_indices[client]) for client in selected)
         drawn = torch.as_tensor(generator.permutation(len(pool))[:size], device=pool.device)
         return [(POOLED_TRAINER, pool[drawn])]
