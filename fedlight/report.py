@@ -43,6 +43,9 @@ METRIC_TITLES = {
 }
 ACCURACY_AT = re.compile(r"accuracy_at_(\d+)")
 MISSING = "—"
+# Overrides that do not make a different experiment: the seed varies within a group, and a run
+# resumed from a checkpoint gives the uninterrupted run's numbers.
+NOT_GROUPED = ("seed", "resume")
 
 
 class ReportError(Exception):
@@ -89,6 +92,7 @@ class JobResult:
     """One job directory of the sweep; `summary` is None until the job has finished."""
 
     name: str
+    directory: Path
     overrides: dict[str, str]
     raw_overrides: list[str]
     summary: dict[str, Any] | None
@@ -206,6 +210,7 @@ def load_job(sweep_dir: Path, job_dir: Path) -> JobResult:
     config = load_yaml(job_dir / ".hydra" / "config.yaml") or {}
     return JobResult(
         name=job_dir.relative_to(sweep_dir).as_posix(),
+        directory=job_dir,
         overrides=dict(normalize_override(o) for o in raw_overrides),
         raw_overrides=raw_overrides,
         summary=read_summary(job_dir / "summary.json"),
@@ -233,12 +238,12 @@ def load_jobs(sweep_dir: Path) -> list[JobResult]:
 
 
 def group_jobs(jobs: list[JobResult]) -> list[Group]:
-    """Finished jobs grouped by their overrides other than seed, in job order."""
+    """Finished jobs grouped by their overrides other than seed and resume, in job order."""
     groups: dict[tuple[tuple[str, str], ...], Group] = {}
     for job in jobs:
         if not job.finished:
             continue
-        settings = {k: v for k, v in job.overrides.items() if k != "seed"}
+        settings = {k: v for k, v in job.overrides.items() if k not in NOT_GROUPED}
         key = tuple(sorted(settings.items()))
         groups.setdefault(key, Group(settings, [])).jobs.append(job)
     return list(groups.values())
@@ -508,7 +513,8 @@ def parse_where(conditions: list[str]) -> dict[str, str]:
 
 
 def select_jobs(args: argparse.Namespace) -> list[JobResult]:
-    """The jobs of every sweep directory that match all `--where` conditions."""
+    """The jobs of every sweep directory that match all `--where` conditions; a killed job that
+    another one resumed (`resume=<its directory>`) is left out, its resumption counts instead."""
     where = parse_where(args.where)
     several = len(args.sweep_dirs) > 1
     jobs = []
@@ -518,7 +524,8 @@ def select_jobs(args: argparse.Namespace) -> list[JobResult]:
                 jobs.append(replace(job, name=f"{sweep_dir.name}/{job.name}") if several else job)
     if not jobs:
         raise ReportError(f"no job matches --where {' '.join(args.where)}; check the values")
-    return jobs
+    resumed = {Path(j.overrides["resume"]).resolve() for j in jobs if "resume" in j.overrides}
+    return [j for j in jobs if j.finished or j.directory.resolve() not in resumed]
 
 
 def output_dir_of(args: argparse.Namespace) -> Path:

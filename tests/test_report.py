@@ -327,6 +327,20 @@ def test_several_sweeps_filtered_into_one_report(comparison_sweep: Path, tmp_pat
     assert (out / "curves.png").exists() and (out / "report.csv").exists()
 
 
+def test_a_resumed_job_replaces_the_killed_one(comparison_sweep: Path, tmp_path: Path) -> None:
+    """Job 13 was killed; `resume=<job 13>` finished it in a run directory of its own."""
+    killed = comparison_sweep / "13"
+    overrides = [*PRESET, "algo=scaffold", "seed=3", f"resume={killed.resolve()}"]
+    summary = summary_of(0.82, algo="scaffold", seed=3, rounds_to_target=26, target_accuracy=0.7)
+    write_job(tmp_path, "resumed", overrides, COMPARISON_LAYOUT, summary, [0.6, 0.7, 0.82])
+    out = tmp_path / "combined"
+    assert main([str(comparison_sweep), str(tmp_path / "resumed"), "-o", str(out)]) == 0
+    lines = (out / "report.md").read_text().splitlines()
+    assert "### Incomplete jobs" not in lines
+    scaffold = next(line for line in lines if line.startswith("| SCAFFOLD |"))
+    assert scaffold.startswith(f"| SCAFFOLD | {statistics.fmean([80, 81, 85, 82]):.1f} ± ")
+
+
 def test_several_sweeps_need_an_output_and_where_must_match(
     comparison_sweep: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
