@@ -180,8 +180,9 @@ class DiskClientStates(ClientStates):
                 origin = source / str(client) / f"{round_index}.pt"
                 if not origin.is_file():
                     raise ConfigError(
-                        f"resume={run_dir}: {origin} is missing; resume from a complete run directory "
-                        "(fl.client_state=disk keeps client states in its client_states/)"
+                        f"resume={run_dir}: {origin} is missing; resume from a complete run "
+                        "directory (fl.client_state=disk keeps client states in its "
+                        "client_states/)"
                     )
                 link_or_copy(origin, self.path(client, round_index))
         # Kept like a saved checkpoint's versions until this run's first checkpoint: a run resumed

@@ -112,13 +112,13 @@ class FederatedLoop:
         self.server: ServerState = algorithm.init_server(
             detached_copy(module.state_dict()), trainable, settings.fl.num_clients
         )
+        device = next(module.parameters()).device
+        self.workers = OneWorker(device) if workers is None else workers
         self.client_states = (
             MemoryClientStates(device)
             if client_states is None  # an empty store is falsy: it is a Mapping
             else client_states
         )
-        device = next(module.parameters()).device
-        self.workers = OneWorker(device) if workers is None else workers
         self.history = History()
         self.engine = make_engine(module, data, settings)
 

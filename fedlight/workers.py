@@ -294,7 +294,9 @@ def spawn_workers(
     one-line `WorkerError` after the worker has printed its traceback.
     """
     count = settings.fl.workers
-    resolve_backend(settings.fl.backend, worker_device(settings, 0, count))  # refuse before spawning
+    resolve_backend(
+        settings.fl.backend, worker_device(settings, 0, count)
+    )  # refuse before spawning
     store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
     errors = torch_mp.get_context("spawn").SimpleQueue()
     worker_args = (count, store.port, spawned_threads(settings.fl), errors, passed_on)
@@ -325,7 +327,11 @@ def run_spawned(
     target: Callable[..., Any],
     args: tuple[Any, ...],
 ) -> None:
-    """One spawned worker: join the others at the parent's TCP store, run, leave the group."""
+    """One spawned worker: join the others at the parent's TCP store, run, leave the group.
+
+    An error is reported before the group is left: leaving makes the others fail too, and the
+    parent raises the first error reported.
+    """
     torch.set_num_threads(threads)
     try:
         device = worker_device(settings, rank, count)
@@ -335,10 +341,7 @@ def run_spawned(
         dist.init_process_group(
             resolve_backend(settings.fl.backend, device), store=store, rank=rank, world_size=count
         )
-        try:
-            target(ProcessGroupWorkers(device), *args)
-        finally:
-            dist.destroy_process_group()
+        target(ProcessGroupWorkers(device), *args)
     except passed_on as error:
         errors.put(error)
         raise
@@ -346,9 +349,11 @@ def run_spawned(
         traceback.print_exc(file=sys.stderr)
         errors.put(WorkerError(f"worker {rank} failed: {type(error).__name__}: {one_line(error)}"))
         raise
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
 
 
 def one_line(error: BaseException) -> str:
     text = " ".join(str(error).split())
     return text if len(text) <= 300 else text[:297] + "..."
-
