@@ -19,7 +19,8 @@ from . import worker_targets
 from .conftest import TINY, rows_without_timings, run_cli
 
 CPU = torch.device("cpu")
-BASE = [*TINY, "fl.rounds=2", "partition=dirichlet"]  # clients of unequal sizes
+# Clients of unequal sizes, 6 per round: shared as (1, 3, 5), (0, 2, 4) and (1, 2, 5), (0, 3, 4).
+BASE = [*TINY, "fl.rounds=2", "partition=dirichlet", "fl.clients_per_round=6"]
 ALGORITHMS = {
     "fedavg": [],
     "scaffold": ["algo=scaffold", "optim.momentum=0.9"],
