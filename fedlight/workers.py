@@ -294,9 +294,7 @@ def spawn_workers(
     one-line `WorkerError` after the worker has printed its traceback.
     """
     count = settings.fl.workers
-    resolve_backend(
-        settings.fl.backend, worker_device(settings, 0, count)
-    )  # refuse before spawning
+    resolve_backend(settings.fl.backend, worker_device(settings, 0, count))  # refused: no spawn
     store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
     errors = torch_mp.get_context("spawn").SimpleQueue()
     worker_args = (count, store.port, spawned_threads(settings.fl), errors, passed_on)
