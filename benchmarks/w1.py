@@ -31,7 +31,7 @@ import argparse
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,7 +49,7 @@ import fedlight.cli
 import fedlight.config
 from fedlight.data.base import TensorDataset
 from fedlight.data.mnist import MNIST
-from fedlight.experiment import run_job
+from fedlight.experiment import Job, run_job
 from fedlight.models.cnn import CNN
 from fedlight.models.mlp import MLP
 from fedlight.partitions.shards import Shards
@@ -94,9 +94,11 @@ class Result:
 # fedlight
 
 
-def run_fedlight(model: str, data: TensorDataset, rounds: int) -> Result:
-    """One `run_job` of W1 through the real Hydra config; only `run_job` itself is timed."""
-    overrides = [
+def fedlight_job(
+    model: str, data: TensorDataset, rounds: int, overrides: Sequence[str] = ()
+) -> Job:
+    """W1 as a fedlight job from the real Hydra config (plus `overrides`), on preloaded data."""
+    w1_overrides = [
         "data=mnist",
         f"model={model}",
         "partition=shards",
@@ -113,12 +115,19 @@ def run_fedlight(model: str, data: TensorDataset, rounds: int) -> Result:
         f"eval.every={rounds}",
         f"eval.batch_size={EVAL_BATCH_SIZE}",
         f"checkpoint.every={rounds}",
+        *overrides,
     ]
     with hydra.initialize_config_dir(config_dir=fedlight.cli.CONF_DIR, version_base="1.3"):
-        cfg = hydra.compose("config", overrides=overrides)
+        cfg = hydra.compose("config", overrides=w1_overrides)
     choices = {"data": "mnist", "model": model, "partition": "shards", "algo": "fedavg"}
     job = fedlight.cli.build_job(cfg, choices=choices)
     job.data = Preloaded(data)
+    return job
+
+
+def run_fedlight(model: str, data: TensorDataset, rounds: int) -> Result:
+    """One `run_job` of W1 through the real Hydra config; only `run_job` itself is timed."""
+    job = fedlight_job(model, data, rounds)
     with tempfile.TemporaryDirectory(prefix="w1-fedlight-") as output_dir:
         started = time.perf_counter()
         summary = run_job(job, Path(output_dir))

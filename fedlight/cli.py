@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from fedlight.config import CONFIG_GROUPS, SETTING_KEYS, ConfigError, RunSettings, register_schema
 from fedlight.data.base import DataError
 from fedlight.experiment import Job, run_job
+from fedlight.workers import WorkerError
 
 CONF_DIR = str(Path(__file__).resolve().parent / "conf")
 MULTIRUN_FLAGS = ("-m", "--multirun")
@@ -172,7 +173,7 @@ def hydra_entry(cfg: DictConfig) -> None:
     sweep_group = hydra_cfg.sweep.dir if hydra_cfg.mode == RunMode.MULTIRUN else None
     try:
         run_job(build_job(cfg, choices, sweep_group), Path(hydra_cfg.runtime.output_dir))
-    except (ConfigError, DataError) as error:
+    except (ConfigError, DataError, WorkerError) as error:
         print(f"fedlight: error: {error}", file=sys.stderr)
         sys.exit(2)
 

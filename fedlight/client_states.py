@@ -10,6 +10,13 @@ so a store never has to hold every client's tensors at once. `fl.client_state` p
   written up to round r, and later rounds write new files beside them instead of overwriting them.
   Exactly the versions a resume could still need are kept (the last saved checkpoint's and the
   newest), so disk use stays within twice the size of the states that exist.
+
+With several workers (`fl.workers`), a new state is stored in two steps: the worker that trained
+the client `write`s it, and every worker `commit`s what that write returned, in participant order.
+The memory store replicates: `write` returns the tensors, which travel to every worker. The disk
+store shares files: `write` saves the version file and returns its round, and `commit` points each
+worker's index at it. Only one worker (rank 0, `owns_files`) removes replaced versions and links a
+resumed run's files, at points where no other worker can still read them.
 """
 
 import os
@@ -17,7 +24,7 @@ import shutil
 from abc import abstractmethod
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -26,14 +33,25 @@ from fedlight.config import ConfigError
 from fedlight.tensors import StateDict
 
 CLIENT_STATES_DIR = "client_states"  # the disk store's folder inside a run directory
+# What `write` returns for `commit`: the tensors (memory) or the version's round (disk).
+Written = StateDict | int
 
 
 class ClientStates(Mapping[int, StateDict]):
     """Client id → its persistent state, for the clients that have one."""
 
-    @abstractmethod
     def put(self, client: int, round_index: int, state: StateDict) -> None:
-        """Store `state` as `client`'s state after round `round_index`."""
+        """Store `state` as `client`'s state after round `round_index` (one worker's write and
+        commit)."""
+        self.commit(client, round_index, self.write(client, round_index, state))
+
+    @abstractmethod
+    def write(self, client: int, round_index: int, state: StateDict) -> Written:
+        """The first step of `put`, on the worker that trained `client`."""
+
+    @abstractmethod
+    def commit(self, client: int, round_index: int, written: Written) -> None:
+        """The second step of `put`, on every worker: `written` is what `write` returned."""
 
     @abstractmethod
     def state_dict(self) -> dict[str, Any]:
@@ -65,8 +83,11 @@ class MemoryClientStates(ClientStates):
     def __len__(self) -> int:
         return len(self.states)
 
-    def put(self, client: int, round_index: int, state: StateDict) -> None:
-        self.states[client] = state
+    def write(self, client: int, round_index: int, state: StateDict) -> Written:
+        return state
+
+    def commit(self, client: int, round_index: int, written: Written) -> None:
+        self.states[client] = cast(StateDict, written)  # what `write` returned: the tensors
 
     def state_dict(self) -> dict[str, Any]:
         """Client id (as text) → its tensors."""
@@ -80,11 +101,16 @@ class MemoryClientStates(ClientStates):
 
 
 class DiskClientStates(ClientStates):
-    """One file per client state version in `directory`; in RAM only which version is newest."""
+    """One file per client state version in `directory`; in RAM only which version is newest.
 
-    def __init__(self, directory: Path, device: torch.device) -> None:
+    `owns_files`: this worker removes replaced versions and links a resumed run's versions (one
+    worker of a run; the others only write the versions of the clients they train).
+    """
+
+    def __init__(self, directory: Path, device: torch.device, owns_files: bool = True) -> None:
         self.directory = directory
         self.device = device
+        self.owns_files = owns_files
         self.newest: dict[int, int] = {}  # client → round of its newest version
         self.saved: dict[int, int] = {}  # the index the last saved checkpoint holds
         # Versions the saved checkpoint names that are no longer newest: deleted once the next
@@ -112,18 +138,23 @@ class DiskClientStates(ClientStates):
     def __contains__(self, client: object) -> bool:
         return client in self.newest
 
-    def put(self, client: int, round_index: int, state: StateDict) -> None:
-        """Write a new version atomically; the one it replaces goes unless a checkpoint names it."""
+    def write(self, client: int, round_index: int, state: StateDict) -> Written:
+        """Write a new version atomically (a new file: nobody reads it before `commit`)."""
         path = self.path(client, round_index)
         path.parent.mkdir(parents=True, exist_ok=True)
         save_checkpoint(path, state)
+        return round_index
+
+    def commit(self, client: int, round_index: int, written: Written) -> None:
+        """Make the written version the newest; the one it replaces goes unless a checkpoint
+        names it. Every worker has finished the round then, so no one still reads that one."""
         previous = self.newest.get(client)
         self.newest[client] = round_index
         if previous is None or previous == round_index:
             return
         if self.saved.get(client) == previous:
             self.superseded[client] = previous
-        else:
+        elif self.owns_files:
             self.path(client, previous).unlink()
 
     def state_dict(self) -> dict[str, Any]:
@@ -131,25 +162,29 @@ class DiskClientStates(ClientStates):
         return {str(client): round_index for client, round_index in self.newest.items()}
 
     def checkpoint_saved(self) -> None:
-        for client, round_index in self.superseded.items():
-            self.path(client, round_index).unlink()
+        if self.owns_files:  # the worker that saved the checkpoint
+            for client, round_index in self.superseded.items():
+                self.path(client, round_index).unlink()
         self.superseded = {}
         self.saved = dict(self.newest)
 
     def load_state_dict(self, state: dict[str, Any], run_dir: Path) -> None:
         """Bring the versions the checkpoint names from `run_dir` into this run's directory (hard
         links where possible, copies otherwise), so that this run is self-contained and the
-        resumed run's files are never changed."""
+        resumed run's files are never changed. Other workers wait for this one before they read
+        (`run_job`)."""
         source = run_dir / CLIENT_STATES_DIR
         self.newest = {int(client): int(round_index) for client, round_index in state.items()}
-        for client, round_index in self.newest.items():
-            origin = source / str(client) / f"{round_index}.pt"
-            if not origin.is_file():
-                raise ConfigError(
-                    f"resume={run_dir}: {origin} is missing; resume from a complete run directory "
-                    "(fl.client_state=disk keeps client states in its client_states/)"
-                )
-            link_or_copy(origin, self.path(client, round_index))
+        if self.owns_files:
+            for client, round_index in self.newest.items():
+                origin = source / str(client) / f"{round_index}.pt"
+                if not origin.is_file():
+                    raise ConfigError(
+                        f"resume={run_dir}: {origin} is missing; resume from a complete run "
+                        "directory (fl.client_state=disk keeps client states in its "
+                        "client_states/)"
+                    )
+                link_or_copy(origin, self.path(client, round_index))
         # Kept like a saved checkpoint's versions until this run's first checkpoint: a run resumed
         # into its own directory still has that checkpoint there.
         self.saved, self.superseded = dict(self.newest), {}
@@ -169,8 +204,11 @@ def link_or_copy(origin: Path, destination: Path) -> None:
         shutil.copyfile(origin, destination)
 
 
-def client_state_store(kind: str, run_dir: Path, device: torch.device) -> ClientStates:
-    """The store `fl.client_state` names, for a run writing into `run_dir`."""
+def client_state_store(
+    kind: str, run_dir: Path, device: torch.device, owns_files: bool = True
+) -> ClientStates:
+    """The store `fl.client_state` names, for a run writing into `run_dir`; `owns_files` on one
+    worker of the run."""
     if kind == "disk":
-        return DiskClientStates(run_dir / CLIENT_STATES_DIR, device)
+        return DiskClientStates(run_dir / CLIENT_STATES_DIR, device, owns_files)
     return MemoryClientStates(device)

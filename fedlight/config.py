@@ -21,6 +21,7 @@ def require(condition: bool, message: str) -> None:
 
 CLIENT_STATE_STORES = ("memory", "disk")  # fl.client_state: see fedlight.client_states
 ENGINE_CHOICES = ("auto", "sequential", "vectorized")  # fl.engine; see fedlight.engines
+BACKENDS = ("auto", "gloo", "nccl")  # fl.backend: torch.distributed backend of fl.workers > 1
 
 
 @dataclass
@@ -30,6 +31,11 @@ class FLSettings:
     rounds: int = 50
     client_state: str = "memory"
     engine: str = "auto"  # how clients train locally: see fedlight.engines
+    # Processes that share each round's clients (see fedlight.workers): on this machine, or under
+    # torchrun the world size the environment gives.
+    workers: int = 1
+    threads_per_worker: int | None = None  # None: the process's torch threads // local workers
+    backend: str = "auto"  # auto: nccl on CUDA, gloo otherwise
 
     def __post_init__(self) -> None:
         require(self.num_clients >= 1, f"fl.num_clients={self.num_clients} must be >= 1")
@@ -47,6 +53,25 @@ class FLSettings:
         require(
             self.engine in ENGINE_CHOICES,
             f"fl.engine={self.engine} is not an engine; use {', '.join(ENGINE_CHOICES)}",
+        )
+        require(
+            self.workers >= 1,
+            f"fl.workers={self.workers} must be >= 1 (processes that share a round's clients)",
+        )
+        require(
+            self.workers <= self.clients_per_round,
+            f"fl.workers={self.workers} exceeds fl.clients_per_round={self.clients_per_round}: "
+            "some workers would never train; lower fl.workers",
+        )
+        require(
+            self.threads_per_worker is None or self.threads_per_worker >= 1,
+            f"fl.threads_per_worker={self.threads_per_worker} must be >= 1 (or null: the "
+            "process's torch threads divided among the workers)",
+        )
+        require(
+            self.backend in BACKENDS,
+            f"fl.backend={self.backend} is not a backend; use auto (nccl on CUDA, else gloo), "
+            "gloo or nccl",
         )
 
 
@@ -113,6 +138,15 @@ class RunSettings:
         require(
             self.device == "auto" or self.device.split(":")[0] in {"cpu", "cuda", "mps"},
             f"device={self.device} is not a torch device; use auto, cpu, cuda or cuda:N",
+        )
+        require(
+            self.fl.backend != "nccl" or self.device.split(":")[0] in {"auto", "cuda"},
+            f"fl.backend=nccl needs CUDA and device={self.device}; use fl.backend=gloo (or auto)",
+        )
+        require(
+            self.fl.workers == 1 or ":" not in self.device,
+            f"device={self.device} names one GPU but fl.workers={self.fl.workers}; use "
+            "device=cuda (worker r then takes cuda:<its local rank>)",
         )
 
 

@@ -3,7 +3,9 @@
 select clients → broadcast → local training by the client engine (`fl.engine`, see
 `fedlight.engines`) → aggregate → (evaluate → log → checkpoint) in `run`. The loop describes each
 participant's local training as a task; the engine yields their results one by one, and each
-client's upload is made before the next result is asked for.
+client's upload is made before the next result is asked for. With several workers (`fl.workers`,
+see `fedlight.workers`) each trains its share of the participants and all of them aggregate the
+gathered outcomes identically; with one worker, sharing and gathering are the identity.
 """
 
 import time
@@ -17,9 +19,15 @@ import torch
 from torch import Tensor
 from torch.nn import functional as F  # noqa: N812
 
-from fedlight.algorithms.base import Algorithm, LocalCallback, LocalResult, ServerState
+from fedlight.algorithms.base import (
+    Algorithm,
+    ClientUpload,
+    LocalCallback,
+    LocalResult,
+    ServerState,
+)
 from fedlight.checkpoint import save_checkpoint
-from fedlight.client_states import ClientStates, MemoryClientStates
+from fedlight.client_states import ClientStates, MemoryClientStates, Written
 from fedlight.config import RunSettings
 from fedlight.data.base import TensorDataset
 from fedlight.engines import LocalTask, first_optimizer, make_engine
@@ -28,6 +36,7 @@ from fedlight.lr_schedules.base import LRSchedule
 from fedlight.rng import Stream, numpy_generator
 from fedlight.selection.base import Selection
 from fedlight.tensors import StateDict, detached_copy, nbytes
+from fedlight.workers import OneWorker, Workers
 
 Item = TypeVar("Item")
 
@@ -40,6 +49,17 @@ def timed(items: Iterator[Item]) -> Iterator[tuple[Item, float]]:
         if item is None:
             return
         yield item, time.perf_counter() - started
+
+
+@dataclass
+class Outcome:
+    """What the worker that trained a participant tells every worker about it."""
+
+    upload: ClientUpload
+    written: Written | None  # the new client state as its store wrote it; None: unchanged
+    train_loss: float
+    num_samples: int
+    seconds: float  # local training time
 
 
 @dataclass
@@ -74,8 +94,10 @@ class FederatedLoop:
         selection: Selection,
         lr_schedule: LRSchedule,
         client_states: ClientStates | None = None,
+        workers: Workers | None = None,
     ) -> None:
-        """`client_states` defaults to a memory store on the client module's device."""
+        """`client_states` defaults to a memory store on the client module's device, `workers`
+        to this process alone."""
         self.settings = settings
         self.data = data
         self.client_indices = client_indices
@@ -90,8 +112,10 @@ class FederatedLoop:
         self.server: ServerState = algorithm.init_server(
             detached_copy(module.state_dict()), trainable, settings.fl.num_clients
         )
+        device = next(module.parameters()).device
+        self.workers = OneWorker(device) if workers is None else workers
         self.client_states = (
-            MemoryClientStates(next(module.parameters()).device)
+            MemoryClientStates(device)
             if client_states is None  # an empty store is falsy: it is a Mapping
             else client_states
         )
@@ -99,7 +123,8 @@ class FederatedLoop:
         self.engine = make_engine(module, data, settings)
 
     def run_round(self, round_index: int) -> RoundStats:
-        """Select clients, send the download, train each client locally, aggregate the uploads."""
+        """Select clients, send the download, train this worker's share of the participants,
+        gather every participant's outcome, aggregate the uploads in participant order."""
         seed, fl = self.settings.seed, self.settings.fl
         clients = self.selection.select(
             round_index,
@@ -113,33 +138,36 @@ class FederatedLoop:
         participants = self.algorithm.participants(
             clients, self.client_indices, numpy_generator(seed, Stream.POOLING, round_index)
         )
+        share = self.workers.share([len(indices) for _, indices in participants])
 
         tasks, states = [], {}
-        for client, indices in participants:
+        for client, indices in share.mine(participants):
             states[client] = self.client_states.get(client)  # read once: it may come from disk
             start = self.algorithm.start_weights(self.server, states[client])
             callbacks = self.algorithm.local_callbacks(self.server, states[client])
             tasks.append(LocalTask(client, indices, start, callbacks))
 
-        uploads, losses, samples = [], [], []
-        client_seconds = 0.0
+        mine = []
         for local, seconds in timed(self.engine.train(tasks, round_index, lrs)):
-            client_seconds += seconds
-            client_state = states[local.client_id]
+            client, client_state = local.client_id, states[local.client_id]
             upload, new_state = self.algorithm.upload(self.server, local, client_state)
-            if new_state is not None and new_state is not client_state:  # unchanged: not rewritten
-                self.client_states.put(local.client_id, round_index, new_state)
-            uploads.append(upload)
-            losses.append(local.train_loss * local.num_samples)
-            samples.append(local.num_samples)
+            changed = new_state is not None and new_state is not client_state  # else not rewritten
+            written = self.client_states.write(client, round_index, new_state) if changed else None
+            mine.append(Outcome(upload, written, local.train_loss, local.num_samples, seconds))
 
+        outcomes: list[Outcome] = self.workers.gather(share, mine)
+        for (client, _), outcome in zip(participants, outcomes, strict=True):
+            if outcome.written is not None:
+                self.client_states.commit(client, round_index, outcome.written)
+        uploads = [outcome.upload for outcome in outcomes]
         self.server = self.algorithm.server_update(self.server, uploads)
+        samples = sum(outcome.num_samples for outcome in outcomes)
         return RoundStats(
-            train_loss=sum(losses) / max(sum(samples), 1),
+            train_loss=sum(o.train_loss * o.num_samples for o in outcomes) / max(samples, 1),
             lr=lrs[0],
             bytes_up=sum(nbytes(u.tensors) for u in uploads),
             bytes_down=bytes_down,
-            client_seconds=client_seconds,
+            client_seconds=sum(outcome.seconds for outcome in outcomes),
         )
 
     def train_client(
@@ -191,6 +219,8 @@ class FederatedLoop:
         """All remaining rounds; rows of rounds done before a resume are replayed to the loggers.
 
         `checkpoint_meta` is stored beside the state (the config, to check a resume against).
+        Only the main worker evaluates and saves checkpoints (the others have no loggers): the
+        others go on to the next round and meet it at its gather.
         """
         history, settings = self.history, self.settings
         for row in history.rows:
@@ -205,7 +235,7 @@ class FederatedLoop:
             history.client_seconds += stats.client_seconds
             history.wall_seconds = time.perf_counter() - started
             last = round_index == settings.fl.rounds
-            if last or round_index % settings.eval.every == 0:
+            if self.workers.main and (last or round_index % settings.eval.every == 0):
                 accuracy, loss, accuracy_std = self.evaluate()
                 history.wall_seconds = time.perf_counter() - started
                 row: MetricsRow = {
@@ -224,7 +254,8 @@ class FederatedLoop:
                 for logger in loggers:
                     logger.log_round(row)
             if last or round_index % settings.checkpoint.every == 0:
-                save_checkpoint(checkpoint_path, {**self.state_dict(), **checkpoint_meta})
+                if self.workers.main:
+                    save_checkpoint(checkpoint_path, {**self.state_dict(), **checkpoint_meta})
                 self.client_states.checkpoint_saved()
         return history
 

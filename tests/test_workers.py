@@ -1,0 +1,206 @@
+"""Several workers (`fl.workers`): the numbers do not depend on how many there are (metrics.csv of
+2 workers equals that of 1 for every algorithm, SCAFFOLD's disk store and a killed and resumed
+run included), bad settings and failing workers stop the run with one line, and the CLI spawns
+them itself. Worker processes use one torch thread each, like the 1-worker runs here."""
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from fedlight.checkpoint import load_checkpoint
+from fedlight.client_states import CLIENT_STATES_DIR, DiskClientStates
+from fedlight.config import ConfigError, FLSettings, RunSettings
+from fedlight.experiment import Job, run_job
+from fedlight.workers import OneWorker, WorkerError, assign, pack, spawn_workers, unpack
+
+from . import worker_targets
+from .conftest import TINY, rows_without_timings, run_cli
+
+CPU = torch.device("cpu")
+# Clients of unequal sizes, 6 per round: shared as (1, 3, 5), (0, 2, 4) and (1, 2, 5), (0, 3, 4).
+BASE = [*TINY, "fl.rounds=2", "partition=dirichlet", "fl.clients_per_round=6"]
+ALGORITHMS = {
+    "fedavg": [],
+    "scaffold": ["algo=scaffold", "optim.momentum=0.9"],
+    "fedprox": ["algo=fedprox"],
+    "fednova": ["algo=fednova", "optim.momentum=0.9"],
+    "fedavgm": ["algo=fedavgm"],
+    "fedadam": ["algo=fedadam"],
+    "fedyogi": ["algo=fedyogi"],
+    "fedadagrad": ["algo=fedadagrad"],
+    "local": ["algo=local"],
+    "central": ["algo=central"],
+    "scaffold_disk": ["algo=scaffold", "optim.momentum=0.9", "fl.client_state=disk"],
+}
+# Settings of the process group the comparison runs share (as torchrun would start it).
+GROUP = RunSettings(fl=FLSettings(workers=2, threads_per_worker=1), device="cpu")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_torch_thread() -> Iterator[None]:
+    """As in every worker: the numbers of 1 and 2 workers are compared at equal threads."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def files(directory: Path) -> list[str]:
+    return sorted(str(p.relative_to(directory)) for p in directory.rglob("*") if p.is_file())
+
+
+def test_every_algorithm_gives_the_same_numbers_on_two_workers_as_on_one(
+    make_job: Callable[[list[str]], Job], tmp_path: Path
+) -> None:
+    """One process group of 2 runs every algorithm (and kills and resumes SCAFFOLD on disk)."""
+    runs = [
+        (make_job([*BASE, *overrides, "fl.workers=2"]), tmp_path / f"{name}-2", None)
+        for name, overrides in ALGORITHMS.items()
+    ]
+    disk = [*BASE, *ALGORITHMS["scaffold_disk"], "fl.workers=2"]
+    runs.append((make_job(disk), tmp_path / "killed-2", 2))
+    resume = make_job([*disk, f"resume={tmp_path / 'killed-2'}"])
+    runs.append((resume, tmp_path / "resumed-2", None))
+    spawn_workers(GROUP, worker_targets.run_jobs, (runs,), (ConfigError,))
+
+    for name, overrides in ALGORITHMS.items():
+        run_job(make_job([*BASE, *overrides]), tmp_path / f"{name}-1")
+        one, two = (rows_without_timings(tmp_path / f"{name}-{n}") for n in (1, 2))
+        assert len(one) == 2 and two == one, name
+
+    # The disk store keeps the same versions (the checkpoint's), whoever wrote them.
+    states_1, states_2 = (tmp_path / f"scaffold_disk-{n}" / CLIENT_STATES_DIR for n in (1, 2))
+    assert files(states_2) == files(states_1)
+    index = load_checkpoint(tmp_path / "scaffold_disk-2" / "checkpoint.pt")["client_states"]
+    assert files(states_2) == sorted(f"{client}/{rnd}.pt" for client, rnd in index.items())
+
+    assert len(rows_without_timings(tmp_path / "killed-2")) == 1  # killed as round 2 started
+    assert rows_without_timings(tmp_path / "resumed-2") == rows_without_timings(
+        tmp_path / "scaffold_disk-1"
+    )
+    full = load_checkpoint(tmp_path / "scaffold_disk-1" / "checkpoint.pt")
+    resumed = load_checkpoint(tmp_path / "resumed-2" / "checkpoint.pt")
+    for part in ("server_weights", "server_extras"):
+        assert all(torch.equal(full[part][k], resumed[part][k]) for k in full[part]), part
+
+
+def test_the_cli_spawns_the_workers_itself(
+    make_job: Callable[[list[str]], Job], tmp_path: Path
+) -> None:
+    run_cli(*BASE, "fl.workers=2", f"hydra.run.dir={tmp_path / 'two'}", cwd=tmp_path)
+    run_job(make_job(BASE), tmp_path / "one")
+    assert rows_without_timings(tmp_path / "two") == rows_without_timings(tmp_path / "one")
+    assert (tmp_path / "two" / "summary.json").is_file()
+    assert [p.name for p in tmp_path.iterdir() if p.is_dir()] in (["two", "one"], ["one", "two"])
+
+
+@pytest.mark.parametrize(
+    ("error", "expected", "message"),
+    [
+        (RuntimeError("boom\nsecond line"), WorkerError, r"^worker 1 failed: RuntimeError: boom "),
+        (ConfigError("data.root=x: no files"), ConfigError, r"^data.root=x: no files$"),
+    ],
+    ids=["crash", "config_error"],
+)
+def test_a_failing_worker_stops_every_worker_with_one_line(
+    error: Exception, expected: type[Exception], message: str
+) -> None:
+    """Rank 0 waits in a collective for rank 1, which fails: the run ends instead of hanging."""
+    with pytest.raises(expected, match=message) as raised:
+        spawn_workers(GROUP, worker_targets.fail_on_rank_one, (error,), (ConfigError,))
+    assert "\n" not in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["fl.workers=0"], r"^fl.workers=0 must be >= 1"),
+        (["fl.workers=5", "fl.clients_per_round=4"], r"^fl.workers=5 exceeds fl.clients_per_round"),
+        (["fl.threads_per_worker=0"], r"^fl.threads_per_worker=0 must be >= 1"),
+        (["fl.backend=mpi"], r"^fl.backend=mpi is not a backend; use auto"),
+        (["fl.backend=nccl", "device=cpu"], r"^fl.backend=nccl needs CUDA and device=cpu"),
+        (["fl.workers=2", "device=cuda:1"], r"^device=cuda:1 names one GPU but fl.workers=2"),
+    ],
+)
+def test_bad_worker_settings_are_refused_in_one_line(
+    make_job: Callable[[list[str]], Job], overrides: list[str], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        make_job([*TINY, *overrides])
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without CUDA")
+def test_nccl_without_a_gpu_is_refused_before_any_worker_starts(
+    make_job: Callable[[list[str]], Job], tmp_path: Path
+) -> None:
+    job = make_job([*TINY, "fl.workers=2", "fl.backend=nccl", "device=auto"])
+    with pytest.raises(ConfigError, match=r"^fl.backend=nccl needs CUDA and this run's device is"):
+        run_job(job, tmp_path / "run")
+
+
+def test_under_torchrun_fl_workers_must_match_the_world_size(
+    make_job: Callable[[list[str]], Job], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in {
+        "RANK": "0",
+        "WORLD_SIZE": "2",
+        "MASTER_ADDR": "x",
+        "MASTER_PORT": "1",
+    }.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError, match=r"^fl.workers=3 but this process group has 2 processes"):
+        run_job(make_job([*TINY, "fl.workers=3"]), tmp_path / "run")
+
+
+def test_participants_are_shared_largest_first_to_the_least_loaded_worker() -> None:
+    assert assign([5, 5, 5, 5, 5], 2) == ((0, 2, 4), (1, 3))  # equal sizes: round-robin
+    assert assign([1, 9, 3, 4], 2) == ((1,), (0, 2, 3))
+    assert assign([7], 2) == ((0,), ())  # one participant (central): one worker idles
+    share = OneWorker(CPU).share([3, 1, 2])
+    assert share.mine("abc") == ["a", "b", "c"]
+    assert OneWorker(CPU).gather(share, ["x", "y", "z"]) == ["x", "y", "z"]
+
+
+def test_packed_items_come_back_bit_identical_with_storage_of_their_own() -> None:
+    generator = torch.Generator().manual_seed(0)
+    state = {
+        "w": torch.randn(3, 4, generator=generator),
+        "half": torch.randn(5, generator=generator).to(torch.bfloat16),
+        "double": torch.randn(2, generator=generator, dtype=torch.float64),
+        "count": torch.tensor(7),
+        "mask": torch.tensor([True, False, True]),
+        "empty": torch.zeros(0, 3),
+    }
+    items = [("client", 3, state), None, {"loss": 0.25}]
+    packed, flat = pack(items, CPU)
+    assert flat.dtype == torch.uint8 and packed.nbytes == flat.numel()
+    (label, client, back), nothing, loss = unpack(packed, flat, CPU)
+    assert (label, client, nothing, loss) == ("client", 3, None, {"loss": 0.25})
+    for name, tensor in state.items():
+        assert back[name].dtype == tensor.dtype and torch.equal(back[name], tensor), name
+        assert back[name].numel() == 0 or back[name].untyped_storage().nbytes() == tensor.nbytes
+
+
+def test_only_the_file_owning_worker_removes_disk_versions(tmp_path: Path) -> None:
+    """Worker 1 writes a client's versions; worker 0 (owner) alone removes replaced ones."""
+    directory = tmp_path / CLIENT_STATES_DIR
+    owner = DiskClientStates(directory, CPU, owns_files=True)
+    other = DiskClientStates(directory, CPU, owns_files=False)
+    state = {"c": torch.ones(2)}
+    for round_index in (1, 2):
+        written = other.write(4, round_index, state)
+        for store in (owner, other):
+            store.commit(4, round_index, written)
+    assert files(directory) == ["4/2.pt"]  # round 1's version was in no checkpoint
+    for store in (other, owner):
+        store.checkpoint_saved()
+    written = other.write(4, 3, state)
+    for store in (owner, other):
+        store.commit(4, 3, written)
+    other.checkpoint_saved()
+    assert files(directory) == ["4/2.pt", "4/3.pt"]  # only the owner's checkpoint removes 2
+    owner.checkpoint_saved()
+    assert files(directory) == ["4/3.pt"]
+    assert torch.equal(other[4]["c"], state["c"])

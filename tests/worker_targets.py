@@ -1,0 +1,31 @@
+"""What the worker processes of tests/test_workers.py run (a spawned process imports them by
+name). Only light imports at the top, so that the failure tests' workers start quickly; running
+jobs imports fedlight's experiment when the jobs arrive anyway."""
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fedlight.workers import Workers
+
+
+def fail_on_rank_one(workers: Workers, error: Exception) -> None:
+    """Rank 1 raises `error`; rank 0 waits at a barrier that only its termination can end."""
+    if workers.rank == 1:
+        raise error
+    workers.barrier()
+
+
+def run_jobs(workers: Workers, runs: list[tuple[Any, Path, int | None]]) -> None:
+    """Each (job, run directory, round to kill it in or None) as the ranks of one process group,
+    as torchrun would run them: `run_job` joins the existing group."""
+    from fedlight.experiment import run_job
+
+    from .conftest import run_killed_in_round
+
+    for job, run_dir, kill_round in runs:
+        if kill_round is None:
+            run_job(job, run_dir)
+        else:
+            run_killed_in_round(job, run_dir, kill_round, pytest.MonkeyPatch())
