@@ -400,12 +400,17 @@ def section_markdown(section: Section) -> list[str]:
 
 
 def sweep_command(sweep_dir: Path) -> str | None:
-    """The command that made the sweep, rebuilt from Hydra's record of its task overrides."""
-    config = load_yaml(sweep_dir / "multirun.yaml")
-    if config is None:
-        return None
-    overrides = (config.get("hydra") or {}).get("overrides", {}).get("task") or []
-    return " ".join(["python -m fedlight -m", *(shlex.quote(str(o)) for o in overrides)])
+    """The command that made the sweep (or the single run), rebuilt from Hydra's record of its
+    task overrides."""
+    for record, command in (
+        (sweep_dir / "multirun.yaml", "python -m fedlight -m"),
+        (sweep_dir / ".hydra" / "hydra.yaml", "python -m fedlight"),
+    ):
+        config = load_yaml(record)
+        if config is not None:
+            overrides = (config.get("hydra") or {}).get("overrides", {}).get("task") or []
+            return " ".join([command, *(shlex.quote(str(o)) for o in overrides)])
+    return None
 
 
 def incomplete_markdown(jobs: list[JobResult]) -> list[str]:
@@ -432,7 +437,7 @@ def write_markdown(
     for sweep_dir in sweep_dirs:
         command = sweep_command(sweep_dir)
         if command is None:
-            lines += [f"Command: unknown (no multirun.yaml in {sweep_dir}).", ""]
+            lines += [f"Command: unknown (no multirun.yaml or .hydra/ in {sweep_dir}).", ""]
         else:
             lines += ["```bash", command, "```", ""]
     for section in sections:
