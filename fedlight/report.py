@@ -491,8 +491,9 @@ def write_curves(output_dir: Path, title: str, sections: list[Section]) -> None:
             (line,) = ax.plot(rounds, means, marker=".", label=section.group_label(group))
             if group.n >= 2:
                 stds = [statistics.stdev(v) for v in values]
-                low = [m - s for m, s in zip(means, stds, strict=True)]
-                high = [m + s for m, s in zip(means, stds, strict=True)]
+                # Clipped to the possible accuracies: a diverged seed makes the std huge.
+                low = [max(0.0, m - s) for m, s in zip(means, stds, strict=True)]
+                high = [min(100.0, m + s) for m, s in zip(means, stds, strict=True)]
                 ax.fill_between(rounds, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("round")
