@@ -4,7 +4,7 @@ import csv
 import os
 import subprocess
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import pytest
@@ -61,10 +61,13 @@ def rows_without_timings(run_dir: Path) -> list[dict[str, str]]:
         return without_timings(csv.DictReader(f))
 
 
-def run_cli(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
+def run_cli(
+    *args: str, cwd: Path, check: bool = True, launcher: Sequence[str] = ()
+) -> subprocess.CompletedProcess:
+    """`python [launcher] -m fedlight args`; `launcher` e.g. torchrun's module and its flags."""
     env = {**os.environ, "WANDB_MODE": "disabled", "HYDRA_FULL_ERROR": "0"}
     result = subprocess.run(
-        [sys.executable, "-m", "fedlight", *args],
+        [sys.executable, *launcher, "-m", "fedlight", *args],
         cwd=cwd,
         env=env,
         capture_output=True,

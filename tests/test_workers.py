@@ -3,9 +3,6 @@
 run included), bad settings and failing workers stop the run with one line, and the CLI spawns
 them itself. Worker processes use one torch thread each, like the 1-worker runs here."""
 
-import os
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -104,18 +101,10 @@ def test_under_torchrun_the_ranks_join_its_group_and_give_the_same_numbers(
 ) -> None:
     """The README's one-machine torchrun command: 2 ranks, gloo, no spawning of our own."""
     scaffold = [*BASE, *ALGORITHMS["scaffold"]]
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
-    overrides = [*scaffold, f"hydra.run.dir={tmp_path / 'torchrun'}"]
-    env = {**os.environ, "WANDB_MODE": "disabled", "HYDRA_FULL_ERROR": "0"}
-    result = subprocess.run(
-        [*command, "-m", "fedlight", *overrides],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    torchrun = ("-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2")
+    result = run_cli(
+        *scaffold, f"hydra.run.dir={tmp_path / 'torchrun'}", cwd=tmp_path, launcher=torchrun
     )
-    assert result.returncode == 0, result.stdout + result.stderr
     # Rank 0 alone logs; two separate 1-worker runs would each print their rounds.
     assert (result.stdout + result.stderr).count("round 2:") == 1
     run_job(make_job(scaffold), tmp_path / "one")
