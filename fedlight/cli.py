@@ -7,33 +7,30 @@ job of a sweep, and reported on one line that names the key and what is allowed.
 import re
 import sys
 from pathlib import Path
-from typing import Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.errors import InstantiationException
 from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
-from fedlight.config import CONFIG_GROUPS, SETTING_KEYS, ConfigError, RunSettings, register_schema
+from fedlight.config import (
+    CONFIG_GROUPS,
+    SETTING_KEYS,
+    ConfigError,
+    RunSettings,
+    error_chain,
+    one_line,
+    register_schema,
+)
 from fedlight.data.base import DataError
 from fedlight.experiment import Job, run_job
+from fedlight.stages import CONF_DIR as STAGES_CONF_DIR
+from fedlight.stages import build_stages, instantiate_group
 from fedlight.workers import WorkerError
 
-CONF_DIR = str(Path(__file__).resolve().parent / "conf")
+CONF_DIR = str(STAGES_CONF_DIR)
 MULTIRUN_FLAGS = ("-m", "--multirun")
-NOISE_LINES = ("full_key", "object_type", "reference_type", "To append", "Available options")
-
-
-def instantiate_group(cfg: DictConfig, group: str) -> Any:
-    try:
-        return hydra.utils.instantiate(OmegaConf.select(cfg, group))
-    except InstantiationException as error:
-        cause = error.__cause__
-        if isinstance(cause, ConfigError):
-            raise cause from None
-        raise ConfigError(f"{group}: {cause or error}".replace("\n", " ")) from None
 
 
 def build_job(cfg: DictConfig, choices: dict[str, str], sweep_group: str | None = None) -> Job:
@@ -47,9 +44,7 @@ def build_job(cfg: DictConfig, choices: dict[str, str], sweep_group: str | None 
         data=instantiate_group(cfg, "data"),
         model=instantiate_group(cfg, "model"),
         partition=instantiate_group(cfg, "partition"),
-        algorithm=instantiate_group(cfg, "algo"),
-        selection=instantiate_group(cfg, "selection"),
-        lr_schedule=instantiate_group(cfg, "lr_schedule"),
+        stages=build_stages(cfg, choices),
         loggers=[instantiate_group(cfg, f"logger.{name}") for name in cfg.logger],
         choices=choices,
         config=OmegaConf.to_container(cfg, resolve=True),  # type: ignore[arg-type]
@@ -59,25 +54,6 @@ def build_job(cfg: DictConfig, choices: dict[str, str], sweep_group: str | None 
 
 def group_options(group: str) -> list[str]:
     return sorted(p.stem for p in (Path(CONF_DIR) / group).glob("*.yaml"))
-
-
-def error_chain(error: BaseException) -> list[BaseException]:
-    chain = [error]
-    while chain[-1].__cause__ is not None:
-        chain.append(chain[-1].__cause__)
-    return chain
-
-
-def one_line(error: Exception) -> str:
-    """Hydra's and OmegaConf's multi-line messages, reduced to the line a user needs."""
-    text = "\n".join(str(e) for e in error_chain(error))
-    key = re.search(r"full_key: (\S+)", text)
-    lines = [
-        line.strip()
-        for line in text.splitlines()
-        if line.strip() and not line.strip().startswith(NOISE_LINES)
-    ]
-    return (f"{key.group(1)}: " if key else "") + "; ".join(lines)
 
 
 def unknown_key_message(key: str, group_overrides: list[str]) -> str:
@@ -149,7 +125,7 @@ def validate_command_line(args: list[str]) -> list[list[str]]:
             jobs = job_override_lists([*preset_sweep(jobs[0]), *overrides], multirun)
         for job in jobs:
             try:
-                cfg = hydra.compose("config", overrides=job)
+                cfg = hydra.compose("config", overrides=job, return_hydra_config=True)
             except Exception as error:  # noqa: BLE001
                 text = "\n".join(str(e) for e in error_chain(error))
                 missing = re.search(r"Could not override '([^']+)'", text)
@@ -157,8 +133,11 @@ def validate_command_line(args: list[str]) -> list[list[str]]:
                     groups = [o for o in job if o.split("=")[0] in CONFIG_GROUPS]
                     raise ConfigError(unknown_key_message(missing.group(1), groups)) from None
                 raise ConfigError(one_line(error)) from None
+            choices = {g: str(cfg.hydra.runtime.choices[g]) for g in CONFIG_GROUPS}
+            with open_dict(cfg):
+                del cfg["hydra"]
             try:
-                build_job(cfg, choices={})
+                build_job(cfg, choices)
             except ConfigError:
                 raise
             except Exception as error:  # noqa: BLE001 - OmegaConf validation errors

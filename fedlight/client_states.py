@@ -1,4 +1,8 @@
-"""Per-client persistent state (SCAFFOLD's c_i, the `local` baseline's own models) for many clients.
+"""Per-client persistent state (SCAFFOLD's c_i, the `local` baseline's own models, a wire
+transform's error feedback) for many clients.
+
+A client's state is one name → tensor dict: the algorithm's entries under their own names, each
+other stage's under "<namespace>/<key>" (e.g. "wire.upload.fp16/net.0.weight").
 
 A round reads and writes the state of its participants only, one client at a time (`get`, `put`),
 so a store never has to hold every client's tensors at once. `fl.client_state` picks the store:
@@ -35,6 +39,17 @@ from fedlight.tensors import StateDict
 CLIENT_STATES_DIR = "client_states"  # the disk store's folder inside a run directory
 # What `write` returns for `commit`: the tensors (memory) or the version's round (disk).
 Written = StateDict | int
+
+
+def algorithm_part(state: StateDict | None) -> StateDict | None:
+    """The algorithm's own entries of a client's state: those outside every stage's namespace
+    ("<namespace>/<key>"; state-dict names have no "/"). None if there are none."""
+    if not state:
+        return None
+    if all("/" not in key for key in state):
+        return state
+    own = {key: t for key, t in state.items() if "/" not in key}
+    return own or None
 
 
 class ClientStates(Mapping[int, StateDict]):

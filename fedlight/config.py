@@ -4,7 +4,8 @@
 the objects the config groups instantiate.
 """
 
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass, field, make_dataclass
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
@@ -19,9 +20,44 @@ def require(condition: bool, message: str) -> None:
         raise ConfigError(message)
 
 
+# Lines of Hydra's and OmegaConf's messages that say nothing a user needs.
+NOISE_LINES = ("full_key", "object_type", "reference_type", "To append", "Available options")
+
+
+def error_chain(error: BaseException) -> list[BaseException]:
+    chain = [error]
+    while chain[-1].__cause__ is not None:
+        chain.append(chain[-1].__cause__)
+    return chain
+
+
+def one_line(error: BaseException, separator: str = "; ", limit: int | None = None) -> str:
+    """Any error (Hydra's and OmegaConf's multi-line ones included, with their causes) as the one
+    line a user needs: the offending key first where the message names one, noise dropped, lines
+    joined by `separator`, cut to `limit` characters."""
+    text = "\n".join(str(e) for e in error_chain(error))
+    key = re.search(r"full_key: (\S+)", text)
+    lines = [
+        " ".join(line.split())
+        for line in text.splitlines()
+        if line.strip() and not line.strip().startswith(NOISE_LINES)
+    ]
+    flat = (f"{key.group(1)}: " if key else "") + separator.join(lines)
+    return flat if limit is None or len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+def check_nccl(backend: str, is_cuda: bool, device: str) -> None:
+    """The one refusal of fl.backend=nccl without CUDA; `device` says which device, in words."""
+    require(
+        backend != "nccl" or is_cuda,
+        f"fl.backend=nccl needs CUDA and {device}; use fl.backend=gloo (or auto)",
+    )
+
+
 CLIENT_STATE_STORES = ("memory", "disk")  # fl.client_state: see fedlight.client_states
 ENGINE_CHOICES = ("auto", "sequential", "vectorized")  # fl.engine; see fedlight.engines
 BACKENDS = ("auto", "gloo", "nccl")  # fl.backend: torch.distributed backend of fl.workers > 1
+EXCHANGES = ("uploads", "sums")  # fl.exchange: what workers exchange per round (see fedlight.loop)
 
 
 @dataclass
@@ -36,6 +72,7 @@ class FLSettings:
     workers: int = 1
     threads_per_worker: int | None = None  # None: the process's torch threads // local workers
     backend: str = "auto"  # auto: nccl on CUDA, gloo otherwise
+    exchange: str = "uploads"  # uploads: bit-identical to 1 worker; sums: one model per worker
 
     def __post_init__(self) -> None:
         require(self.num_clients >= 1, f"fl.num_clients={self.num_clients} must be >= 1")
@@ -72,6 +109,11 @@ class FLSettings:
             self.backend in BACKENDS,
             f"fl.backend={self.backend} is not a backend; use auto (nccl on CUDA, else gloo), "
             "gloo or nccl",
+        )
+        require(
+            self.exchange in EXCHANGES,
+            f"fl.exchange={self.exchange} is not an exchange; use uploads (every encoded upload "
+            "crosses, numbers of 1 worker bit for bit) or sums (one partial sum per worker)",
         )
 
 
@@ -139,9 +181,8 @@ class RunSettings:
             self.device == "auto" or self.device.split(":")[0] in {"cpu", "cuda", "mps"},
             f"device={self.device} is not a torch device; use auto, cpu, cuda or cuda:N",
         )
-        require(
-            self.fl.backend != "nccl" or self.device.split(":")[0] in {"auto", "cuda"},
-            f"fl.backend=nccl needs CUDA and device={self.device}; use fl.backend=gloo (or auto)",
+        check_nccl(
+            self.fl.backend, self.device.split(":")[0] in {"auto", "cuda"}, f"device={self.device}"
         )
         require(
             self.fl.workers == 1 or ":" not in self.device,
@@ -150,23 +191,30 @@ class RunSettings:
         )
 
 
-@dataclass
-class ConfigSchema(RunSettings):
-    """The schema of `conf/config.yaml`: plain settings plus one node per config group."""
-
-    algo: Any = None
-    data: Any = None
-    model: Any = None
-    partition: Any = None
-    selection: Any = None
-    lr_schedule: Any = None
-    logger: Any = None
-    # The table layout `fedlight report` uses for an experiment preset (see conf/experiment/).
-    report: Any = None
-
-
-CONFIG_GROUPS = ("algo", "data", "model", "partition", "selection", "lr_schedule", "logger")
+# Every config group, registered here and only here: its folder conf/<group>/ holds one YAML per
+# option and its package fedlight/<package>/ one module per option (see fedlight.stages for what
+# each one builds). The schema, the command-line checks and the run's choices derive from it.
+CONFIG_GROUPS: dict[str, str] = {
+    "algo": "the federated algorithm (fedlight/algorithms)",
+    "data": "the dataset (fedlight/data)",
+    "model": "the client LightningModule (fedlight/models)",
+    "partition": "how training data is split among clients (fedlight/partitions)",
+    "selection": "which clients take part in a round (fedlight/selection)",
+    "lr_schedule": "the clients' learning rate per round (fedlight/lr_schedules)",
+    "aggregator": "how the server combines the uploads (fedlight/aggregation)",
+    "server_opt": "how the server applies the aggregate (fedlight/server_opt)",
+    "wire": "how downloads and uploads are encoded and counted (fedlight/wire)",
+    "logger": "where metrics go besides metrics.csv (fedlight/loggers)",
+}
 SETTING_KEYS = ("seed", "fl", "local", "optim", "eval", "checkpoint", "device", "resume")
+
+# The schema of `conf/config.yaml`: plain settings plus one node per config group, and the table
+# layout `fedlight report` uses for an experiment preset (see conf/experiment/).
+ConfigSchema = make_dataclass(
+    "ConfigSchema",
+    [(group, Any, None) for group in [*CONFIG_GROUPS, "report"]],
+    bases=(RunSettings,),
+)
 
 
 def register_schema() -> None:

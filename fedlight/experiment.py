@@ -22,11 +22,10 @@ from fedlight.data.base import DataError, TensorDataset
 from fedlight.loggers.base import RoundLogger, RunInfo
 from fedlight.loggers.console import ConsoleProgress
 from fedlight.loop import FederatedLoop, History
-from fedlight.lr_schedules.base import LRSchedule
 from fedlight.outputs import label_histogram, summarize, write_curves, write_label_histogram
 from fedlight.partitions.base import Partition
 from fedlight.rng import Stream, derive_seed, numpy_generator
-from fedlight.selection.base import Selection
+from fedlight.stages import Stages
 from fedlight.workers import (
     OneWorker,
     Workers,
@@ -54,13 +53,15 @@ class Job:
     data: DataSource
     model: Callable[..., pl.LightningModule]
     partition: Partition
-    algorithm: Algorithm
-    selection: Selection
-    lr_schedule: LRSchedule
+    stages: Stages
     loggers: list[RoundLogger]
     choices: dict[str, str]
     config: dict[str, Any]
     sweep_group: str | None = None
+
+    @property
+    def algorithm(self) -> Algorithm:
+        return self.stages.algorithm
 
 
 def first_difference(saved: Any, current: Any, path: str = "") -> str | None:
@@ -120,11 +121,12 @@ def run_worker(workers: Workers, job: Job, output_dir: Path) -> dict[str, Any]:
         data,
         client_indices,
         module,
-        job.algorithm,
-        job.selection,
-        job.lr_schedule,
+        job.stages.algorithm,
+        job.stages.selection,
+        job.stages.lr_schedule,
         client_state_store(settings.fl.client_state, output_dir, device, workers.main),
         workers,
+        job.stages.wire,
     )
     if settings.resume is not None:
         resumed_dir = Path(settings.resume)

@@ -1,24 +1,33 @@
 """The FederatedLoop: one round of federated training, written out top to bottom in `run_round`.
 
-select clients → broadcast → local training by the client engine (`fl.engine`, see
-`fedlight.engines`) → aggregate → (evaluate → log → checkpoint) in `run`. The loop describes each
-participant's local training as a task; the engine yields their results one by one, and each
-client's upload is made before the next result is asked for. With several workers (`fl.workers`,
-see `fedlight.workers`) each trains its share of the participants and all of them aggregate the
-gathered outcomes identically; with one worker, sharing and gathering are the identity.
+select → download (algorithm, then the wire: encode, count, decode) → local training by the client
+engine (`fl.engine`, see `fedlight.engines`) → upload (algorithm, then the wire) → aggregate as the
+uploads arrive (the algorithm's parts through the aggregator) → server update (algorithm, server
+optimizer) → then, in `run`: evaluate → metrics (csv, W&B, console) → checkpoint.
+
+Every stage is handed the round's `RoundContext`. The loop describes each participant's local
+training as a task, made only when the engine asks for it; the engine yields results one by one and
+each client's upload is encoded, decoded and added to the round's running aggregates before the
+next result is asked for, so a round holds one model-sized sum per part, not one upload per client.
+With several workers (`fl.workers`, see `fedlight.workers`) each trains its share of the
+participants; `fl.exchange` says what they exchange: every encoded upload (then every worker
+aggregates them all in participant order: the numbers of one worker, bit for bit) or one partial
+sum per worker (each reduces its share first: one model per worker crosses, and the sums agree
+with one worker's to float rounding).
 """
 
 import time
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytorch_lightning as pl
 import torch
 from torch import Tensor
-from torch.nn import functional as F  # noqa: N812
 
+from fedlight.aggregation.base import RoundAggregation
+from fedlight.aggregation.mean import Mean
 from fedlight.algorithms.base import (
     Algorithm,
     ClientUpload,
@@ -27,16 +36,18 @@ from fedlight.algorithms.base import (
     ServerState,
 )
 from fedlight.checkpoint import save_checkpoint
-from fedlight.client_states import ClientStates, MemoryClientStates, Written
+from fedlight.client_states import ClientStates, MemoryClientStates, Written, algorithm_part
 from fedlight.config import RunSettings
+from fedlight.context import Federation, RoundContext, RoundMetrics
 from fedlight.data.base import TensorDataset
 from fedlight.engines import LocalTask, first_optimizer, make_engine
+from fedlight.evaluation import ACCURACY, LOSS, Evaluator
 from fedlight.loggers.base import MetricsRow, RoundLogger
 from fedlight.lr_schedules.base import LRSchedule
-from fedlight.rng import Stream, numpy_generator
 from fedlight.selection.base import Selection
 from fedlight.tensors import StateDict, detached_copy, nbytes
-from fedlight.workers import OneWorker, Workers
+from fedlight.wire.base import DOWNLOAD, UPLOAD, Wire
+from fedlight.workers import OneWorker, Share, Workers
 
 Item = TypeVar("Item")
 
@@ -52,14 +63,26 @@ def timed(items: Iterator[Item]) -> Iterator[tuple[Item, float]]:
 
 
 @dataclass
+class Received:
+    """What a participant's client holds while it trains: the decoded download and its state."""
+
+    download: StateDict
+    state: StateDict  # every namespace of the client's state
+    bytes_down: int
+
+
+@dataclass
 class Outcome:
     """What the worker that trained a participant tells every worker about it."""
 
-    upload: ClientUpload
+    upload: ClientUpload  # as encoded for the wire (`fl.exchange=uploads`), else without tensors
     written: Written | None  # the new client state as its store wrote it; None: unchanged
     train_loss: float
     num_samples: int
     seconds: float  # local training time
+    bytes_up: int
+    bytes_down: int
+    metrics: dict[str, float] = field(default_factory=dict)  # reported by client-side stages
 
 
 @dataclass
@@ -69,6 +92,7 @@ class RoundStats:
     bytes_up: int
     bytes_down: int
     client_seconds: float  # summed local-training time of the round's participants
+    metrics: dict[str, float] = field(default_factory=dict)  # the stages' reported numbers
 
 
 @dataclass
@@ -95,9 +119,10 @@ class FederatedLoop:
         lr_schedule: LRSchedule,
         client_states: ClientStates | None = None,
         workers: Workers | None = None,
+        wire: Wire | None = None,
     ) -> None:
         """`client_states` defaults to a memory store on the client module's device, `workers`
-        to this process alone."""
+        to this process alone, `wire` to sending everything as it is."""
         self.settings = settings
         self.data = data
         self.client_indices = client_indices
@@ -105,14 +130,20 @@ class FederatedLoop:
         self.algorithm = algorithm
         self.selection = selection
         self.lr_schedule = lr_schedule
+        self.wire = Wire() if wire is None else wire
         self.base_lrs = [
             g["lr"] for g in first_optimizer(module.configure_optimizers()).param_groups
         ]
-        trainable = frozenset(name for name, _ in module.named_parameters())
-        self.server: ServerState = algorithm.init_server(
-            detached_copy(module.state_dict()), trainable, settings.fl.num_clients
-        )
         device = next(module.parameters()).device
+        initial = detached_copy(module.state_dict())
+        self.federation = Federation(
+            num_clients=settings.fl.num_clients,
+            trainable=frozenset(name for name, _ in module.named_parameters()),
+            seed=settings.seed,
+            device=device,
+            initial_weights=initial,
+        )
+        self.server: ServerState = algorithm.init_server(initial, self.federation)
         self.workers = OneWorker(device) if workers is None else workers
         self.client_states = (
             MemoryClientStates(device)
@@ -121,54 +152,119 @@ class FederatedLoop:
         )
         self.history = History()
         self.engine = make_engine(module, data, settings)
+        self.evaluator = Evaluator(module, settings.eval.batch_size)
 
     def run_round(self, round_index: int) -> RoundStats:
         """Select clients, send the download, train this worker's share of the participants,
-        gather every participant's outcome, aggregate the uploads in participant order."""
-        seed, fl = self.settings.seed, self.settings.fl
-        clients = self.selection.select(
-            round_index,
-            fl.num_clients,
-            fl.clients_per_round,
-            numpy_generator(seed, Stream.SELECTION, round_index),
-        )
-        lrs = [self.lr_schedule(round_index, base) for base in self.base_lrs]
-        bytes_down = len(clients) * nbytes(self.algorithm.download(self.server))
+        aggregate each upload as it arrives, and update the server."""
+        algorithm, wire, fl = self.algorithm, self.wire, self.settings.fl
+        before = self.federation.round(round_index)
+        clients = self.selection.select(before, fl.clients_per_round)
+        lrs = tuple(self.lr_schedule(before, base) for base in self.base_lrs)
+        ctx = self.federation.round(round_index, tuple(clients), lrs)
 
-        participants = self.algorithm.participants(
-            clients, self.client_indices, numpy_generator(seed, Stream.POOLING, round_index)
-        )
+        participants = algorithm.participants(ctx, self.client_indices)
+        download = algorithm.download(ctx, self.server)
         share = self.workers.share([len(indices) for _, indices in participants])
+        aggregation = RoundAggregation(
+            algorithm, algorithm.aggregator, Mean(), [len(i) for _, i in participants]
+        )
+        server_extras = self.server.extras  # the upload chain's receiver state lives here
+        exchange_uploads = fl.exchange == "uploads" or self.workers.count == 1
 
-        tasks, states = [], {}
-        for client, indices in share.mine(participants):
-            states[client] = self.client_states.get(client)  # read once: it may come from disk
-            start = self.algorithm.start_weights(self.server, states[client])
-            callbacks = self.algorithm.local_callbacks(self.server, states[client])
-            tasks.append(LocalTask(client, indices, start, callbacks))
+        received: dict[int, Received] = {}
+        client_metrics: dict[int, RoundMetrics] = {}
 
-        mine = []
-        for local, seconds in timed(self.engine.train(tasks, round_index, lrs)):
-            client, client_state = local.client_id, states[local.client_id]
-            upload, new_state = self.algorithm.upload(self.server, local, client_state)
-            changed = new_state is not None and new_state is not client_state  # else not rewritten
-            written = self.client_states.write(client, round_index, new_state) if changed else None
-            mine.append(Outcome(upload, written, local.train_loss, local.num_samples, seconds))
+        def tasks() -> Iterator[LocalTask]:
+            """Each participant of this worker's share as the engine asks for it: its state read
+            once (it may come from disk), the download encoded, counted and decoded."""
+            for client, indices in share.mine(participants):
+                client_ctx = replace(ctx, metrics=client_metrics.setdefault(client, RoundMetrics()))
+                state = self.client_states.get(client) or {}
+                payload, _ = wire.send(DOWNLOAD, client_ctx, client, download, server_extras)
+                decoded, state = wire.receive(DOWNLOAD, client_ctx, client, payload, state)
+                received[client] = Received(decoded, state, nbytes(payload))
+                own = algorithm_part(state)
+                start = algorithm.start_weights(client_ctx, decoded, own)
+                callbacks = algorithm.local_callbacks(client_ctx, decoded, own)
+                yield LocalTask(client, indices, start, callbacks)
+
+        mine: list[Outcome] = []
+        for local, seconds in timed(self.engine.train(tasks(), round_index, list(lrs))):
+            client = local.client_id
+            client_ctx = replace(ctx, metrics=client_metrics[client])
+            got = received.pop(client)
+            own = algorithm_part(got.state)
+            upload, new_own = algorithm.upload(client_ctx, got.download, local, own)
+            payload, state = wire.send(UPLOAD, client_ctx, client, upload.tensors, got.state)
+            encoded = replace(upload, tensors=payload)
+            if new_own is not None and new_own is not own:
+                state = {key: t for key, t in state.items() if "/" in key} | new_own
+            changed = state is not got.state
+            written = self.client_states.write(client, round_index, state) if changed else None
+            if self.workers.count == 1 or not exchange_uploads:  # aggregated now, not kept
+                server_extras = self.receive_upload(ctx, encoded, aggregation, server_extras)
+                encoded = replace(encoded, tensors={})
+            mine.append(
+                Outcome(
+                    encoded,
+                    written,
+                    local.train_loss,
+                    local.num_samples,
+                    seconds,
+                    nbytes(payload),
+                    got.bytes_down,
+                    client_metrics.pop(client).values,
+                )
+            )
 
         outcomes: list[Outcome] = self.workers.gather(share, mine)
         for (client, _), outcome in zip(participants, outcomes, strict=True):
             if outcome.written is not None:
                 self.client_states.commit(client, round_index, outcome.written)
-        uploads = [outcome.upload for outcome in outcomes]
-        self.server = self.algorithm.server_update(self.server, uploads)
+            for name, value in outcome.metrics.items():
+                ctx.metrics.add(name, value)
+        if self.workers.count > 1:
+            if exchange_uploads:  # every worker aggregates every upload, in participant order
+                for outcome in outcomes:
+                    server_extras = self.receive_upload(
+                        ctx, outcome.upload, aggregation, server_extras
+                    )
+            else:  # one partial sum per worker, combined in rank order
+                partials = self.workers.gather(
+                    one_per_worker(self.workers), [aggregation.partials()]
+                )
+                aggregation.combine(partials, [outcome.upload for outcome in outcomes])
+
+        updated = algorithm.server_update(
+            ctx, self.server, aggregation.results(), aggregation.contributors
+        )
+        wire_state = {k: t for k, t in server_extras.items() if k.startswith("wire.")}
+        self.server = ServerState(updated.weights, updated.extras | wire_state)
         samples = sum(outcome.num_samples for outcome in outcomes)
         return RoundStats(
             train_loss=sum(o.train_loss * o.num_samples for o in outcomes) / max(samples, 1),
             lr=lrs[0],
-            bytes_up=sum(nbytes(u.tensors) for u in uploads),
-            bytes_down=bytes_down,
+            bytes_up=sum(outcome.bytes_up for outcome in outcomes),
+            bytes_down=sum(outcome.bytes_down for outcome in outcomes),
             client_seconds=sum(outcome.seconds for outcome in outcomes),
+            metrics=ctx.metrics.values,
         )
+
+    def receive_upload(
+        self,
+        ctx: RoundContext,
+        upload: ClientUpload,
+        aggregation: RoundAggregation,
+        server_extras: StateDict,
+    ) -> StateDict:
+        """The server's side of one upload: decoded by the wire and added to the aggregates."""
+        client = upload.client_id
+        tensors, server_extras = self.wire.receive(
+            UPLOAD, ctx, client, upload.tensors, server_extras
+        )
+        aggregation.add(ctx, replace(upload, tensors=tensors))
+        return server_extras
 
     def train_client(
         self,
@@ -185,33 +281,31 @@ class FederatedLoop:
         return local
 
     def evaluate(self) -> tuple[float, float, float]:
-        """Mean test accuracy, mean test loss and accuracy spread (population std) of the models
-        the algorithm reports: the global model, or each client's own for `local` (evaluated as
-        they stream in, one at a time)."""
-        models = self.algorithm.evaluated_models(self.server, self.client_states)
-        accuracies, losses = zip(*(self.evaluate_model(weights) for weights in models), strict=True)
-        spread = torch.tensor(accuracies, dtype=torch.float64).std(correction=0).item()
-        count = len(accuracies)
-        return sum(accuracies) / count, sum(losses) / count, spread
+        """Mean test accuracy, mean test loss and accuracy spread of the evaluated models."""
+        metrics = self.evaluate_all()
+        return metrics[ACCURACY], metrics[LOSS], metrics["test_accuracy_std"]
 
-    @torch.no_grad()
+    def evaluate_all(self) -> dict[str, float]:
+        """Every test metric, averaged over the models the algorithm reports (the global model,
+        or each client's own for `local`, evaluated as they stream in, one at a time), and
+        `test_accuracy_std`, the population std of their accuracies."""
+        states = AlgorithmStates(self.client_states)
+        models = self.algorithm.evaluated_models(self.federation, self.server, states)
+        results = [self.evaluate_weights(weights) for weights in models]
+        accuracies = torch.tensor([r[ACCURACY] for r in results], dtype=torch.float64)
+        count = len(results)
+        names = list(dict.fromkeys(name for result in results for name in result))
+        mean = {name: sum(r[name] for r in results) / count for name in names}
+        return mean | {"test_accuracy_std": accuracies.std(correction=0).item()}
+
+    def evaluate_weights(self, weights: StateDict) -> dict[str, float]:
+        data = self.data
+        return self.evaluator.evaluate(weights, data.test_x, data.test_y)
+
     def evaluate_model(self, weights: StateDict) -> tuple[float, float]:
         """Accuracy and mean cross-entropy of one model on the whole test set."""
-        module, data = self.module, self.data
-        module.load_state_dict(weights)
-        module.eval()
-        correct = torch.zeros((), dtype=torch.int64, device=data.test_y.device)
-        loss_sum = torch.zeros((), dtype=torch.float64, device=data.test_y.device)
-        for x, y in zip(
-            data.test_x.split(self.settings.eval.batch_size),
-            data.test_y.split(self.settings.eval.batch_size),
-            strict=True,
-        ):
-            logits = module(x)
-            loss_sum += F.cross_entropy(logits, y, reduction="sum")
-            correct += (logits.argmax(dim=1) == y).sum()
-        count = len(data.test_y)
-        return correct.item() / count, loss_sum.item() / count
+        metrics = self.evaluate_weights(weights)
+        return metrics[ACCURACY], metrics[LOSS]
 
     def run(
         self, loggers: Sequence[RoundLogger], checkpoint_path: Path, checkpoint_meta: dict[str, Any]
@@ -236,20 +330,22 @@ class FederatedLoop:
             history.wall_seconds = time.perf_counter() - started
             last = round_index == settings.fl.rounds
             if self.workers.main and (last or round_index % settings.eval.every == 0):
-                accuracy, loss, accuracy_std = self.evaluate()
+                evaluated = self.evaluate_all()
                 history.wall_seconds = time.perf_counter() - started
                 row: MetricsRow = {
                     "round": round_index,
-                    "test_accuracy": accuracy,
-                    "test_loss": loss,
+                    "test_accuracy": evaluated.pop(ACCURACY),
+                    "test_loss": evaluated.pop(LOSS),
                     "train_loss": stats.train_loss,
                     "lr": stats.lr,
                     "bytes_up": stats.bytes_up,
                     "bytes_down": stats.bytes_down,
                     "wall_seconds": history.wall_seconds,
-                    "test_accuracy_std": accuracy_std,
+                    "test_accuracy_std": evaluated.pop("test_accuracy_std"),
                     "client_seconds": stats.client_seconds,
                 }
+                row |= {name: evaluated[name] for name in sorted(evaluated)}
+                row |= {name: stats.metrics[name] for name in sorted(stats.metrics)}
                 history.rows.append(row)
                 for logger in loggers:
                     logger.log_round(row)
@@ -296,3 +392,31 @@ class FederatedLoop:
             client_seconds=state["client_seconds"],
         )
         torch.set_rng_state(state["torch_rng"])
+
+
+def one_per_worker(workers: Workers) -> Share:
+    """A share in which each worker contributes one item, gathered in rank order."""
+    return Share(workers.rank, tuple((rank,) for rank in range(workers.count)))
+
+
+class AlgorithmStates(Mapping[int, StateDict]):
+    """The algorithm's part of each client's state (entries outside any stage's namespace), as
+    the algorithm's `evaluated_models` reads it; clients holding none of it are absent."""
+
+    def __init__(self, states: ClientStates) -> None:
+        self.states = states
+
+    def __getitem__(self, client: int) -> StateDict:
+        own = algorithm_part(self.states[client])
+        if own is None:
+            raise KeyError(client)
+        return own
+
+    def __iter__(self) -> Iterator[int]:
+        return (client for client in self.states if client in self)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def __contains__(self, client: object) -> bool:
+        return client in self.states and algorithm_part(self.states[client]) is not None

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
-from fedlight.loggers.base import MetricsRow
+from fedlight.loggers.base import METRIC_COLUMNS, MetricsRow
 
 
 def label_histogram(
@@ -45,6 +45,9 @@ def summarize(
     choices: dict[str, str],
 ) -> dict[str, Any]:
     accuracies = [float(r["test_accuracy"]) for r in rows]
+    reported = {
+        name: value for row in rows for name, value in row.items() if name not in METRIC_COLUMNS
+    }
     reached = [
         int(r["round"])
         for r in rows
@@ -61,6 +64,7 @@ def summarize(
         "rounds": rounds,
         "seed": seed,
         **choices,
+        **reported,  # each stage-reported metric's last value
     }
 
 

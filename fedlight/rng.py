@@ -18,6 +18,7 @@ class Stream(IntEnum):
     SELECTION = 2
     LOCAL_TRAINING = 3
     POOLING = 4
+    WIRE = 5  # randomness of wire transforms (stochastic rounding, random sparsification)
 
 
 def derive_seed(seed: int, stream: Stream, round_index: int = 0, client: int = 0) -> int:

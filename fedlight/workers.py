@@ -37,7 +37,7 @@ import torch.multiprocessing as torch_mp
 from torch import Tensor
 from torch.multiprocessing.spawn import ProcessException
 
-from fedlight.config import FLSettings, RunSettings, require
+from fedlight.config import FLSettings, RunSettings, check_nccl, one_line, require
 
 Item = TypeVar("Item")
 Value = TypeVar("Value")
@@ -221,11 +221,7 @@ class ProcessGroupWorkers(Workers):
 def resolve_backend(setting: str, device: torch.device) -> str:
     """`fl.backend` with `auto` resolved: NCCL between GPUs, gloo between CPUs."""
     backend = ("nccl" if device.type == "cuda" else "gloo") if setting == "auto" else setting
-    require(
-        backend != "nccl" or device.type == "cuda",
-        f"fl.backend=nccl needs CUDA and this run's device is {device}; use fl.backend=gloo "
-        "(or auto)",
-    )
+    check_nccl(backend, device.type == "cuda", f"this run's device is {device}")
     return backend
 
 
@@ -345,13 +341,9 @@ def run_spawned(
         raise
     except Exception as error:
         traceback.print_exc(file=sys.stderr)
-        errors.put(WorkerError(f"worker {rank} failed: {type(error).__name__}: {one_line(error)}"))
+        summary = one_line(error, separator=" ", limit=300)
+        errors.put(WorkerError(f"worker {rank} failed: {type(error).__name__}: {summary}"))
         raise
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
-
-
-def one_line(error: BaseException) -> str:
-    text = " ".join(str(error).split())
-    return text if len(text) <= 300 else text[:297] + "..."

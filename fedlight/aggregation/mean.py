@@ -1,25 +1,65 @@
-"""Weighted mean of client updates, the aggregation of FedAvg (McMahan et al. 2017)."""
+"""The weighted mean of client updates: FedAvg's aggregation (McMahan et al. 2017)."""
 
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
+from fedlight.aggregation.base import Accumulator, Aggregator
 from fedlight.tensors import StateDict
+
+
+class RunningMean(Accumulator):
+    """Σ_i (w_i / W) u_i, added in the order given, so results are bit-reproducible. W is known in
+    advance; float64 updates are summed in float64, everything else in float32."""
+
+    def __init__(self, total_weight: float) -> None:
+        self.total = float(total_weight)
+        self.sums: StateDict | None = None
+
+    def add(self, update: StateDict, weight: float) -> None:
+        if self.sums is None:
+            self.sums = {
+                name: torch.zeros_like(
+                    t, dtype=torch.float64 if t.dtype == torch.float64 else torch.float32
+                )
+                for name, t in update.items()
+            }
+        for name, total in self.sums.items():
+            total.add_(update[name], alpha=weight / self.total)
+
+    def result(self) -> StateDict | None:
+        return self.sums
+
+    def partial(self) -> StateDict | None:
+        return self.sums
+
+    def merge(self, partials: Sequence[StateDict | None]) -> None:
+        present = [partial for partial in partials if partial is not None]
+        self.sums = None
+        if present:
+            self.sums = {name: t.clone() for name, t in present[0].items()}
+            for partial in present[1:]:
+                for name, total in self.sums.items():
+                    total.add_(partial[name])
+
+
+@dataclass
+class Mean(Aggregator):
+    """`aggregator=mean`: the weighted mean (`aggregator.weighting`)."""
+
+    def accumulator(self, total_weight: float) -> Accumulator:
+        return RunningMean(total_weight)
 
 
 @dataclass
 class WeightedMean:
-    """Σ_i w_i u_i / Σ_i w_i, summed in the order given so results are bit-reproducible."""
+    """The weighted mean of a list of updates at once (hand computations, tests)."""
 
     def __call__(self, updates: Sequence[StateDict], weights: Sequence[float]) -> StateDict:
-        total = float(sum(weights))
-        result: StateDict = {}
-        for name, first in updates[0].items():
-            acc = torch.zeros_like(
-                first, dtype=torch.float64 if first.dtype == torch.float64 else torch.float32
-            )
-            for update, weight in zip(updates, weights, strict=True):
-                acc.add_(update[name], alpha=weight / total)
-            result[name] = acc
-        return result
+        mean = RunningMean(float(sum(weights)))
+        for update, weight in zip(updates, weights, strict=True):
+            mean.add(update, weight)
+        if mean.sums is None:
+            raise ValueError("WeightedMean needs at least one update with a positive weight")
+        return mean.sums

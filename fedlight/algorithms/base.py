@@ -1,21 +1,26 @@
 """The contract between the FederatedLoop and an algorithm.
 
 Following fedjax, an algorithm is a few functions over explicit state: the server's `ServerState`
-and, for stateful methods, a per-client state. The loop owns everything else (selection, local
-training, logging, checkpoints), so adding an algorithm never changes the loop. Each hook has a
-default that does nothing, so FedAvg overrides only what it needs.
+and, for stateful methods, a per-client state; every hook is handed the round's `RoundContext`
+(round, N, trainable names, generators). Client-side hooks see only what the client received (the
+decoded download) and its own state; the server side sees the aggregates of the parts it declares
+(`parts`, `split`) and applies them in `server_update`, with the aggregator and the server optimizer
+passed in rather than inherited. The loop owns everything else (selection, the wire, local
+training, logging, checkpoints), so adding an algorithm never changes the loop.
 """
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import ClassVar, TypeVar
 
-import numpy as np
 import pytorch_lightning as pl
 import torch
 from torch import Tensor
 
+from fedlight.aggregation.base import Aggregator, Part, RoundAggregation
+from fedlight.aggregation.mean import Mean
+from fedlight.context import Federation, RoundContext
 from fedlight.tensors import StateDict
 
 
@@ -56,17 +61,43 @@ class ClientUpload:
 class LocalCallback:
     """Lightning-style hooks an algorithm adds to a client's local training.
 
-    The sequential engine calls them right after the client module's hook of the same name, on
-    the client being trained only (SCAFFOLD corrects gradients in `on_after_backward`, FedProx
-    adds its proximal term). The vectorized engine has no module per client: it calls
-    `correct_gradients` of the `stack`ed callbacks of all clients instead.
+    The sequential engine calls them right before the client module's hook of the same name (the
+    order of a Lightning Trainer: callbacks, then the module), on the client being trained only.
+    A callback whose whole effect is a gradient correction implements `correct_gradients` (and
+    `stack`) only: the default `on_after_backward` applies it to the module's gradients, and the
+    vectorized engine, which has no module per client, calls it on the `stack`ed callbacks of
+    all clients. The math is written once.
     """
 
     def on_before_backward(self, module: pl.LightningModule, loss: Tensor) -> None:
         """Called with the loss of a local step before backpropagation."""
 
+    fills_missing_gradients: ClassVar[bool] = False  # correct parameters without a gradient too
+
     def on_after_backward(self, module: pl.LightningModule) -> None:
-        """Called once gradients exist and before the optimizer sees them."""
+        """Called once gradients exist and before the optimizer sees them: `correct_gradients`
+        applied to the trainable parameters that have a gradient (and, with
+        `fills_missing_gradients`, to the others as a zero gradient); nothing for a callback
+        without `correct_gradients`."""
+        if type(self).correct_gradients is LocalCallback.correct_gradients:
+            return
+        params = {
+            name: param
+            for name, param in module.named_parameters()
+            if param.requires_grad and (param.grad is not None or self.fills_missing_gradients)
+        }
+        with torch.no_grad():
+            values = {name: param.detach() for name, param in params.items()}
+            grads = {
+                name: torch.zeros_like(param) if param.grad is None else param.grad
+                for name, param in params.items()
+            }
+            for name, corrected in self.correct_gradients(values, grads).items():
+                param = params[name]
+                if param.grad is None:
+                    param.grad = corrected
+                elif corrected is not param.grad:
+                    param.grad.copy_(corrected)
 
     def on_before_optimizer_step(
         self, module: pl.LightningModule, optimizer: torch.optim.Optimizer
@@ -74,11 +105,10 @@ class LocalCallback:
         """Called right before each optimizer step."""
 
     def correct_gradients(self, params: StateDict, grads: StateDict) -> StateDict:
-        """The same correction as `on_after_backward`, for engines without a module (the
-        vectorized engine): the corrected gradients `grads` of the trainable parameters `params`,
-        name → tensor. Called on a `stack`ed callback, every tensor has a leading client
-        dimension. Override it (and `stack`) only if it is the callback's whole effect; a
-        callback without it trains on the sequential engine only."""
+        """The corrected gradients `grads` of the trainable parameters `params`, name → tensor
+        (a new dict; tensors may be new or updated in place). Called on a `stack`ed callback,
+        every tensor has a leading client dimension. Override it (and `stack`) only if it is the
+        callback's whole effect; a callback without it trains on the sequential engine only."""
         raise NotImplementedError
 
     @classmethod
@@ -93,40 +123,45 @@ CallbackT = TypeVar("CallbackT", bound=LocalCallback)
 
 
 class Algorithm(ABC):
-    """Server and client rules of one federated algorithm."""
+    """Server and client rules of one federated algorithm.
 
-    trainable: frozenset[str] = frozenset()  # names of the model's parameters (not buffers)
-    num_clients: int = 0  # N, the size of the federation
+    `parts` names what the server aggregates from each upload, with the weighting the paper uses
+    and whether the configured aggregator may replace the method's fixed rule (see
+    `fedlight.aggregation.base`). An algorithm without parts sends nothing to aggregate.
+    """
 
-    def init_server(
-        self, weights: StateDict, trainable: frozenset[str], num_clients: int
-    ) -> ServerState:
-        """Server state for the initial global model; `trainable` names the parameters."""
-        self.trainable = trainable
-        self.num_clients = num_clients
+    parts: ClassVar[dict[str, Part]] = {}
+    # The aggregator of the configurable parts (injected by the config into algorithms that
+    # aggregate; those without parts never use it).
+    aggregator: Aggregator = Mean()
+    # Set where `server_opt` and `aggregator` cannot be chosen: why (the config refuses them).
+    fixed_server: ClassVar[str | None] = None
+
+    def init_server(self, weights: StateDict, federation: Federation) -> ServerState:
+        """Server state for the initial global model."""
         return ServerState(weights)
 
     def participants(
-        self,
-        selected: Sequence[int],
-        client_indices: Sequence[Tensor],
-        generator: np.random.Generator,
+        self, ctx: RoundContext, client_indices: Sequence[Tensor]
     ) -> list[tuple[int, Tensor]]:
         """Who trains this round and on which training examples: each selected client on its own
-        data. `generator` is this round's own (Stream.POOLING), for algorithms that resample."""
-        return [(client, client_indices[client]) for client in selected]
+        data. Algorithms that resample draw from `ctx.generator(Stream.POOLING)`."""
+        return [(client, client_indices[client]) for client in ctx.selected]
 
-    def download(self, server: ServerState) -> StateDict:
-        """Everything sent to each selected client (counted in bytes): the global model."""
+    def download(self, ctx: RoundContext, server: ServerState) -> StateDict:
+        """Everything sent to each selected client (encoded and counted by the wire): the global
+        model."""
         return server.weights
 
-    def start_weights(self, server: ServerState, client_state: StateDict | None) -> StateDict:
-        """The weights a client's local training starts from: the global model, unless the
+    def start_weights(
+        self, ctx: RoundContext, received: StateDict, client_state: StateDict | None
+    ) -> StateDict:
+        """The weights a client's local training starts from: the model it received, unless the
         algorithm keeps a model of the client's own (local training, personalization)."""
-        return server.weights
+        return received
 
     def local_callbacks(
-        self, server: ServerState, client_state: StateDict | None
+        self, ctx: RoundContext, received: StateDict, client_state: StateDict | None
     ) -> list[LocalCallback]:
         """Hooks into the local training of one client; `client_state` is None before its first
         round."""
@@ -134,17 +169,48 @@ class Algorithm(ABC):
 
     @abstractmethod
     def upload(
-        self, server: ServerState, local: LocalResult, client_state: StateDict | None
+        self,
+        ctx: RoundContext,
+        received: StateDict,
+        local: LocalResult,
+        client_state: StateDict | None,
     ) -> tuple[ClientUpload, StateDict | None]:
         """What the client sends, and its new persistent state (None for stateless methods)."""
 
-    @abstractmethod
-    def server_update(self, server: ServerState, uploads: Sequence[ClientUpload]) -> ServerState:
-        """The next server state from this round's uploads."""
+    def split(self, ctx: RoundContext, upload: ClientUpload) -> dict[str, StateDict]:
+        """The server's view of one decoded upload: each of `parts`' tensors."""
+        return {}
+
+    def server_update(
+        self,
+        ctx: RoundContext,
+        server: ServerState,
+        aggregates: Mapping[str, StateDict | None],
+        contributors: Sequence[tuple[int, int, int]],
+    ) -> ServerState:
+        """The next server state from the round's aggregates (None: no client contributed to
+        that part). `contributors` are (client, samples, steps) of the uploads, in order."""
+        return server
+
+    def aggregate(
+        self,
+        ctx: RoundContext,
+        server: ServerState,
+        uploads: Sequence[ClientUpload],
+    ) -> ServerState:
+        """`server_update` of a list of decoded uploads, aggregated as a round would (hand
+        computations, tests)."""
+        aggregation = RoundAggregation(
+            self, self.aggregator, Mean(), [u.num_samples for u in uploads]
+        )
+        for upload in uploads:
+            aggregation.add(ctx, upload)
+        return self.server_update(ctx, server, aggregation.results(), aggregation.contributors)
 
     def evaluated_models(
-        self, server: ServerState, client_states: Mapping[int, StateDict]
+        self, federation: Federation, server: ServerState, client_states: Mapping[int, StateDict]
     ) -> Iterable[StateDict]:
         """The models whose test metrics are reported (mean and spread): the global model. The
-        loop evaluates them one at a time as they are produced, so an iterator can stream many."""
+        loop evaluates them one at a time as they are produced, so an iterator can stream many.
+        `client_states` holds the algorithm's own client states."""
         return [server.weights]

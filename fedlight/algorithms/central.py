@@ -13,12 +13,13 @@ the number of optimizer steps differs only by the clients' partial last batches.
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 from torch import Tensor
 
 from fedlight.algorithms.base import ServerState
 from fedlight.algorithms.local import Local
+from fedlight.context import Federation, RoundContext
+from fedlight.rng import Stream
 from fedlight.tensors import StateDict
 
 # The pooled trainer is stored (and checkpointed) as the state of this participant id.
@@ -30,19 +31,17 @@ class Central(Local):
     """`Local` training of a single participant that holds everybody's data."""
 
     def participants(
-        self,
-        selected: Sequence[int],
-        client_indices: Sequence[Tensor],
-        generator: np.random.Generator,
+        self, ctx: RoundContext, client_indices: Sequence[Tensor]
     ) -> list[tuple[int, Tensor]]:
         """One trainer on a draw from everybody's pooled examples: O(all examples) per round by
         definition, like a centralized epoch; no state per client is kept."""
         pool = torch.cat(list(client_indices))
-        size = sum(len(client_indices[client]) for client in selected)
+        size = sum(len(client_indices[client]) for client in ctx.selected)
+        generator = ctx.generator(Stream.POOLING)
         drawn = torch.as_tensor(generator.permutation(len(pool))[:size], device=pool.device)
         return [(POOLED_TRAINER, pool[drawn])]
 
     def evaluated_models(
-        self, server: ServerState, client_states: Mapping[int, StateDict]
+        self, federation: Federation, server: ServerState, client_states: Mapping[int, StateDict]
     ) -> Iterable[StateDict]:
         return [client_states.get(POOLED_TRAINER, server.weights)]

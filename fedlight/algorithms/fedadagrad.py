@@ -1,22 +1,27 @@
-"""FedAdagrad of Reddi et al., "Adaptive Federated Optimization", ICLR 2021 (Algorithm 2).
+"""FedAdagrad (Reddi et al., ICLR 2021), kept as a shortcut: `algo=fedadagrad` is `algo=fedavg
+server_opt=adagrad` with its hyperparameters under `algo.*`. The rule is in
+`fedlight.server_opt.adagrad`."""
 
-Server Adagrad (with Algorithm 2's momentum) on the sample-weighted mean delta Δ_t:
-    m_t = β1 m_{t-1} + (1 − β1) Δ_t,   v_t = v_{t-1} + Δ_t²,
-    x ← x + η m_t / (√v_t + τ),        m_0 = 0, v_0 = τ².
-v only grows, so steps shrink over rounds; hence a larger default η = 0.1 than FedAdam/FedYogi.
-Defaults: β1 = 0.9 (the paper's), τ = 1e-3 (inside its tuning grid); β1 = 0 is plain Adagrad.
-"""
+from dataclasses import dataclass, field
+from typing import ClassVar
 
-from dataclasses import dataclass
-
-from torch import Tensor
-
-from fedlight.algorithms.server_optimizers import AdaptiveServerOptimizer
+from fedlight.algorithms.fedadam import require_adaptive
+from fedlight.algorithms.fedavg import FedAvg
+from fedlight.algorithms.fedavgm import SHORTCUT
+from fedlight.server_opt.adagrad import Adagrad
+from fedlight.server_opt.base import ServerOptimizer
 
 
 @dataclass
-class FedAdagrad(AdaptiveServerOptimizer):
-    server_lr: float = 0.1
+class FedAdagrad(FedAvg):
+    server_lr: float | None = 0.1
+    beta1: float = 0.9
+    tau: float = 1e-3
+    server_opt: ServerOptimizer | None = field(default=None, init=False)
 
-    def second_moment(self, v: Tensor, delta_sq: Tensor) -> Tensor:
-        return v + delta_sq
+    fixed_server: ClassVar[str | None] = SHORTCUT
+
+    def default_server_opt(self) -> ServerOptimizer:
+        require_adaptive(self.beta1, self.tau)
+        assert self.server_lr is not None
+        return Adagrad(lr=self.server_lr, beta1=self.beta1, tau=self.tau)

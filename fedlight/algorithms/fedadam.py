@@ -1,27 +1,35 @@
-"""FedAdam of Reddi et al., "Adaptive Federated Optimization", ICLR 2021 (Algorithm 2).
+"""FedAdam (Reddi et al., ICLR 2021), kept as a shortcut: `algo=fedadam` is `algo=fedavg
+server_opt=adam` with its hyperparameters under `algo.*`, so existing commands give the same
+numbers. The rule is in `fedlight.server_opt.adam`."""
 
-Server Adam on the sample-weighted mean delta Δ_t, without bias correction:
-    m_t = β1 m_{t-1} + (1 − β1) Δ_t,   v_t = β2 v_{t-1} + (1 − β2) Δ_t²,
-    x ← x + η m_t / (√v_t + τ),        m_0 = 0, v_0 = τ².
-Defaults: β1 = 0.9, β2 = 0.99 as in the paper's experiments; η = 0.01 and τ = 1e-3, values inside
-the paper's tuning grids (η and τ are tuned per task there). τ bounds the per-coordinate step by
-η |m| / τ, so a larger τ makes the method closer to FedAvgM.
-"""
+from dataclasses import dataclass, field
+from typing import ClassVar
 
-from dataclasses import dataclass
+from fedlight.algorithms.fedavg import FedAvg
+from fedlight.algorithms.fedavgm import SHORTCUT
+from fedlight.config import require
+from fedlight.server_opt.adam import Adam
+from fedlight.server_opt.base import ServerOptimizer
 
-from torch import Tensor
 
-from fedlight.algorithms.server_optimizers import AdaptiveServerOptimizer, require_beta2
+def require_adaptive(beta1: float, tau: float, beta2: float = 0.0) -> None:
+    """The checks of the adaptive server optimizers, naming the shortcuts' `algo.*` keys."""
+    require(0 <= beta1 < 1, f"algo.beta1={beta1} must be in [0, 1)")
+    require(0 <= beta2 < 1, f"algo.beta2={beta2} must be in [0, 1)")
+    require(tau > 0, f"algo.tau={tau} must be > 0 (e.g. 1e-3)")
 
 
 @dataclass
-class FedAdam(AdaptiveServerOptimizer):
+class FedAdam(FedAvg):
+    server_lr: float | None = 0.01  # η
+    beta1: float = 0.9
     beta2: float = 0.99
+    tau: float = 1e-3  # adaptivity τ; v starts at τ²
+    server_opt: ServerOptimizer | None = field(default=None, init=False)
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        require_beta2(self.beta2)
+    fixed_server: ClassVar[str | None] = SHORTCUT
 
-    def second_moment(self, v: Tensor, delta_sq: Tensor) -> Tensor:
-        return self.beta2 * v + (1 - self.beta2) * delta_sq
+    def default_server_opt(self) -> ServerOptimizer:
+        require_adaptive(self.beta1, self.tau, self.beta2)
+        assert self.server_lr is not None
+        return Adam(lr=self.server_lr, beta1=self.beta1, beta2=self.beta2, tau=self.tau)

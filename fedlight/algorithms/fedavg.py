@@ -1,61 +1,119 @@
 """FedAvg: Federated Averaging of McMahan et al., "Communication-Efficient Learning of Deep Networks
-from Decentralized Data", AISTATS 2017 (Algorithm 1), with a server learning rate.
+from Decentralized Data", AISTATS 2017 (Algorithm 1), with a pluggable server optimizer.
 
-Each client sends its model delta Δ_i = y_i − x; the server applies
-x ← x + η_g Σ_i n_i Δ_i / Σ_i n_i.
-With η_g = 1 this is the paper's sample-weighted model average. Buffers (e.g. BatchNorm running
-statistics) are averaged the same way without the server learning rate.
+Each client sends its model delta Δ_i = y_i − x (x as it received it); the server aggregates the
+parameters' deltas with the configured aggregator (default: the sample-weighted mean
+Σ_i n_i Δ_i / Σ_i n_i) and hands the result to the server optimizer as a pseudo-gradient (Reddi et
+al., ICLR 2021); `server_opt=sgd` with lr 1 is the paper's model average. Buffers (BatchNorm
+running statistics) always take the sample-weighted mean delta, without the server optimizer.
 """
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 
-from fedlight.aggregation.mean import WeightedMean
+from fedlight.aggregation.base import Aggregator, Part
+from fedlight.aggregation.mean import Mean
 from fedlight.algorithms.base import Algorithm, ClientUpload, LocalResult, ServerState
 from fedlight.config import require
+from fedlight.context import Federation, RoundContext
+from fedlight.server_opt.base import ServerOptimizer
+from fedlight.server_opt.sgd import SGD
 from fedlight.tensors import StateDict, subtract
+
+UPDATE = "update"  # the parameters' deltas: through the aggregator and the server optimizer
+BUFFERS = "buffers"  # the buffers' deltas: sample-weighted mean, added as they are
 
 
 @dataclass
 class FedAvg(Algorithm):
-    server_lr: float = 1.0
-    aggregator: WeightedMean = field(default_factory=WeightedMean)
+    # Shortcut for the default `SGD(lr=server_lr)` server optimizer (in Python; in a config the
+    # learning rate is `server_opt.lr`).
+    server_lr: float | None = None
+    aggregator: Aggregator = field(default_factory=Mean)
+    server_opt: ServerOptimizer | None = None  # None: SGD with `server_lr` (1.0 if unset)
+
+    parts: ClassVar[dict[str, Part]] = {
+        UPDATE: Part("samples", configurable=True),
+        BUFFERS: Part("samples", configurable=False),
+    }
 
     def __post_init__(self) -> None:
-        require(self.server_lr > 0, f"algo.server_lr={self.server_lr} must be > 0")
+        require(
+            self.server_lr is None or self.server_lr > 0,
+            f"algo.server_lr={self.server_lr} must be > 0",
+        )
+        if self.server_opt is None:
+            self.server_opt = self.default_server_opt()
+        else:
+            require(
+                self.server_lr is None,
+                "algo.server_lr and server_opt are both set; give the rate as server_opt.lr",
+            )
+
+    def default_server_opt(self) -> ServerOptimizer:
+        return SGD(lr=1.0 if self.server_lr is None else self.server_lr)
+
+    @property
+    def optimizer(self) -> ServerOptimizer:
+        assert self.server_opt is not None  # set in __post_init__
+        return self.server_opt
+
+    def init_server(self, weights: StateDict, federation: Federation) -> ServerState:
+        return ServerState(weights, self.optimizer.init_state(weights, federation.trainable))
 
     def upload(
-        self, server: ServerState, local: LocalResult, client_state: StateDict | None
+        self,
+        ctx: RoundContext,
+        received: StateDict,
+        local: LocalResult,
+        client_state: StateDict | None,
     ) -> tuple[ClientUpload, StateDict | None]:
-        delta = subtract(local.weights, server.weights)
+        delta = subtract(local.weights, received)
         return ClientUpload(local.client_id, local.num_samples, local.num_steps, delta), None
 
-    def server_update(self, server: ServerState, uploads: Sequence[ClientUpload]) -> ServerState:
-        return ServerState(
-            self.apply_delta(server.weights, self.mean_delta(uploads)), server.extras
-        )
+    def split(self, ctx: RoundContext, upload: ClientUpload) -> dict[str, StateDict]:
+        return split_parameters(upload.tensors, ctx.trainable)
 
-    def mean_delta(self, uploads: Sequence[ClientUpload]) -> StateDict:
-        """The aggregated model delta, each client weighted by its number of samples."""
-        return self.aggregator(
-            [u.tensors for u in uploads], [float(u.num_samples) for u in uploads]
-        )
+    def server_update(
+        self,
+        ctx: RoundContext,
+        server: ServerState,
+        aggregates: Mapping[str, StateDict | None],
+        contributors: Sequence[tuple[int, int, int]],
+    ) -> ServerState:
+        update, buffers = aggregates[UPDATE], aggregates[BUFFERS]
+        if update is None or buffers is None:  # no participant had data: the model stays
+            return server
+        return self.apply(server, update, buffers)
 
-    def apply_delta(self, weights: StateDict, mean_delta: StateDict) -> StateDict:
-        return apply_delta(weights, mean_delta, self.trainable, self.server_lr)
+    def apply(
+        self, server: ServerState, pseudo_gradient: StateDict, buffers: StateDict
+    ) -> ServerState:
+        """The server optimizer's step on the parameters, the buffers' mean delta added."""
+        moved, extras = self.optimizer.step(server.weights, pseudo_gradient, server.extras)
+        return ServerState(add_buffer_deltas(server.weights, moved, buffers), extras)
 
 
-def apply_delta(
-    weights: StateDict, delta: StateDict, trainable: frozenset[str], server_lr: float
-) -> StateDict:
-    """x + η_g Δ for parameters, x + Δ for buffers; integer buffers are rounded back."""
+def split_parameters(tensors: StateDict, trainable: frozenset[str]) -> dict[str, StateDict]:
+    """A state-dict-shaped upload as its parameters' and its buffers' parts."""
+    return {
+        UPDATE: {name: t for name, t in tensors.items() if name in trainable},
+        BUFFERS: {name: t for name, t in tensors.items() if name not in trainable},
+    }
+
+
+def add_buffer_deltas(weights: StateDict, moved: StateDict, buffers: StateDict) -> StateDict:
+    """`moved` parameters, and each buffer plus its mean delta (integer buffers rounded back), in
+    the order of `weights`."""
     updated: StateDict = {}
     for name, current in weights.items():
-        step = server_lr if name in trainable else 1.0
-        if current.is_floating_point():
-            updated[name] = current + step * delta[name].to(current.dtype)
+        if name in moved:
+            updated[name] = moved[name]
+        elif current.is_floating_point():
+            updated[name] = current + buffers[name].to(current.dtype)
         else:
-            updated[name] = current + torch.round(delta[name]).to(current.dtype)
+            updated[name] = current + torch.round(buffers[name]).to(current.dtype)
     return updated

@@ -1,35 +1,30 @@
-"""FedAvgM: FedAvg with server momentum, Hsu et al., "Measuring the Effects of Non-Identical Data
-Distribution for Federated Visual Classification", 2019, as the server-SGD-with-momentum instance
-of Reddi et al., "Adaptive Federated Optimization", ICLR 2021.
+"""FedAvgM: FedAvg with server momentum (Hsu et al. 2019), kept as a shortcut: `algo=fedavgm` is
+`algo=fedavg server_opt=momentum` with its hyperparameters under `algo.*`, so existing commands
+give the same numbers. The rule is in `fedlight.server_opt.momentum`."""
 
-Form implemented (heavy ball, no dampening, on the sample-weighted mean delta Δ_t):
-    m_t = β m_{t-1} + Δ_t,   x ← x + η m_t,   m_0 = 0.
-In steady state the step is η/(1 − β) times FedAvg's, so lower η when raising β. β = 0 is FedAvg
-with server learning rate η. Buffers take the plain mean delta, as in FedAvg.
-"""
-
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
-from torch import Tensor
-
-from fedlight.algorithms.server_optimizers import ServerOptimizer, Slots
+from fedlight.algorithms.fedavg import FedAvg
 from fedlight.config import require
+from fedlight.server_opt.base import ServerOptimizer
+from fedlight.server_opt.momentum import Momentum
+
+SHORTCUT = "it is FedAvg with its own server optimizer; use algo=fedavg server_opt=<option>"
 
 
 @dataclass
-class FedAvgM(ServerOptimizer):
+class FedAvgM(FedAvg):
+    server_lr: float | None = 1.0  # η:  m ← β m + Δ;  x ← x + η m
     server_momentum: float = 0.9  # β
+    server_opt: ServerOptimizer | None = field(default=None, init=False)
 
-    slots: ClassVar[tuple[str, ...]] = ("m",)
+    fixed_server: ClassVar[str | None] = SHORTCUT
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
+    def default_server_opt(self) -> ServerOptimizer:
         require(
             0 <= self.server_momentum < 1,
             f"algo.server_momentum={self.server_momentum} must be in [0, 1)",
         )
-
-    def direction(self, delta: Tensor, state: Slots) -> tuple[Tensor, Slots]:
-        m = self.server_momentum * state["m"] + delta
-        return m, {"m": m}
+        assert self.server_lr is not None
+        return Momentum(lr=self.server_lr, momentum=self.server_momentum)

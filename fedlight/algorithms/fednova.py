@@ -11,16 +11,22 @@ Variant implemented: local SGD with heavy-ball momentum ρ (PyTorch's SGD withou
 Nesterov), for which ‖a_i‖₁ = [τ_i − ρ(1 − ρ^τ_i)/(1 − ρ)] / (1 − ρ), which is τ_i for plain
 SGD (ρ = 0). τ_i is the number of optimizer steps the client took this round, so clients with
 more data take more steps. ρ must match the local optimizer: the YAML takes it from
-`optim.momentum`. Buffers are averaged as in FedAvg (they are not the result of gradient steps).
-With equal τ_i this is FedAvg up to float rounding.
+`optim.momentum`. The normalization happens on the server before aggregation and the rescaling
+after it, so d_i goes through the configured aggregator and τ_eff Σ p_i d_i through the server
+optimizer (p_i follow the aggregator's weighting; the paper's are the sample shares). Buffers are
+averaged as in FedAvg (they are not the result of gradient steps). With equal τ_i this is FedAvg
+up to float rounding.
 """
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from fedlight.aggregation.base import client_weight
 from fedlight.algorithms.base import ClientUpload, ServerState
-from fedlight.algorithms.fedavg import FedAvg
+from fedlight.algorithms.fedavg import BUFFERS, UPDATE, FedAvg, split_parameters
 from fedlight.config import require
+from fedlight.context import RoundContext
+from fedlight.tensors import StateDict
 
 
 def momentum_step_norm(num_steps: int, momentum: float) -> float:
@@ -44,18 +50,28 @@ class FedNova(FedAvg):
     def step_norm(self, num_steps: int) -> float:
         return momentum_step_norm(num_steps, self.momentum)
 
-    def server_update(self, server: ServerState, uploads: Sequence[ClientUpload]) -> ServerState:
-        samples = [float(u.num_samples) for u in uploads]
-        norms = [self.step_norm(u.num_steps) for u in uploads]
-        tau_eff = sum(n * a for n, a in zip(samples, norms, strict=True)) / sum(samples)
-        normalized = [
-            {
-                # A client that took no step has Δ_i = 0, so d_i = 0 whatever its norm.
-                name: t / a if name in self.trainable and a > 0 else t
-                for name, t in u.tensors.items()
-            }
-            for u, a in zip(uploads, norms, strict=True)
-        ]
-        mean = self.aggregator(normalized, samples)  # Σ p_i d_i for parameters
-        step = {name: t * tau_eff if name in self.trainable else t for name, t in mean.items()}
-        return ServerState(self.apply_delta(server.weights, step), server.extras)
+    def split(self, ctx: RoundContext, upload: ClientUpload) -> dict[str, StateDict]:
+        """d_i = Δ_i / ‖a_i‖₁ for the parameters (a client that took no step has Δ_i = 0, so
+        d_i = 0 whatever its norm); buffers as they are."""
+        parts = split_parameters(upload.tensors, ctx.trainable)
+        norm = self.step_norm(upload.num_steps)
+        if norm > 0:
+            parts[UPDATE] = {name: t / norm for name, t in parts[UPDATE].items()}
+        return parts
+
+    def server_update(
+        self,
+        ctx: RoundContext,
+        server: ServerState,
+        aggregates: Mapping[str, StateDict | None],
+        contributors: Sequence[tuple[int, int, int]],
+    ) -> ServerState:
+        """x moves by τ_eff Σ p_i d_i, τ_eff = Σ p_i ‖a_i‖₁."""
+        mean, buffers = aggregates[UPDATE], aggregates[BUFFERS]
+        if mean is None or buffers is None:
+            return server
+        weighting = self.aggregator.weighting_of(self.parts[UPDATE])
+        weights = [client_weight(weighting, samples) for _, samples, _ in contributors]
+        norms = [self.step_norm(steps) for _, _, steps in contributors]
+        tau_eff = sum(p * a for p, a in zip(weights, norms, strict=True)) / sum(weights)
+        return self.apply(server, {name: t * tau_eff for name, t in mean.items()}, buffers)

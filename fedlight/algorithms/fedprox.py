@@ -1,40 +1,33 @@
 """FedProx of Li et al., "Federated Optimization in Heterogeneous Networks", MLSys 2020
-(Algorithm 2), with FedAvg's server.
+(Algorithm 2), with FedAvg's server (and so any aggregator and server optimizer).
 
-Each client approximately minimizes h_k(w; x) = F_k(w) + μ/2 ‖w − x‖² around the global model x.
-Variant implemented: every selected client runs the configured local epochs (no γ-inexactness
-stopping and no dropped stragglers), and the proximal term enters through its gradient,
-p.grad += μ (p − x_p), added to every trainable parameter after backpropagation, so any local
-optimizer (momentum, weight decay) sees the gradient of h_k. The server is FedAvg's: the
-sample-weighted mean delta times `server_lr`. With μ = 0 this is FedAvg exactly.
+Each client approximately minimizes h_k(w; x) = F_k(w) + μ/2 ‖w − x‖² around the global model x
+it received. Variant implemented: every selected client runs the configured local epochs (no
+γ-inexactness stopping and no dropped stragglers), and the proximal term enters through its
+gradient, p.grad += μ (p − x_p), added to every trainable parameter that has a gradient after
+backpropagation, so any local optimizer (momentum, weight decay) sees the gradient of h_k. With
+μ = 0 this is FedAvg exactly.
 """
 
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import pytorch_lightning as pl
 import torch
 
-from fedlight.algorithms.base import LocalCallback, ServerState
+from fedlight.algorithms.base import LocalCallback
 from fedlight.algorithms.fedavg import FedAvg
 from fedlight.config import require
+from fedlight.context import RoundContext
 from fedlight.tensors import StateDict
 
 
 class ProximalTerm(LocalCallback):
-    """Adds the gradient of μ/2 ‖w − x‖² to the local gradients of the trainable parameters."""
+    """Adds the gradient of μ/2 ‖w − x‖² to the local gradients of the trainable parameters. A
+    parameter without a gradient is skipped by the optimizer, so it stays at x."""
 
     def __init__(self, mu: float, anchor: StateDict, trainable: Sequence[str]) -> None:
         self.mu = mu
         self.anchor = {name: anchor[name] for name in trainable}  # the global weights x
-
-    @torch.no_grad()
-    def on_after_backward(self, module: pl.LightningModule) -> None:
-        for name, param in module.named_parameters():
-            # A parameter without a gradient is skipped by the optimizer, so it stays at x and
-            # its proximal gradient μ (p − x) is zero anyway.
-            if param.grad is not None and name in self.anchor:
-                param.grad.add_(param - self.anchor[name], alpha=self.mu)
 
     def correct_gradients(self, params: StateDict, grads: StateDict) -> StateDict:
         return {
@@ -63,6 +56,6 @@ class FedProx(FedAvg):
         require(self.mu >= 0, f"algo.mu={self.mu} must be >= 0 (0 is FedAvg)")
 
     def local_callbacks(
-        self, server: ServerState, client_state: StateDict | None
+        self, ctx: RoundContext, received: StateDict, client_state: StateDict | None
     ) -> list[LocalCallback]:
-        return [ProximalTerm(self.mu, server.weights, sorted(self.trainable))]
+        return [ProximalTerm(self.mu, received, sorted(ctx.trainable))]

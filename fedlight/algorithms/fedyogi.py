@@ -1,27 +1,28 @@
-"""FedYogi of Reddi et al., "Adaptive Federated Optimization", ICLR 2021 (Algorithm 2).
+"""FedYogi (Reddi et al., ICLR 2021), kept as a shortcut: `algo=fedyogi` is `algo=fedavg
+server_opt=yogi` with its hyperparameters under `algo.*`. The rule is in
+`fedlight.server_opt.yogi`."""
 
-Server Yogi on the sample-weighted mean delta Δ_t, without bias correction:
-    m_t = β1 m_{t-1} + (1 − β1) Δ_t,   v_t = v_{t-1} − (1 − β2) Δ_t² sign(v_{t-1} − Δ_t²),
-    x ← x + η m_t / (√v_t + τ),        m_0 = 0, v_0 = τ².
-Unlike Adam, v moves by an additive (1 − β2) Δ² towards Δ², so it cannot collapse after one large
-round. Defaults: β1 = 0.9, β2 = 0.99 (the paper's), η = 0.01, τ = 1e-3 (inside its tuning grids).
-"""
+from dataclasses import dataclass, field
+from typing import ClassVar
 
-from dataclasses import dataclass
-
-import torch
-from torch import Tensor
-
-from fedlight.algorithms.server_optimizers import AdaptiveServerOptimizer, require_beta2
+from fedlight.algorithms.fedadam import require_adaptive
+from fedlight.algorithms.fedavg import FedAvg
+from fedlight.algorithms.fedavgm import SHORTCUT
+from fedlight.server_opt.base import ServerOptimizer
+from fedlight.server_opt.yogi import Yogi
 
 
 @dataclass
-class FedYogi(AdaptiveServerOptimizer):
+class FedYogi(FedAvg):
+    server_lr: float | None = 0.01
+    beta1: float = 0.9
     beta2: float = 0.99
+    tau: float = 1e-3
+    server_opt: ServerOptimizer | None = field(default=None, init=False)
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        require_beta2(self.beta2)
+    fixed_server: ClassVar[str | None] = SHORTCUT
 
-    def second_moment(self, v: Tensor, delta_sq: Tensor) -> Tensor:
-        return v - (1 - self.beta2) * delta_sq * torch.sign(v - delta_sq)
+    def default_server_opt(self) -> ServerOptimizer:
+        require_adaptive(self.beta1, self.tau, self.beta2)
+        assert self.server_lr is not None
+        return Yogi(lr=self.server_lr, beta1=self.beta1, beta2=self.beta2, tau=self.tau)

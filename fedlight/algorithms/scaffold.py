@@ -25,36 +25,32 @@ control, S the sampled clients, N the federation size, η_g the server learning 
   set from `optim.momentum`) K is replaced by FedNova's ‖a‖₁ = [K − ρ(1 − ρ^K)/(1 − ρ)]/(1 − ρ),
   the number of plain-gradient steps K momentum steps amount to, so that (x − y_i)/(‖a‖₁ η_l) is
   again the average corrected gradient. Without it, (x − y_i)/(K η_l) is about 1/(1 − ρ) times too
-  large and the corrections diverge (measured: Fashion-MNIST, shards, ρ = 0.9, loss NaN by
-  round 3). A client that took no step
-  (no data) keeps its control, sends Δc_i = 0 and is left out of the server's means.
+  large and the corrections diverge (README, "SCAFFOLD and local momentum"). A client that took
+  no step (no data) keeps its control, sends Δc_i = 0 and is left out of the server's means.
 - Upload: Δy_i = y_i − x for every state entry (parameters and buffers, as FedAvg) and
   Δc_i = c_i⁺ − c_i for trainable parameters; both are counted in bytes_up.
 - Server: x ← x + η_g · (1/|S|) Σ_{i∈S} Δy_i for parameters, the paper's plain (unweighted) mean
-  over the sampled clients; c ← c + (|S|/N) · (1/|S|) Σ_{i∈S} Δc_i. With the |S|/N factor,
+  over the sampled clients, as the configured aggregator (`aggregator.weighting=algorithm` is this
+  uniform mean) and server optimizer (`server_opt=sgd`, lr η_g) compute it; another aggregator or
+  server optimizer replaces these two steps only. c ← c + (|S|/N) · (1/|S|) Σ_{i∈S} Δc_i, a plain
+  mean by definition whatever the aggregator. With the |S|/N factor,
   c stays the mean over all N clients of c_i (absent ones counting as zero). Buffers (e.g.
   BatchNorm statistics) are not optimized and are averaged exactly as FedAvg does: sample-weighted,
   without η_g, integer buffers rounded back.
 """
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import ClassVar
 
-import pytorch_lightning as pl
 import torch
-from torch import Tensor
 
-from fedlight.aggregation.mean import WeightedMean
-from fedlight.algorithms.base import (
-    Algorithm,
-    ClientUpload,
-    LocalCallback,
-    LocalResult,
-    ServerState,
-)
-from fedlight.algorithms.fedavg import apply_delta
+from fedlight.aggregation.base import Part
+from fedlight.algorithms.base import ClientUpload, LocalCallback, LocalResult, ServerState
+from fedlight.algorithms.fedavg import BUFFERS, FedAvg
 from fedlight.algorithms.fednova import momentum_step_norm
 from fedlight.config import require
+from fedlight.context import Federation, RoundContext
 from fedlight.tensors import StateDict
 
 CONTROL = "control/"  # key prefix of c in ServerState.extras and of the download
@@ -63,24 +59,13 @@ DELTA_C = "delta_c/"
 
 
 class ControlCorrection(LocalCallback):
-    """Adds the precomputed c − c_i to every trainable parameter's gradient after backward."""
+    """Adds the precomputed c − c_i to every trainable parameter's gradient after backward (to a
+    parameter without a gradient too: the update rule adds it to every step)."""
+
+    fills_missing_gradients: ClassVar[bool] = True
 
     def __init__(self, correction: StateDict) -> None:
         self.correction = correction
-        self.pairs: list[tuple[torch.nn.Parameter, Tensor]] | None = None
-
-    def on_after_backward(self, module: pl.LightningModule) -> None:
-        if self.pairs is None:  # the module's parameter objects are fixed during local training
-            self.pairs = [
-                (p, self.correction[name].to(p.device, p.dtype))
-                for name, p in module.named_parameters()
-                if p.requires_grad and name in self.correction
-            ]
-        for param, correction in self.pairs:
-            if param.grad is None:
-                param.grad = correction.clone()
-            else:
-                param.grad.add_(correction)
 
     def correct_gradients(self, params: StateDict, grads: StateDict) -> StateDict:
         return {
@@ -94,61 +79,72 @@ class ControlCorrection(LocalCallback):
         return cls({name: torch.stack([c.correction[name] for c in callbacks]) for name in names})
 
 
+def received_control(received: StateDict) -> StateDict:
+    """c out of a client's download, keyed by parameter name."""
+    return {key.removeprefix(CONTROL): t for key, t in received.items() if key.startswith(CONTROL)}
+
+
 @dataclass
-class Scaffold(Algorithm):
+class Scaffold(FedAvg):
     """SCAFFOLD with option II controls; see the module docstring for the exact variant."""
 
-    server_lr: float = 1.0
     momentum: float = 0.0  # ρ of the clients' local SGD, for the option II normalization
-    aggregator: WeightedMean = field(default_factory=WeightedMean)
+
+    parts: ClassVar[dict[str, Part]] = {
+        DELTA_Y: Part("uniform", configurable=True),
+        BUFFERS: Part("samples", configurable=False),
+        DELTA_C: Part("uniform", configurable=False),
+    }
 
     def __post_init__(self) -> None:
-        require(self.server_lr > 0, f"algo.server_lr={self.server_lr} must be > 0")
+        super().__post_init__()
         require(
             0 <= self.momentum < 1,
             f"algo.momentum={self.momentum} must be in [0, 1) (the local optim.momentum)",
         )
 
-    def parameter_names(self, weights: StateDict) -> list[str]:
-        """Trainable entries of a state dict, in its order (so sums are reproducible)."""
-        return [name for name in weights if name in self.trainable]
+    def init_server(self, weights: StateDict, federation: Federation) -> ServerState:
+        """x as given and c = 0, one tensor per trainable parameter, beside the server
+        optimizer's slots."""
+        server = super().init_server(weights, federation)
+        control = {
+            CONTROL + name: torch.zeros_like(t)
+            for name, t in weights.items()
+            if name in federation.trainable
+        }
+        return ServerState(weights, {**control, **server.extras})
 
-    def init_server(
-        self, weights: StateDict, trainable: frozenset[str], num_clients: int
-    ) -> ServerState:
-        """x as given and c = 0, one tensor per trainable parameter."""
-        server = super().init_server(weights, trainable, num_clients)
-        names = self.parameter_names(weights)
-        server.extras = {CONTROL + name: torch.zeros_like(weights[name]) for name in names}
-        return server
-
-    def control(self, server: ServerState) -> StateDict:
-        """c keyed by parameter name (views of the extras, never modified in place)."""
-        names = self.parameter_names(server.weights)
-        return {name: server.extras[CONTROL + name] for name in names}
-
-    def download(self, server: ServerState) -> StateDict:
+    def download(self, ctx: RoundContext, server: ServerState) -> StateDict:
         """x and c travel to each sampled client."""
         controls = {key: t for key, t in server.extras.items() if key.startswith(CONTROL)}
         return {**server.weights, **controls}
 
+    def start_weights(
+        self, ctx: RoundContext, received: StateDict, client_state: StateDict | None
+    ) -> StateDict:
+        return {key: t for key, t in received.items() if not key.startswith(CONTROL)}
+
     def local_callbacks(
-        self, server: ServerState, client_state: StateDict | None
+        self, ctx: RoundContext, received: StateDict, client_state: StateDict | None
     ) -> list[LocalCallback]:
         """The gradient correction c − c_i, computed once for the client's whole local run."""
-        c = self.control(server)
+        c = received_control(received)
         if client_state is None:  # c_i = 0: the correction is c itself (read-only, not copied)
             return [ControlCorrection(c)]
         return [ControlCorrection({name: c[name] - client_state[name] for name in c})]
 
     def upload(
-        self, server: ServerState, local: LocalResult, client_state: StateDict | None
+        self,
+        ctx: RoundContext,
+        received: StateDict,
+        local: LocalResult,
+        client_state: StateDict | None,
     ) -> tuple[ClientUpload, StateDict | None]:
         """Δy_i and Δc_i (option II); the new c_i⁺ = c_i + Δc_i is the client's state."""
-        x = server.weights
+        c = received_control(received)
+        x = self.start_weights(ctx, received, client_state)
         # Subtraction makes new tensors: nothing of the live local.weights is kept.
         delta_y = {name: local.weights[name] - x[name] for name in x}
-        c = self.control(server)
         if local.num_steps == 0:  # no step, no gradient information: c_i stays as it was
             delta_c = {name: torch.zeros_like(t) for name, t in c.items()}
             new_state = client_state
@@ -164,28 +160,34 @@ class Scaffold(Algorithm):
         tensors.update({DELTA_C + name: t for name, t in delta_c.items()})
         return ClientUpload(local.client_id, local.num_samples, local.num_steps, tensors), new_state
 
-    def server_update(self, server: ServerState, uploads: Sequence[ClientUpload]) -> ServerState:
-        """x += η_g·mean Δy (buffers: FedAvg's weighted mean), c += (|S|/N)·mean Δc."""
+    def split(self, ctx: RoundContext, upload: ClientUpload) -> dict[str, StateDict]:
+        parts: dict[str, StateDict] = {DELTA_Y: {}, BUFFERS: {}, DELTA_C: {}}
+        for key, t in upload.tensors.items():
+            prefix, name = key[: key.index("/") + 1], key[key.index("/") + 1 :]
+            if prefix == DELTA_Y:
+                parts[DELTA_Y if name in ctx.trainable else BUFFERS][name] = t
+            else:
+                parts[DELTA_C][name] = t
+        return parts
+
+    def server_update(
+        self,
+        ctx: RoundContext,
+        server: ServerState,
+        aggregates: Mapping[str, StateDict | None],
+        contributors: Sequence[tuple[int, int, int]],
+    ) -> ServerState:
+        """x by the server optimizer on mean Δy (buffers: FedAvg's weighted mean),
+        c += (|S|/N)·mean Δc."""
         # A client without data took no step and sent Δy = Δc = 0: left out of the means rather
         # than diluting them. c is unaffected, since (|S|/N)·mean_S Δc = (1/N)·Σ_S Δc.
-        uploads = [u for u in uploads if u.num_steps > 0]
-        if not uploads:
+        delta_y, buffers, delta_c = aggregates[DELTA_Y], aggregates[BUFFERS], aggregates[DELTA_C]
+        if delta_y is None or buffers is None or delta_c is None:
             return server
-        x, names = server.weights, self.parameter_names(server.weights)
-        buffers = [name for name in x if name not in self.trainable]
-        keys = [DELTA_Y + name for name in names] + [DELTA_C + name for name in names]
-        plain = self.aggregator(
-            [{key: u.tensors[key] for key in keys} for u in uploads], [1.0] * len(uploads)
-        )
-        delta = {name: plain[DELTA_Y + name] for name in names}
-        if buffers:
-            delta |= self.aggregator(
-                [{name: u.tensors[DELTA_Y + name] for name in buffers} for u in uploads],
-                [float(u.num_samples) for u in uploads],
-            )
-        fraction = len(uploads) / self.num_clients
-        extras = dict(server.extras)
-        for name in names:
+        fraction = sum(1 for _, _, steps in contributors if steps > 0) / ctx.num_clients
+        moved = self.apply(server, delta_y, buffers)
+        extras = dict(moved.extras)
+        for name, mean in delta_c.items():
             c = server.extras[CONTROL + name]
-            extras[CONTROL + name] = c + (fraction * plain[DELTA_C + name]).to(c.dtype)
-        return ServerState(apply_delta(x, delta, self.trainable, self.server_lr), extras)
+            extras[CONTROL + name] = c + (fraction * mean).to(c.dtype)
+        return ServerState(moved.weights, extras)

@@ -9,7 +9,7 @@ example order comes from its own generator (seed, LOCAL_TRAINING, round, client)
 """
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,7 +84,9 @@ class Engine(ABC):
 
     @abstractmethod
     def train(
-        self, tasks: Sequence[LocalTask], round_index: int, lrs: Sequence[float]
+        self, tasks: Iterable[LocalTask], round_index: int, lrs: Sequence[float]
     ) -> Iterator[LocalResult]:
         """One result per task, in task order, with the optimizer's parameter groups at learning
-        rates `lrs`. A result's weights are valid until the next result is requested."""
+        rates `lrs`. A result's weights are valid until the next result is requested. `tasks`
+        may be lazy: an engine that trains one client at a time takes the next task only after
+        the previous result was used, so a round never holds every client's task at once."""

@@ -2,13 +2,13 @@
 
 Each participant loads its start weights into the module and trains with the module's own
 `training_step` and `configure_optimizers`, calling its hooks as a Lightning Trainer would
-(`on_before_backward`, `on_after_backward`, `on_before_optimizer_step`, each followed by the
-algorithm's callbacks of the same name). No Trainer is built per client (that costs ~40% of the
-speed on small models), so hooks only ever fire on the client being trained. Any LightningModule
-and optimizer work here.
+(`on_before_backward`, `on_after_backward`, `on_before_optimizer_step`, each after the
+algorithm's callbacks of the same name, the order of Lightning's Trainer). No Trainer is built
+per client (README "Performance"), so hooks only ever fire on the client being trained. Any
+LightningModule and optimizer work here.
 """
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import torch
 from torch import Tensor
@@ -26,7 +26,7 @@ class SequentialEngine(Engine):
     """Trains one client after another on the one client module; see the module docstring."""
 
     def train(
-        self, tasks: Sequence[LocalTask], round_index: int, lrs: Sequence[float]
+        self, tasks: Iterable[LocalTask], round_index: int, lrs: Sequence[float]
     ) -> Iterator[LocalResult]:
         """Trains each task only when its result is asked for: the results' weights are the
         module's own tensors, which the next task overwrites."""
@@ -55,16 +55,16 @@ class SequentialEngine(Engine):
                 x = augment(x, generator)
             loss = training_loss(module.training_step((x, y), step))
             optimizer.zero_grad(set_to_none=True)
-            module.on_before_backward(loss)
             for callback in callbacks:
                 callback.on_before_backward(module, loss)
+            module.on_before_backward(loss)
             loss.backward()
-            module.on_after_backward()
             for callback in callbacks:
                 callback.on_after_backward(module)
-            module.on_before_optimizer_step(optimizer)
+            module.on_after_backward()
             for callback in callbacks:
                 callback.on_before_optimizer_step(module, optimizer)
+            module.on_before_optimizer_step(optimizer)
             optimizer.step()
             losses.append(loss.detach())
             step += 1

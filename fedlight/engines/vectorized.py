@@ -28,7 +28,7 @@ weight decay are supported; dampening, Nesterov and maximize are not), and algor
 without `correct_gradients`.
 """
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import pytorch_lightning as pl
@@ -179,9 +179,10 @@ class VectorizedEngine(Engine):
         return (losses * mask).sum() / mask.sum().clamp(min=1)
 
     def train(
-        self, tasks: Sequence[LocalTask], round_index: int, lrs: Sequence[float]
+        self, tasks: Iterable[LocalTask], round_index: int, lrs: Sequence[float]
     ) -> Iterator[LocalResult]:
         """Trains every task when the first result is asked for, then yields the results."""
+        tasks = list(tasks)
         if tasks:
             yield from self.train_together(tasks, round_index, lrs)
 

@@ -7,7 +7,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from fedlight.loggers.base import MetricsRow, RunInfo
+from fedlight.loggers.base import METRIC_COLUMNS, MetricsRow, RunInfo
 
 
 @dataclass
@@ -30,7 +30,10 @@ class ConsoleProgress:
             self._progress.start()
 
     def log_round(self, row: MetricsRow) -> None:
-        status = f"acc {row['test_accuracy']:.4f}  loss {row['test_loss']:.4f}"
+        reported = "".join(
+            f"  {name} {row[name]:.4g}" for name in row if name not in METRIC_COLUMNS
+        )
+        status = f"acc {row['test_accuracy']:.4f}  loss {row['test_loss']:.4f}{reported}"
         if self._progress is not None:
             self._progress.update(self._task, completed=row["round"], status=status)
         else:

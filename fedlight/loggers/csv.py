@@ -1,7 +1,15 @@
-"""metrics.csv: one row per evaluated round, flushed at once so a killed run loses nothing."""
+"""metrics.csv: one row per evaluated round, flushed at once so a killed run loses nothing.
+
+The columns are the fixed ones (`METRIC_COLUMNS`) followed by every other name a stage reported,
+in the order they first appeared (sorted within a round). A name that appears after the first row
+rewrites the file with the wider header (atomically, from the rows so far), so the file always
+has one header that covers every row; a resumed run replays its rows and gets the same header.
+"""
 
 import csv
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import IO, Any
 
 from fedlight.loggers.base import METRIC_COLUMNS, MetricsRow, RunInfo
@@ -10,18 +18,45 @@ from fedlight.loggers.base import METRIC_COLUMNS, MetricsRow, RunInfo
 @dataclass
 class CSVLogger:
     filename: str = "metrics.csv"
+    _path: Path | None = field(default=None, init=False, repr=False)
     _file: IO[str] | None = field(default=None, init=False, repr=False)
     _writer: Any = field(default=None, init=False, repr=False)
+    _columns: list[str] = field(default_factory=list, init=False, repr=False)
+    _rows: list[MetricsRow] = field(default_factory=list, init=False, repr=False)
 
     def start(self, run: RunInfo) -> None:
-        self._file = (run.output_dir / self.filename).open("w", newline="")
-        self._writer = csv.DictWriter(self._file, fieldnames=METRIC_COLUMNS, extrasaction="ignore")
+        self._path = run.output_dir / self.filename
+        self._columns, self._rows = list(METRIC_COLUMNS), []
+        self._open("w")
         self._writer.writeheader()
         self._file.flush()
 
+    def _open(self, mode: str) -> None:
+        assert self._path is not None
+        self._file = self._path.open(mode, newline="")
+        self._writer = csv.DictWriter(self._file, fieldnames=self._columns, extrasaction="ignore")
+
     def log_round(self, row: MetricsRow) -> None:
-        self._writer.writerow(row)
-        self._file.flush()
+        self._rows.append(row)
+        new = [name for name in row if name not in self._columns]
+        if new:
+            self._columns += new
+            self._rewrite()
+        else:
+            self._writer.writerow(row)
+            self._file.flush()
+
+    def _rewrite(self) -> None:
+        """The whole file again with the wider header, replacing the old one atomically."""
+        assert self._path is not None and self._file is not None
+        self._file.close()
+        partial = self._path.with_suffix(".csv.tmp")
+        with partial.open("w", newline="") as file:
+            writer = csv.DictWriter(file, fieldnames=self._columns, extrasaction="ignore")
+            writer.writeheader()
+            writer.writerows(self._rows)
+        os.replace(partial, self._path)
+        self._open("a")
 
     def finish(self, summary: dict[str, Any]) -> None:
         if self._file is not None:

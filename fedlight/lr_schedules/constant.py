@@ -2,8 +2,10 @@
 
 from dataclasses import dataclass
 
+from fedlight.context import RoundContext
+
 
 @dataclass
 class Constant:
-    def __call__(self, round_index: int, base_lr: float) -> float:
+    def __call__(self, ctx: RoundContext, base_lr: float) -> float:
         return base_lr

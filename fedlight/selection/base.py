@@ -2,10 +2,10 @@
 
 from typing import Protocol
 
-import numpy as np
+from fedlight.context import RoundContext
 
 
 class Selection(Protocol):
-    def select(
-        self, round_index: int, num_clients: int, clients_per_round: int, rng: np.random.Generator
-    ) -> list[int]: ...
+    def select(self, ctx: RoundContext, clients_per_round: int) -> list[int]:
+        """The round's clients; randomness from `ctx.generator(Stream.SELECTION)`."""
+        ...

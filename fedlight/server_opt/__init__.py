@@ -1,0 +1,1 @@
+"""Server optimizers (`server_opt=`): how the server applies the aggregated pseudo-gradient."""

@@ -1,0 +1,94 @@
+"""The pluggable stages of a round, built from their config groups (see `CONFIG_GROUPS`).
+
+`build_stages` is where the composed config meets the code: each group's option is instantiated
+by its `_target_`, and the aggregator and server optimizer are passed into the algorithm (fedjax's
+style) instead of being inherited by it. A combination that makes no sense is refused here, in one
+line that says why, before any work.
+"""
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import hydra
+from hydra.errors import InstantiationException
+from omegaconf import DictConfig, OmegaConf
+
+from fedlight.algorithms.base import Algorithm
+from fedlight.config import ConfigError, require
+from fedlight.lr_schedules.base import LRSchedule
+from fedlight.selection.base import Selection
+from fedlight.wire.base import Wire
+
+CONF_DIR = Path(__file__).resolve().parent / "conf"
+INJECTED = ("aggregator", "server_opt")  # groups whose objects the algorithm receives
+
+
+@dataclass
+class Stages:
+    """What one round runs, besides data, model and local training."""
+
+    algorithm: Algorithm  # with its aggregator and server optimizer
+    selection: Selection
+    lr_schedule: LRSchedule
+    wire: Wire
+
+
+def instantiate_group(cfg: DictConfig, group: str, **injected: Any) -> Any:
+    """The object of a group's chosen option, with `injected` objects passed to its constructor
+    as they are; a setting it refuses is a one-line ConfigError."""
+    try:
+        if not injected:
+            return hydra.utils.instantiate(OmegaConf.select(cfg, group))
+        build = hydra.utils.instantiate(OmegaConf.select(cfg, group), _partial_=True)
+        return build(**injected)
+    except InstantiationException as error:
+        cause = error.__cause__
+        if isinstance(cause, ConfigError):
+            raise cause from None
+        raise ConfigError(f"{group}: {cause or error}".replace("\n", " ")) from None
+
+
+def default_option(group: str) -> str:
+    """The option conf/config.yaml's defaults list picks for `group`."""
+    defaults = OmegaConf.load(CONF_DIR / "config.yaml").defaults
+    for entry in defaults:
+        if isinstance(entry, DictConfig) and group in entry:
+            return str(entry[group])
+    raise KeyError(group)
+
+
+def at_default(cfg: DictConfig, group: str) -> bool:
+    """Whether the group's node is exactly its default option's YAML (option and values)."""
+    default = OmegaConf.load(CONF_DIR / group / f"{default_option(group)}.yaml")
+    return OmegaConf.to_container(cfg[group], resolve=True) == OmegaConf.to_container(default)
+
+
+def build_stages(cfg: DictConfig, choices: dict[str, str]) -> Stages:
+    algo_class = hydra.utils.get_class(cfg.algo._target_)
+    accepted = {f.name for f in dataclasses.fields(algo_class) if f.init}
+    injected = {}
+    for group in INJECTED:
+        component = instantiate_group(cfg, group)
+        if group in accepted:
+            injected[group] = component
+        elif not at_default(cfg, group):
+            algo = choices.get("algo", algo_class.__name__)
+            raise ConfigError(
+                f"{group}={choices.get(group, cfg[group]._target_)} (or its settings) does not "
+                f"apply to algo={algo}: {algo_class.fixed_server}; leave {group} at its default"
+            )
+    algorithm = instantiate_group(cfg, "algo", **injected)
+    exchange = OmegaConf.select(cfg, "fl.exchange")
+    require(
+        exchange != "sums" or not algorithm.aggregator.holds_updates,
+        f"fl.exchange=sums needs a linear aggregator and aggregator={choices.get('aggregator')} "
+        "holds every update; use fl.exchange=uploads",
+    )
+    return Stages(
+        algorithm=algorithm,
+        selection=instantiate_group(cfg, "selection"),
+        lr_schedule=instantiate_group(cfg, "lr_schedule"),
+        wire=instantiate_group(cfg, "wire"),
+    )

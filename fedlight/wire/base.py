@@ -1,0 +1,116 @@
+"""The wire between server and clients, in the manner of FLSim's channels: before transmission
+(encode), transmit and count, after reception (decode).
+
+A `Wire` holds two chains of transforms, one for downloads and one for uploads. The sender applies
+its chain in order, the bytes of the result are what the round counts, and the receiver undoes the
+chain in reverse order; the client trains from the decoded download and the server aggregates the
+decoded uploads. Both chains are empty by default (the identity: nothing is copied).
+
+A transform may keep state: the sender's in `encode`, the receiver's in `decode`. On a client that
+is its per-client state (in the client-state store, memory or disk, under keys
+"<namespace>/<key>"); on the server it is the server's (in `ServerState.extras`, same keys). Both
+travel in checkpoints, so a resumed run continues bit-exactly. A transform's randomness comes from
+the round context's generators (stream WIRE, the round, the client), the same on every worker.
+"""
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from fedlight.config import require
+from fedlight.context import RoundContext
+from fedlight.tensors import StateDict
+
+
+class WireTransform(ABC):
+    """One step of a chain: `encode` on the sending side, `decode` on the receiving side."""
+
+    # Whether the transform keeps state on the sending side; a download chain's sender is the
+    # server, which sends the same model to every client, so such transforms are upload-only.
+    sender_state: bool = False
+
+    @abstractmethod
+    def encode(
+        self, ctx: RoundContext, client: int, tensors: StateDict, state: StateDict | None
+    ) -> tuple[StateDict, StateDict | None]:
+        """What travels instead of `tensors`, and the sender's new state (None: none kept)."""
+
+    @abstractmethod
+    def decode(
+        self, ctx: RoundContext, client: int, payload: StateDict, state: StateDict | None
+    ) -> tuple[StateDict, StateDict | None]:
+        """The tensors `payload` stands for, and the receiver's new state (None: none kept)."""
+
+
+def namespace_of(state: Mapping[str, object] | None, namespace: str) -> StateDict | None:
+    """The entries of `state` under "<namespace>/", without the prefix; None if there are none."""
+    if not state:
+        return None
+    prefix = namespace + "/"
+    found = {key.removeprefix(prefix): t for key, t in state.items() if key.startswith(prefix)}
+    return found or None  # type: ignore[return-value]
+
+
+def with_namespace(state: StateDict, namespace: str, part: StateDict | None) -> StateDict:
+    """`state` with its "<namespace>/" entries replaced by `part`."""
+    prefix = namespace + "/"
+    if part is None and not any(key.startswith(prefix) for key in state):
+        return state  # unchanged: the caller can tell by identity
+    kept = {key: t for key, t in state.items() if not key.startswith(prefix)}
+    return kept | {prefix + key: t for key, t in (part or {}).items()}
+
+
+@dataclass
+class Wire:
+    """The download and upload chains, each transform named (its state's namespace)."""
+
+    upload: dict[str, WireTransform] = field(default_factory=dict)
+    download: dict[str, WireTransform] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name, transform in self.download.items():
+            require(
+                not transform.sender_state,
+                f"wire.download.{name} keeps sender state (error feedback), which the server "
+                "cannot keep per client while it sends one model to all; use it in wire.upload",
+            )
+
+    def send(
+        self,
+        direction: str,
+        ctx: RoundContext,
+        client: int,
+        tensors: StateDict,
+        state: StateDict,
+    ) -> tuple[StateDict, StateDict]:
+        """The payload of `tensors` through the `direction` chain, and the sender's state."""
+        for name, transform in self.chain(direction).items():
+            namespace = f"wire.{direction}.{name}"
+            tensors, part = transform.encode(ctx, client, tensors, namespace_of(state, namespace))
+            state = with_namespace(state, namespace, part)
+        return tensors, state
+
+    def receive(
+        self,
+        direction: str,
+        ctx: RoundContext,
+        client: int,
+        payload: StateDict,
+        state: StateDict,
+    ) -> tuple[StateDict, StateDict]:
+        """`send` undone (the chain in reverse), and the receiver's state."""
+        for name, transform in reversed(self.chain(direction).items()):
+            namespace = f"wire.{direction}.{name}"
+            payload, part = transform.decode(ctx, client, payload, namespace_of(state, namespace))
+            state = with_namespace(state, namespace, part)
+        return payload, state
+
+    def chain(self, direction: str) -> dict[str, WireTransform]:
+        return self.upload if direction == UPLOAD else self.download
+
+    def is_identity(self) -> bool:
+        return not self.upload and not self.download
+
+
+UPLOAD = "upload"
+DOWNLOAD = "download"

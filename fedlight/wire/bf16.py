@@ -1,0 +1,14 @@
+"""`wire=bf16`: uploads travel as bfloat16, float32's range with 8 bits of mantissa (see
+`fedlight.wire.cast`)."""
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from fedlight.wire.cast import Cast
+
+
+@dataclass
+class BF16(Cast):
+    dtype: ClassVar[torch.dtype] = torch.bfloat16

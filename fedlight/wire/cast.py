@@ -1,0 +1,52 @@
+"""Casting float32 tensors to a 16-bit float for the wire: half the bytes of every float32 entry.
+
+Decoding casts back to float32, so the receiver computes with exactly the values the 16-bit type
+can hold. With `error_feedback` the sender keeps what the cast lost, e_i ← (u + e_i) −
+cast(u + e_i), and adds it to its next message (Seide et al. 2014; Karimireddy et al., "Error
+Feedback Fixes SignSGD", ICML 2019), so rounding errors do not accumulate over rounds; e_i is
+per-client state. Other dtypes (float64, integer buffers) travel unchanged.
+"""
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from fedlight.context import RoundContext
+from fedlight.tensors import StateDict
+from fedlight.wire.base import WireTransform
+
+
+@dataclass
+class Cast(WireTransform):
+    error_feedback: bool = False
+
+    dtype: ClassVar[torch.dtype] = torch.float16
+
+    @property
+    def sender_state(self) -> bool:  # type: ignore[override]
+        return self.error_feedback
+
+    def encode(
+        self, ctx: RoundContext, client: int, tensors: StateDict, state: StateDict | None
+    ) -> tuple[StateDict, StateDict | None]:
+        payload: StateDict = {}
+        residuals: StateDict = {}
+        for name, t in tensors.items():
+            if t.dtype != torch.float32:
+                payload[name] = t
+                continue
+            if self.error_feedback and state is not None and name in state:
+                t = t + state[name]
+            payload[name] = t.to(self.dtype)
+            if self.error_feedback:
+                residuals[name] = t - payload[name].to(torch.float32)
+        return payload, residuals if self.error_feedback else None
+
+    def decode(
+        self, ctx: RoundContext, client: int, payload: StateDict, state: StateDict | None
+    ) -> tuple[StateDict, StateDict | None]:
+        decoded = {
+            name: t.to(torch.float32) if t.dtype == self.dtype else t for name, t in payload.items()
+        }
+        return decoded, None

@@ -1,0 +1,13 @@
+"""`wire=fp16`: uploads travel as IEEE half precision (see `fedlight.wire.cast`)."""
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from fedlight.wire.cast import Cast
+
+
+@dataclass
+class FP16(Cast):
+    dtype: ClassVar[torch.dtype] = torch.float16
