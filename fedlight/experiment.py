@@ -22,9 +22,11 @@ from fedlight.data.base import DataError, TensorDataset
 from fedlight.loggers.base import RoundLogger, RunInfo
 from fedlight.loggers.console import ConsoleProgress
 from fedlight.loop import FederatedLoop, History
+from fedlight.lr_schedules.base import LRSchedule
 from fedlight.outputs import label_histogram, summarize, write_curves, write_label_histogram
 from fedlight.partitions.base import Partition
 from fedlight.rng import Stream, derive_seed, numpy_generator
+from fedlight.selection.base import Selection
 from fedlight.stages import Stages
 from fedlight.workers import (
     OneWorker,
@@ -62,6 +64,14 @@ class Job:
     @property
     def algorithm(self) -> Algorithm:
         return self.stages.algorithm
+
+    @property
+    def selection(self) -> Selection:
+        return self.stages.selection
+
+    @property
+    def lr_schedule(self) -> LRSchedule:
+        return self.stages.lr_schedule
 
 
 def first_difference(saved: Any, current: Any, path: str = "") -> str | None:

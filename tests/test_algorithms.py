@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fedlight.algorithms.base import Algorithm, ClientUpload, ServerState
+from fedlight.algorithms.base import Algorithm, ClientUpload, LocalResult, ServerState
 from fedlight.algorithms.fedadagrad import FedAdagrad
 from fedlight.algorithms.fedadam import FedAdam
 from fedlight.algorithms.fedavg import FedAvg
@@ -17,6 +17,7 @@ from fedlight.algorithms.fedprox import FedProx, ProximalTerm
 from fedlight.algorithms.fedyogi import FedYogi
 from fedlight.checkpoint import load_checkpoint
 from fedlight.config import ConfigError
+from fedlight.context import Federation, RoundContext
 from fedlight.experiment import Job, run_job
 from fedlight.models.mlp import MLP
 from fedlight.tensors import StateDict
@@ -40,27 +41,37 @@ def final_weights(run_dir: Path) -> StateDict:
 
 
 def record_uploads(job: Job) -> list[list[ClientUpload]]:
-    """Wraps the job's server_update to keep each round's uploads (copied: they are live views)."""
-    rounds: list[list[ClientUpload]] = []
+    """Wraps the job's upload to keep each round's uploads (copied: they are live views)."""
+    rounds: dict[int, list[ClientUpload]] = {}
     algorithm = job.algorithm
-    original = algorithm.server_update
+    original = algorithm.upload
 
-    def recording(server: ServerState, uploads: Sequence[ClientUpload]) -> ServerState:
-        rounds.append(
-            [
-                ClientUpload(
-                    u.client_id,
-                    u.num_samples,
-                    u.num_steps,
-                    {k: t.clone() for k, t in u.tensors.items()},
-                )
-                for u in uploads
-            ]
+    def recording(
+        ctx: RoundContext, received: StateDict, local: LocalResult, state: StateDict | None
+    ) -> tuple[ClientUpload, StateDict | None]:
+        u, new_state = original(ctx, received, local, state)
+        copy = {k: t.clone() for k, t in u.tensors.items()}
+        rounds.setdefault(ctx.round_index, []).append(
+            ClientUpload(u.client_id, u.num_samples, u.num_steps, copy)
         )
-        return original(server, uploads)
+        return u, new_state
 
-    algorithm.server_update = recording  # type: ignore[method-assign]
-    return rounds
+    algorithm.upload = recording  # type: ignore[method-assign]
+    return RoundsView(rounds)
+
+
+class RoundsView(list):
+    """The recorded rounds' uploads in round order, read when the test looks."""
+
+    def __init__(self, rounds: dict[int, list[ClientUpload]]) -> None:
+        super().__init__()
+        self.rounds = rounds
+
+    def __getitem__(self, index):  # type: ignore[override]
+        return [self.rounds[r] for r in sorted(self.rounds)][index]
+
+    def __iter__(self):  # type: ignore[override]
+        return iter([self.rounds[r] for r in sorted(self.rounds)])
 
 
 def f64(values: list[float]) -> torch.Tensor:
@@ -80,9 +91,13 @@ def uploads_of(deltas: Sequence[tuple[list[float], int, int]]) -> list[ClientUpl
     ]
 
 
+FEDERATION = Federation(num_clients=10, trainable=frozenset({"w"}))
+CTX = FEDERATION.round(1)
+
+
 def start(algorithm: Algorithm, w: list[float]) -> ServerState:
     weights = {"w": f64(w), "bn": f64([0.5])}
-    return algorithm.init_server(weights, trainable=frozenset({"w"}), num_clients=10)
+    return algorithm.init_server(weights, FEDERATION)
 
 
 # FedProx ------------------------------------------------------------------------------------------
@@ -123,7 +138,8 @@ def test_proximal_callback_adds_mu_times_distance_to_global_weights() -> None:
     global_weights = {k: t.detach().clone() for k, t in module.state_dict().items()}
     fedprox = FedProx(mu=0.3)
     trainable = frozenset(name for name, _ in module.named_parameters())
-    server = fedprox.init_server(global_weights, trainable, num_clients=2)
+    federation = Federation(num_clients=2, trainable=trainable)
+    server = fedprox.init_server(global_weights, federation)
     with torch.no_grad():  # move the local model away from x, as local steps would
         for p in module.parameters():
             p.add_(torch.randn_like(p))
@@ -131,7 +147,7 @@ def test_proximal_callback_adds_mu_times_distance_to_global_weights() -> None:
     loss.backward()
     plain = {n: p.grad.clone() for n, p in module.named_parameters()}
 
-    [callback] = fedprox.local_callbacks(server, None)
+    [callback] = fedprox.local_callbacks(federation.round(1), server.weights, None)
     callback.on_after_backward(module)
     for name, p in module.named_parameters():
         expected = plain[name] + 0.3 * (p.detach() - global_weights[name])
@@ -176,13 +192,13 @@ def test_fednova_normalizes_each_delta_by_its_steps() -> None:
     server = start(fednova, [1.0, 2.0])
     # client A: n=10, τ=2;  client B: n=30, τ=6
     uploads = uploads_of([([4.0, -2.0], 10, 2), ([12.0, 6.0], 30, 6)])
-    new = fednova.server_update(server, uploads)
+    new = fednova.aggregate(CTX, server, uploads)
     # p = (1/4, 3/4);  d_A = Δ_A/2 = (2, -1);  d_B = Δ_B/6 = (2, 1)
     # Σ p d = (2, 1/2);  τ_eff = 2/4 + 18/4 = 5;  x + 0.5 · 5 · (2, 1/2)
     assert new.weights["w"].tolist() == pytest.approx([1.0 + 5.0, 2.0 + 1.25])
     # FedAvg would give x + 0.5 · (1/4 Δ_A + 3/4 Δ_B) = (1 + 5, 2 + 2): the 6-step client dominates
     fedavg = FedAvg(server_lr=0.5)
-    assert fedavg.server_update(start(fedavg, [1.0, 2.0]), uploads).weights["w"].tolist() == (
+    assert fedavg.aggregate(CTX, start(fedavg, [1.0, 2.0]), uploads).weights["w"].tolist() == (
         pytest.approx([6.0, 4.0])
     )
     assert new.weights["bn"].tolist() == pytest.approx([0.5 + 1.0])  # buffers: the plain mean
@@ -216,8 +232,8 @@ X0 = [1.0, -2.0]
 
 
 def two_rounds(algorithm: Algorithm) -> tuple[ServerState, ServerState]:
-    first = algorithm.server_update(start(algorithm, X0), uploads_of(ROUND_1))
-    return first, algorithm.server_update(first, uploads_of(ROUND_2))
+    first = algorithm.aggregate(CTX, start(algorithm, X0), uploads_of(ROUND_1))
+    return first, algorithm.aggregate(CTX, first, uploads_of(ROUND_2))
 
 
 def test_fedavgm_two_rounds_by_hand() -> None:

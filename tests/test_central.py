@@ -3,7 +3,6 @@
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 from torch import Tensor
@@ -12,7 +11,7 @@ from fedlight.algorithms.central import POOLED_TRAINER
 from fedlight.data.digits import Digits
 from fedlight.experiment import Job, run_job
 from fedlight.loop import FederatedLoop
-from fedlight.rng import Stream, derive_seed, numpy_generator
+from fedlight.rng import Stream, derive_seed
 
 from .conftest import TINY, rows_without_timings, run_killed_in_round
 
@@ -32,7 +31,7 @@ def build_loop(make_job: Callable[[list[str]], Job], overrides: list[str]) -> Fe
 def test_with_every_client_a_round_is_one_pass_over_all_pooled_examples(make_job) -> None:
     loop = build_loop(make_job, ["algo=central", "fl.clients_per_round=3"])
     participants = loop.algorithm.participants(
-        [0, 1, 2], loop.client_indices, np.random.default_rng(0)
+        loop.federation.round(1, (0, 1, 2)), loop.client_indices
     )
     assert [p for p, _ in participants] == [POOLED_TRAINER]
     pooled = sorted(torch.cat(list(loop.client_indices)).tolist())
@@ -43,7 +42,7 @@ def test_with_partial_participation_it_draws_as_many_examples_from_the_whole_poo
     make_job,
 ) -> None:
     loop = build_loop(make_job, ["algo=central", "fl.clients_per_round=1"])
-    [(_, drawn)] = loop.algorithm.participants([1], loop.client_indices, np.random.default_rng(0))
+    [(_, drawn)] = loop.algorithm.participants(loop.federation.round(1, (1,)), loop.client_indices)
     assert len(drawn) == len(loop.client_indices[1])
     assert len(set(drawn.tolist())) == len(drawn)  # without replacement
     labels = loop.data.train_y[drawn] % 3
@@ -87,7 +86,7 @@ def test_one_model_continues_across_rounds_and_nothing_is_communicated(make_job)
 
     loop.run_round(2)
     [(_, indices)] = loop.algorithm.participants(
-        [0, 1, 2], loop.client_indices, numpy_generator(0, Stream.POOLING, 2)
+        loop.federation.round(2, (0, 1, 2)), loop.client_indices
     )
     expected = loop.train_client(POOLED_TRAINER, indices, 2, after_round_1, [0.05], [])
     trained = loop.client_states[POOLED_TRAINER]

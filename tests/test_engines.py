@@ -15,6 +15,7 @@ from fedlight.algorithms.base import ClientUpload, LocalCallback, LocalResult, S
 from fedlight.checkpoint import load_checkpoint
 from fedlight.cli import validate_command_line
 from fedlight.config import ConfigError
+from fedlight.context import RoundContext
 from fedlight.data.augment import CropFlip
 from fedlight.data.base import TensorDataset
 from fedlight.data.digits import Digits
@@ -99,9 +100,9 @@ def run_rounds(
     upload = job.algorithm.upload
 
     def recording_upload(
-        server: ServerState, local: LocalResult, client_state: StateDict | None
+        ctx: RoundContext, received: StateDict, local: LocalResult, client_state: StateDict | None
     ) -> tuple[ClientUpload, StateDict | None]:
-        sent, new_state = upload(server, local, client_state)
+        sent, new_state = upload(ctx, received, local, client_state)
         recorded.steps.append((local.client_id, local.num_steps))
         recorded.weights.append(detached_copy(local.weights))
         recorded.uploads.append(detached_copy(sent.tensors))

@@ -7,10 +7,13 @@ from fedlight.aggregation.mean import WeightedMean
 from fedlight.algorithms.base import ClientUpload, LocalResult
 from fedlight.algorithms.fedavg import FedAvg
 from fedlight.config import ConfigError
+from fedlight.context import Federation
+
+CTX = Federation(num_clients=10, trainable=frozenset({"w"})).round(1)
 
 
 def server_with(fedavg: FedAvg, weights: dict[str, torch.Tensor]):
-    return fedavg.init_server(weights, trainable=frozenset({"w"}), num_clients=10)
+    return fedavg.init_server(weights, CTX.federation)
 
 
 def test_weighted_mean_matches_hand_computation() -> None:
@@ -44,11 +47,11 @@ def test_fedavg_round_is_sample_weighted_average_of_client_models() -> None:
     uploads = []
     for cid, (weights, n) in enumerate(clients):
         local = LocalResult(cid, weights, n, num_steps=3, lr=0.1, train_loss=0.0)
-        upload, state = fedavg.upload(server, local, None)
+        upload, state = fedavg.upload(CTX, server.weights, local, None)
         assert state is None
         assert isinstance(upload, ClientUpload)
         uploads.append(upload)
-    new = fedavg.server_update(server, uploads)
+    new = fedavg.aggregate(CTX, server, uploads)
     # (10·y1 + 30·y2) / 40
     assert torch.allclose(new.weights["w"], torch.tensor([(30 - 30) / 40, (0 + 150) / 40]))
     assert torch.allclose(new.weights["running"], torch.tensor([(20 + 180) / 40]))
@@ -63,8 +66,8 @@ def test_server_lr_scales_the_averaged_delta_of_parameters_only() -> None:
     local = LocalResult(
         0, {"w": torch.tensor([6.0]), "running": torch.tensor([4.0])}, 5, 1, 0.1, 0.0
     )
-    upload, _ = fedavg.upload(server, local, None)
-    new = fedavg.server_update(server, [upload])
+    upload, _ = fedavg.upload(CTX, server.weights, local, None)
+    new = fedavg.aggregate(CTX, server, [upload])
     assert new.weights["w"].item() == pytest.approx(2.0 + 0.5 * 4.0)
     assert new.weights["running"].item() == pytest.approx(4.0)
 

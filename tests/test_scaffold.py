@@ -6,7 +6,6 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
 
-import numpy as np
 import pytest
 import pytorch_lightning as pl
 import torch
@@ -17,11 +16,11 @@ from fedlight.algorithms.fedavg import FedAvg
 from fedlight.algorithms.scaffold import CONTROL, DELTA_C, DELTA_Y, Scaffold
 from fedlight.checkpoint import load_checkpoint
 from fedlight.config import ConfigError, FLSettings, LocalSettings, RunSettings
+from fedlight.context import Federation, RoundContext
 from fedlight.data.base import TensorDataset
 from fedlight.experiment import Job, run_job
 from fedlight.loop import FederatedLoop
 from fedlight.lr_schedules.constant import Constant
-from fedlight.rng import Stream, numpy_generator
 from fedlight.selection.base import Selection
 from fedlight.selection.random import RandomSelection
 from fedlight.tensors import StateDict
@@ -68,9 +67,7 @@ class FixedSelection:
 
     clients: list[int]
 
-    def select(
-        self, round_index: int, num_clients: int, clients_per_round: int, rng: np.random.Generator
-    ) -> list[int]:
+    def select(self, ctx: RoundContext, clients_per_round: int) -> list[int]:
         return self.clients
 
 
@@ -81,9 +78,13 @@ class RecordingScaffold(Scaffold):
     uploads: list[ClientUpload] = field(default_factory=list)
 
     def upload(
-        self, server: ServerState, local: LocalResult, client_state: StateDict | None
+        self,
+        ctx: RoundContext,
+        received: StateDict,
+        local: LocalResult,
+        client_state: StateDict | None,
     ) -> tuple[ClientUpload, StateDict | None]:
-        upload, state = super().upload(server, local, client_state)
+        upload, state = super().upload(ctx, received, local, client_state)
         self.uploads.append(upload)
         return upload, state
 
@@ -264,9 +265,7 @@ def test_server_control_stays_the_mean_of_all_client_controls() -> None:
     for round_index in range(1, 5):
         loop.run_round(round_index)
         selected |= set(
-            RandomSelection().select(
-                round_index, 6, 2, numpy_generator(0, Stream.SELECTION, round_index)
-            )
+            RandomSelection().select(Federation(6, frozenset()).round(round_index), 2)
         )
         assert set(loop.client_states) == selected
         total = sum(state["w"] for state in loop.client_states.values())
@@ -282,21 +281,23 @@ def test_a_client_that_took_no_step_stores_no_control_and_does_not_dilute_the_me
     """
     scaffold = Scaffold()
     x = {"w": X.clone(), "seen": torch.zeros((), dtype=F64)}
-    server = scaffold.init_server(x, frozenset({"w"}), num_clients=4)
+    ctx = Federation(num_clients=4, trainable=frozenset({"w"})).round(1)
+    server = scaffold.init_server(x, ctx.federation)
+    received = scaffold.download(ctx, server)
     y0 = {"w": torch.tensor([1.0, 2.0], dtype=F64), "seen": torch.tensor(4.0, dtype=F64)}
     trained = LocalResult(0, y0, num_samples=2, num_steps=K, lr=LR, train_loss=0.0)
     idle = LocalResult(1, {k: t.clone() for k, t in x.items()}, 0, 0, LR, 0.0)
-    upload0, state0 = scaffold.upload(server, trained, None)
-    upload1, state1 = scaffold.upload(server, idle, None)
+    upload0, state0 = scaffold.upload(ctx, received, trained, None)
+    upload1, state1 = scaffold.upload(ctx, received, idle, None)
     assert state1 is None and state0 is not None
     assert torch.equal(upload1.tensors[DELTA_C + "w"], torch.zeros(2, dtype=F64))
-    new = scaffold.server_update(server, [upload0, upload1])
+    new = scaffold.aggregate(ctx, server, [upload0, upload1])
     assert torch.equal(new.weights["w"], y0["w"])
     assert new.weights["seen"].item() == 4.0
     c_0 = (X - y0["w"]) / (K * LR)  # option II with c = c_0 = 0
     assert torch.allclose(state0["w"], c_0, atol=1e-15)
     assert torch.allclose(new.extras[CONTROL + "w"], c_0 / 4, atol=1e-15)
-    assert scaffold.server_update(server, [upload1]) is server  # nobody trained: nothing moves
+    assert scaffold.aggregate(ctx, server, [upload1]) is server  # nobody trained: nothing moves
 
 
 def test_bytes_count_the_controls_both_ways() -> None:
@@ -321,7 +322,7 @@ def selected_up_to(rounds: int) -> set[int]:
     return {
         c
         for r in range(1, rounds + 1)
-        for c in RandomSelection().select(r, 10, 4, numpy_generator(0, Stream.SELECTION, r))
+        for c in RandomSelection().select(Federation(10, frozenset()).round(r), 4)
     }
 
 
@@ -380,11 +381,12 @@ def test_option_ii_recovers_the_gradient_under_local_momentum() -> None:
         param.grad = g.clone()
         optimizer.step()
     scaffold = Scaffold(momentum=0.9)
-    server = scaffold.init_server({"w": x}, frozenset({"w"}), num_clients=1)
+    ctx = Federation(num_clients=1, trainable=frozenset({"w"})).round(1)
+    server = scaffold.init_server({"w": x}, ctx.federation)
     local = LocalResult(0, {"w": param.detach().clone()}, 5, 20, 0.1, 0.0)
-    _, state = scaffold.upload(server, local, None)
+    _, state = scaffold.upload(ctx, scaffold.download(ctx, server), local, None)
     assert torch.allclose(state["w"], g, atol=1e-5)
     without_momentum = Scaffold(momentum=0.0)
-    server = without_momentum.init_server({"w": x}, frozenset({"w"}), num_clients=1)
-    _, plain = without_momentum.upload(server, local, None)
+    server = without_momentum.init_server({"w": x}, ctx.federation)
+    _, plain = without_momentum.upload(ctx, without_momentum.download(ctx, server), local, None)
     assert plain["w"].norm() > 5 * g.norm()

@@ -29,8 +29,8 @@ BUFFERS = "buffers"  # the buffers' deltas: sample-weighted mean, added as they 
 
 @dataclass
 class FedAvg(Algorithm):
-    # Shortcut for the default `SGD(lr=server_lr)` server optimizer (in Python; in a config the
-    # learning rate is `server_opt.lr`).
+    # η: in Python a shortcut for the default `SGD(lr=server_lr)` server optimizer; in a config
+    # it is `server_opt.lr`. After construction, the server optimizer's learning rate.
     server_lr: float | None = None
     aggregator: Aggregator = field(default_factory=Mean)
     server_opt: ServerOptimizer | None = None  # None: SGD with `server_lr` (1.0 if unset)
@@ -49,9 +49,11 @@ class FedAvg(Algorithm):
             self.server_opt = self.default_server_opt()
         else:
             require(
-                self.server_lr is None,
-                "algo.server_lr and server_opt are both set; give the rate as server_opt.lr",
+                self.server_lr in (None, self.server_opt.lr),
+                f"algo.server_lr={self.server_lr} and server_opt.lr={self.server_opt.lr} "
+                "differ; give the server learning rate as server_opt.lr only",
             )
+        self.server_lr = self.server_opt.lr  # η of the server optimizer, whichever set it
 
     def default_server_opt(self) -> ServerOptimizer:
         return SGD(lr=1.0 if self.server_lr is None else self.server_lr)
