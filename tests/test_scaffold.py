@@ -264,9 +264,7 @@ def test_server_control_stays_the_mean_of_all_client_controls() -> None:
     selected: set[int] = set()
     for round_index in range(1, 5):
         loop.run_round(round_index)
-        selected |= set(
-            RandomSelection().select(Federation(6, frozenset()).round(round_index), 2)
-        )
+        selected |= set(RandomSelection().select(Federation(6, frozenset()).round(round_index), 2))
         assert set(loop.client_states) == selected
         total = sum(state["w"] for state in loop.client_states.values())
         assert torch.allclose(loop.server.extras[CONTROL + "w"], total / 6, atol=1e-12)

@@ -37,3 +37,15 @@ class RecordingModule(pl.LightningModule):
 
     def configure_optimizers(self) -> dict[str, Any]:
         return {"optimizer": torch.optim.SGD(self.parameters(), lr=0.1)}
+
+
+class EvaluatingModule(RecordingModule):
+    """A module with its own evaluation: `validation_step` logs top-2 accuracy as test_accuracy
+    (not the argmax accuracy fedlight would compute) and a metric of its own, `mean_max_logit`."""
+
+    def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
+        x, y = batch
+        logits = self(x)
+        top2 = logits.topk(2, dim=1).indices
+        self.log("test_accuracy", (top2 == y.unsqueeze(1)).any(dim=1).float().mean())
+        self.log_dict({"mean_max_logit": logits.max(dim=1).values.mean()})

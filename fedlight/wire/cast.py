@@ -5,6 +5,10 @@ can hold. With `error_feedback` the sender keeps what the cast lost, e_i ← (u 
 cast(u + e_i), and adds it to its next message (Seide et al. 2014; Karimireddy et al., "Error
 Feedback Fixes SignSGD", ICML 2019), so rounding errors do not accumulate over rounds; e_i is
 per-client state. Other dtypes (float64, integer buffers) travel unchanged.
+
+Reported per round (metrics channel): `wire.<dtype>.sq_error`, the squared rounding error
+Σ_i ‖v_i − cast(v_i)‖² summed over the round's messages (v_i with error feedback included), so a
+sweep shows what the cast cost.
 """
 
 from dataclasses import dataclass
@@ -32,6 +36,7 @@ class Cast(WireTransform):
     ) -> tuple[StateDict, StateDict | None]:
         payload: StateDict = {}
         residuals: StateDict = {}
+        squared_error = 0.0
         for name, t in tensors.items():
             if t.dtype != torch.float32:
                 payload[name] = t
@@ -39,8 +44,11 @@ class Cast(WireTransform):
             if self.error_feedback and state is not None and name in state:
                 t = t + state[name]
             payload[name] = t.to(self.dtype)
+            residual = t - payload[name].to(torch.float32)
+            squared_error += float(residual.double().square().sum())
             if self.error_feedback:
-                residuals[name] = t - payload[name].to(torch.float32)
+                residuals[name] = residual
+        ctx.metrics.add(f"wire.{str(self.dtype).removeprefix('torch.')}.sq_error", squared_error)
         return payload, residuals if self.error_feedback else None
 
     def decode(
