@@ -7,6 +7,8 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
+from fedlight import curves
+from fedlight.curves import Line, Panel
 from fedlight.loggers.base import METRIC_COLUMNS, MetricsRow
 
 
@@ -69,18 +71,12 @@ def summarize(
 
 
 def write_curves(output_dir: Path, rows: list[MetricsRow]) -> None:
-    rounds = [r["round"] for r in rows]
-    fig = Figure(figsize=(10, 4))
-    acc_ax, loss_ax = fig.subplots(1, 2)
-    fig.subplots_adjust(left=0.08, right=0.98, bottom=0.13, wspace=0.25)
-    acc_ax.plot(rounds, [r["test_accuracy"] for r in rows], marker=".")
-    acc_ax.set_xlabel("round")
-    acc_ax.set_ylabel("test accuracy")
-    loss_ax.plot(rounds, [r["test_loss"] for r in rows], marker=".", label="test")
-    loss_ax.plot(rounds, [r["train_loss"] for r in rows], marker=".", label="train")
-    loss_ax.set_xlabel("round")
-    loss_ax.set_ylabel("loss")
-    loss_ax.legend()
-    for ax in (acc_ax, loss_ax):
-        ax.grid(alpha=0.3)
-    fig.savefig(output_dir / "curves.png", dpi=100)
+    """A run's test accuracy, and its test and train loss, per evaluated round."""
+    rounds = [int(r["round"]) for r in rows]
+
+    def line(label: str | None, column: str) -> Line:
+        return Line(label, rounds, [float(r[column]) for r in rows])
+
+    accuracy = Panel("test accuracy", [line(None, "test_accuracy")])
+    loss = Panel("loss", [line("test", "test_loss"), line("train", "train_loss")])
+    curves.write_curves(output_dir / "curves.png", [accuracy, loss], width=10, dpi=100)

@@ -17,10 +17,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
 from omegaconf import OmegaConf
 
+from fedlight import curves
+from fedlight.curves import Line, Panel
 from fedlight.loggers.base import MetricsRow
 
 ERROR_PREFIX = "fedlight report: error: "
@@ -482,28 +482,26 @@ def accuracy_curve(group: Group) -> tuple[list[int], list[list[float]]]:
 
 
 def write_curves(output_dir: Path, title: str, sections: list[Section]) -> None:
-    fig = Figure(figsize=(7, 4.5))
-    ax = fig.subplots()
+    """Each group's mean accuracy over its seeds, with a ± std band where it has several."""
+    lines = []
     for section in sections:
         for group in section.groups:
             rounds, values = accuracy_curve(group)
             means = [statistics.fmean(v) for v in values]
-            (line,) = ax.plot(rounds, means, marker=".", label=section.group_label(group))
+            band = None
             if group.n >= 2:
                 stds = [statistics.stdev(v) for v in values]
                 # Clipped to the possible accuracies: a diverged seed makes the std huge.
-                low = [max(0.0, m - s) for m, s in zip(means, stds, strict=True)]
-                high = [min(100.0, m + s) for m, s in zip(means, stds, strict=True)]
-                ax.fill_between(rounds, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_xlabel("round")
-    ax.set_ylabel("test accuracy (%)")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
+                band = (
+                    [max(0.0, m - s) for m, s in zip(means, stds, strict=True)],
+                    [min(100.0, m + s) for m, s in zip(means, stds, strict=True)],
+                )
+            lines.append(Line(section.group_label(group), rounds, means, band))
     banded = any(g.n >= 2 for s in sections for g in s.groups)
-    ax.legend(title="mean over seeds, band ± std" if banded else None, fontsize="small")
-    fig.tight_layout()
-    fig.savefig(output_dir / "curves.png", dpi=120)
+    panel = Panel(
+        "test accuracy (%)", lines, title, "mean over seeds, band ± std" if banded else None
+    )
+    curves.write_curves(output_dir / "curves.png", [panel], width=7, dpi=120)
 
 
 def plural(count: int, word: str) -> str:

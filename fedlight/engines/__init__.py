@@ -6,13 +6,10 @@
   stacked weights); built-in models without running statistics, SGD, and algorithms whose
   callbacks have a functional form (fedavg, fedprox, scaffold, fednova, the server optimizers,
   local, central). Same results to float rounding.
-- `auto` picks per device type from measurements (`benchmarks/engines.py`, README "Client
-  engines"). On a CPU the vectorized engine is not reliably faster: on this project's 2-core
-  machine it reached 0.70× the sequential engine's steps/s for W1's 10 `cnn` clients, 1.02× for
-  10 `mlp` clients and 1.2× for 100 CIFAR-10 `simple_cnn` clients of 50 images (a first
-  prototype: 0.7× and 0.67× on 10 MLP and 10 CNN clients), so `auto` is sequential there. On
-  CUDA it stays sequential until the benchmark has been run on a GPU and shows a clear gain; then
-  the "cuda" entry of `AUTO_ENGINE` changes, nothing else.
+- `auto` picks per device type from measurements (`benchmarks/engines.py`; the figures are in the
+  README, "Client engines"): sequential on CPUs, where the vectorized engine is not reliably
+  faster, and on CUDA until the benchmark has been run on a GPU and shows a clear gain; then the
+  "cuda" entry of `AUTO_ENGINE` changes, nothing else.
 """
 
 import pytorch_lightning as pl

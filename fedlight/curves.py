@@ -1,0 +1,48 @@
+"""The one curve writer: panels of per-round lines (a mean, optionally a ± std band), saved as
+curves.png. A run's own curves (`fedlight.outputs`) and a sweep's report (`fedlight.report`) both
+draw through it."""
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
+
+
+@dataclass
+class Line:
+    label: str | None
+    rounds: list[int]
+    values: list[float]
+    band: tuple[list[float], list[float]] | None = None  # (low, high), drawn shaded
+
+
+@dataclass
+class Panel:
+    ylabel: str
+    lines: list[Line] = field(default_factory=list)
+    title: str | None = None
+    legend_title: str | None = None
+
+
+def write_curves(path: Path, panels: list[Panel], width: float, dpi: int) -> None:
+    fig = Figure(figsize=(width, 4.5 if len(panels) == 1 else 4))
+    axes = fig.subplots(1, len(panels), squeeze=False)[0]
+    for ax, panel in zip(axes, panels, strict=True):
+        for line in panel.lines:
+            (drawn,) = ax.plot(line.rounds, line.values, marker=".", label=line.label)
+            if line.band is not None:
+                low, high = line.band
+                ax.fill_between(
+                    line.rounds, low, high, color=drawn.get_color(), alpha=0.2, linewidth=0
+                )
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel("round")
+        ax.set_ylabel(panel.ylabel)
+        if panel.title:
+            ax.set_title(panel.title)
+        ax.grid(alpha=0.3)
+        if any(line.label for line in panel.lines):
+            ax.legend(title=panel.legend_title, fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
