@@ -2,11 +2,14 @@
 
 Every worker runs the same FederatedLoop on the same data and config, so each one draws the same
 selection, participants and server state. Per round, `Workers.share` assigns each participant to
-one worker, which trains it, computes its upload and writes its new client state;
-`Workers.gather` then brings every participant's outcome to every worker in participant order,
-and every worker applies the same `server_update` to the same uploads in the same order. That is
-the arithmetic of one worker, so a run's numbers do not depend on the number of workers (bit for
-bit with the sequential engine at equal threads per worker; see README "Several workers").
+one worker, which trains it, encodes its upload and writes its new client state;
+`Workers.gather` then brings every participant's outcome to every worker in participant order.
+With `fl.exchange=uploads` the outcomes carry the encoded uploads and every worker aggregates
+them all in the same order: the arithmetic of one worker, so a run's numbers do not depend on the
+number of workers (bit for bit with the sequential engine at equal threads per worker; see README
+"Several workers"). With `fl.exchange=sums` each worker aggregates its own share and one partial
+sum per worker is gathered (in rank order), which moves one model per worker instead of one per
+client and agrees with one worker to float rounding.
 
 How participants are shared: largest first (by number of training examples), each to the worker
 with the least work so far, ties to the lowest rank; clients of equal size thus go round-robin.

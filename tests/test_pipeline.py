@@ -6,14 +6,14 @@ combinations, and what several workers exchange."""
 import csv
 import json
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import torch
 import wandb
 
-from fedlight.algorithms.base import ClientUpload, LocalResult
+from fedlight.algorithms.base import ClientUpload
 from fedlight.algorithms.fedprox import FedProx, ProximalTerm
 from fedlight.checkpoint import load_checkpoint
 from fedlight.cli import validate_command_line
@@ -32,14 +32,7 @@ from fedlight.workers import spawn_workers
 
 from . import worker_targets
 from .conftest import TINY, rows_without_timings, run_killed_in_round
-
-
-@pytest.fixture(autouse=True)
-def one_torch_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+from .test_algorithms import one_torch_thread, record_uploads  # noqa: F401 - autouse fixture
 
 
 def build_loop(job: Job) -> FederatedLoop:
@@ -63,25 +56,6 @@ def build_loop(job: Job) -> FederatedLoop:
     )
 
 
-def record(job: Job) -> dict[int, list[ClientUpload]]:
-    """Each round's uploads as the algorithm made them (before the wire), copied."""
-    rounds: dict[int, list[ClientUpload]] = {}
-    original = job.algorithm.upload
-
-    def recording(
-        ctx: RoundContext, received: StateDict, local: LocalResult, state: StateDict | None
-    ) -> tuple[ClientUpload, StateDict | None]:
-        upload, new_state = original(ctx, received, local, state)
-        copy = {k: t.clone() for k, t in upload.tensors.items()}
-        rounds.setdefault(ctx.round_index, []).append(
-            ClientUpload(upload.client_id, upload.num_samples, upload.num_steps, copy)
-        )
-        return upload, new_state
-
-    job.algorithm.upload = recording  # type: ignore[method-assign]
-    return rounds
-
-
 def read_rows(run_dir: Path) -> list[dict[str, str]]:
     with (run_dir / "metrics.csv").open() as f:
         return list(csv.DictReader(f))
@@ -98,7 +72,7 @@ def test_fedprox_with_an_adam_server_matches_hand_arithmetic_for_two_rounds(
     job = make_job([*TINY, "algo=fedprox", "algo.mu=0.1", "server_opt=adam", "server_opt.lr=0.05"])
     algorithm = job.algorithm
     assert isinstance(algorithm, FedProx) and isinstance(algorithm.server_opt, Adam)
-    uploads = record(job)
+    uploads = record_uploads(job)
     loop = build_loop(job)
     x = {name: t.double() for name, t in loop.server.weights.items()}
     m = {name: torch.zeros_like(t) for name, t in x.items()}
@@ -108,17 +82,17 @@ def test_fedprox_with_an_adam_server_matches_hand_arithmetic_for_two_rounds(
         callbacks = algorithm.local_callbacks(ctx, loop.server.weights, None)
         assert [type(c) for c in callbacks] == [ProximalTerm] and callbacks[0].mu == 0.1
         loop.run_round(round_index)
-        total = sum(u.num_samples for u in uploads[round_index])
+        total = sum(u.num_samples for u in uploads[round_index - 1])
         for name in x:
             delta = sum(
-                u.tensors[name].double() * u.num_samples / total for u in uploads[round_index]
+                u.tensors[name].double() * u.num_samples / total for u in uploads[round_index - 1]
             )
             m[name] = 0.9 * m[name] + 0.1 * delta
             v[name] = 0.99 * v[name] + 0.01 * delta * delta
             x[name] = x[name] + 0.05 * m[name] / (v[name].sqrt() + 1e-3)
             assert torch.allclose(loop.server.weights[name].double(), x[name], rtol=0, atol=1e-6)
             assert torch.allclose(loop.server.extras[f"v/{name}"].double(), v[name], atol=1e-9)
-    assert {u.client_id for u in uploads[1]} != {u.client_id for u in uploads[2]}
+    assert {u.client_id for u in uploads[0]} != {u.client_id for u in uploads[1]}
 
 
 def test_scaffold_with_server_momentum_runs_and_keeps_its_controls(
@@ -151,7 +125,7 @@ def test_fp16_uploads_halve_the_bytes_exactly_and_arrive_as_the_cast(
 ) -> None:
     run_job(make_job([*TINY, "fl.rounds=2"]), tmp_path / "plain")
     job = make_job([*TINY, "fl.rounds=2", "wire=fp16"])
-    sent = record(job)
+    sent = record_uploads(job)
     received: list[ClientUpload] = []
     split = job.algorithm.split
 
@@ -166,7 +140,7 @@ def test_fp16_uploads_halve_the_bytes_exactly_and_arrive_as_the_cast(
         assert int(h["bytes_up"]) * 2 == int(p["bytes_up"])
         assert h["bytes_down"] == p["bytes_down"]
     # The server aggregates exactly the float16 values, back in float32.
-    originals = [u for r in sorted(sent) for u in sent[r]]
+    originals = [u for uploads in sent for u in uploads]
     assert len(received) == len(originals) == 8
     for original, arrived in zip(originals, received, strict=True):
         for name, t in original.tensors.items():
@@ -391,3 +365,27 @@ def test_workers_exchanging_partial_sums_agree_with_one_worker_to_rounding(
         w1 = load_checkpoint(tmp_path / f"{name}-1" / "checkpoint.pt")["server_weights"]
         w2 = load_checkpoint(tmp_path / f"{name}-2" / "checkpoint.pt")["server_weights"]
         assert all(torch.allclose(w1[k], w2[k], rtol=1e-5, atol=1e-6) for k in w1)
+
+
+def test_fedlight_report_tabulates_a_stage_reported_metric(tmp_path: Path) -> None:
+    from fedlight.report import main as report_main
+
+    from .conftest import run_cli
+
+    sweep = tmp_path / "sweep"
+    run_cli(
+        "-m",
+        *TINY,
+        "fl.rounds=2",
+        "wire=fp16",
+        "seed=0,1",
+        f"hydra.sweep.dir={sweep}",
+        cwd=tmp_path,
+    )
+    name = "wire.float16.sq_error"
+    assert report_main([str(sweep), "--metrics", name]) == 0
+    finals = [json.loads((sweep / job / "summary.json").read_text())[name] for job in ("0", "1")]
+    with (sweep / "report.csv").open() as f:
+        [row] = list(csv.DictReader(f))
+    assert float(row[f"{name}_mean"]) == pytest.approx(sum(finals) / 2)
+    assert name in (sweep / "report.md").read_text()

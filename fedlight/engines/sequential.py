@@ -4,7 +4,7 @@ Each participant loads its start weights into the module and trains with the mod
 `training_step` and `configure_optimizers`, calling its hooks as a Lightning Trainer would
 (`on_before_backward`, `on_after_backward`, `on_before_optimizer_step`, each after the
 algorithm's callbacks of the same name, the order of Lightning's Trainer). No Trainer is built
-per client (README "Performance"), so hooks only ever fire on the client being trained. Any
+per client (README "Speed"), so hooks only ever fire on the client being trained. Any
 LightningModule and optimizer work here.
 """
 
