@@ -170,7 +170,9 @@ class FederatedLoop:
             algorithm, algorithm.aggregator, Mean(), [len(i) for _, i in participants]
         )
         server_extras = self.server.extras  # the upload chain's receiver state lives here
-        exchange_uploads = fl.exchange == "uploads" or self.workers.count == 1
+        # Whether this worker aggregates each of its uploads at once (alone, or exchanging sums)
+        # rather than handing the encoded uploads to every worker.
+        streaming = self.workers.count == 1 or fl.exchange == "sums"
 
         received: dict[int, Received] = {}
         client_metrics: dict[int, RoundMetrics] = {}
@@ -202,7 +204,7 @@ class FederatedLoop:
                 state = {key: t for key, t in state.items() if "/" in key} | new_own
             changed = state is not got.state
             written = self.client_states.write(client, round_index, state) if changed else None
-            if self.workers.count == 1 or not exchange_uploads:  # aggregated now, not kept
+            if streaming:  # aggregated now, nothing of it kept
                 server_extras = self.receive_upload(ctx, encoded, aggregation, server_extras)
                 encoded = replace(encoded, tensors={})
             mine.append(
@@ -224,17 +226,12 @@ class FederatedLoop:
                 self.client_states.commit(client, round_index, outcome.written)
             for name, value in outcome.metrics.items():
                 ctx.metrics.add(name, value)
-        if self.workers.count > 1:
-            if exchange_uploads:  # every worker aggregates every upload, in participant order
-                for outcome in outcomes:
-                    server_extras = self.receive_upload(
-                        ctx, outcome.upload, aggregation, server_extras
-                    )
-            else:  # one partial sum per worker, combined in rank order
-                partials = self.workers.gather(
-                    one_per_worker(self.workers), [aggregation.partials()]
-                )
-                aggregation.combine(partials, [outcome.upload for outcome in outcomes])
+        if not streaming:  # every worker aggregates every upload, in participant order
+            for outcome in outcomes:
+                server_extras = self.receive_upload(ctx, outcome.upload, aggregation, server_extras)
+        elif self.workers.count > 1:  # one partial sum per worker, combined in rank order
+            partials = self.workers.gather(one_per_worker(self.workers), [aggregation.partials()])
+            aggregation.combine(partials, [outcome.upload for outcome in outcomes])
 
         updated = algorithm.server_update(
             ctx, self.server, aggregation.results(), aggregation.contributors

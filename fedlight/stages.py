@@ -86,9 +86,16 @@ def build_stages(cfg: DictConfig, choices: dict[str, str]) -> Stages:
         f"fl.exchange=sums needs a linear aggregator and aggregator={choices.get('aggregator')} "
         "holds every update; use fl.exchange=uploads",
     )
+    wire: Wire = instantiate_group(cfg, "wire")
+    for name, transform in wire.upload.items():
+        require(
+            exchange != "sums" or not transform.receiver_state,
+            f"fl.exchange=sums cannot run wire.upload.{name}: its server side keeps state that "
+            "must see every upload in order; use fl.exchange=uploads",
+        )
     return Stages(
         algorithm=algorithm,
         selection=instantiate_group(cfg, "selection"),
         lr_schedule=instantiate_group(cfg, "lr_schedule"),
-        wire=instantiate_group(cfg, "wire"),
+        wire=wire,
     )

@@ -28,6 +28,9 @@ class WireTransform(ABC):
     # Whether the transform keeps state on the sending side; a download chain's sender is the
     # server, which sends the same model to every client, so such transforms are upload-only.
     sender_state: bool = False
+    # Whether `decode` keeps state on the receiving side; on the server that state must see every
+    # upload in order, so such upload transforms need `fl.exchange=uploads` with several workers.
+    receiver_state: bool = False
 
     @abstractmethod
     def encode(
