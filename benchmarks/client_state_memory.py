@@ -15,6 +15,11 @@ clients holding state):
 
     OMP_NUM_THREADS=1 python benchmarks/client_state_memory.py --client-state memory
     OMP_NUM_THREADS=1 python benchmarks/client_state_memory.py --client-state disk
+
+A round's own memory (README "Memory of a round"): 6 rounds, B = 60, 10, 50 or 200 per round:
+
+    OMP_NUM_THREADS=1 python benchmarks/client_state_memory.py --client-state disk --rounds 6 \
+        --batch-size 60 --per-round 50
 """
 
 import argparse
@@ -66,7 +71,7 @@ def run(args: argparse.Namespace, output_dir: Path) -> None:
         f"fl.rounds={args.rounds}",
         f"fl.client_state={args.client_state}",
         "local.epochs=1",
-        "local.batch_size=10",
+        f"local.batch_size={args.batch_size}",
         "optim.lr=0.05",
         f"eval.every={args.rounds}",
         f"checkpoint.every={args.checkpoint_every}",
@@ -91,7 +96,8 @@ def run(args: argparse.Namespace, output_dir: Path) -> None:
     print(
         f"client_state={args.client_state}: {args.clients} clients, {args.per_round} per round, "
         f"{args.rounds} rounds, checkpoint every {args.checkpoint_every}, "
-        f"torch {torch.__version__}, {torch.get_num_threads()} thread(s)"
+        f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), "
+        f"local.batch_size={args.batch_size}"
     )
     print(f"peak RSS: {rss_peak / MB:.0f} MB (before run_job: {rss_before / MB:.0f} MB)")
     print(
@@ -117,6 +123,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=100)
     parser.add_argument("--clients", type=int, default=1000)
     parser.add_argument("--per-round", type=int, default=10)
+    parser.add_argument("--batch-size", type=int, default=10, help="local.batch_size")
     parser.add_argument(
         "--checkpoint-every",
         type=int,
