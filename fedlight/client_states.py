@@ -52,6 +52,11 @@ def algorithm_part(state: StateDict | None) -> StateDict | None:
     return own or None
 
 
+def with_algorithm_part(state: StateDict, own: StateDict) -> StateDict:
+    """`state` with the algorithm's entries replaced by `own` (the stages' namespaces kept)."""
+    return {key: t for key, t in state.items() if "/" in key} | own
+
+
 class ClientStates(Mapping[int, StateDict]):
     """Client id → its persistent state, for the clients that have one."""
 

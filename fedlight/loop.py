@@ -27,7 +27,6 @@ import torch
 from torch import Tensor
 
 from fedlight.aggregation.base import RoundAggregation
-from fedlight.aggregation.mean import Mean
 from fedlight.algorithms.base import (
     Algorithm,
     ClientUpload,
@@ -36,7 +35,13 @@ from fedlight.algorithms.base import (
     ServerState,
 )
 from fedlight.checkpoint import save_checkpoint
-from fedlight.client_states import ClientStates, MemoryClientStates, Written, algorithm_part
+from fedlight.client_states import (
+    ClientStates,
+    MemoryClientStates,
+    Written,
+    algorithm_part,
+    with_algorithm_part,
+)
 from fedlight.config import RunSettings
 from fedlight.context import Federation, RoundContext, RoundMetrics
 from fedlight.data.base import TensorDataset
@@ -166,9 +171,7 @@ class FederatedLoop:
         participants = algorithm.participants(ctx, self.client_indices)
         download = algorithm.download(ctx, self.server)
         share = self.workers.share([len(indices) for _, indices in participants])
-        aggregation = RoundAggregation(
-            algorithm, algorithm.aggregator, Mean(), [len(i) for _, i in participants]
-        )
+        aggregation = algorithm.start_aggregation([len(i) for _, i in participants])
         server_extras = self.server.extras  # the upload chain's receiver state lives here
         # Whether this worker aggregates each of its uploads at once (alone, or exchanging sums)
         # rather than handing the encoded uploads to every worker.
@@ -201,7 +204,7 @@ class FederatedLoop:
             payload, state = wire.send(UPLOAD, client_ctx, client, upload.tensors, got.state)
             encoded = replace(upload, tensors=payload)
             if new_own is not None and new_own is not own:
-                state = {key: t for key, t in state.items() if "/" in key} | new_own
+                state = with_algorithm_part(state, new_own)
             changed = state is not got.state
             written = self.client_states.write(client, round_index, state) if changed else None
             if streaming:  # aggregated now, nothing of it kept

@@ -200,12 +200,15 @@ class Algorithm(ABC):
     ) -> ServerState:
         """`server_update` of a list of decoded uploads, aggregated as a round would (hand
         computations, tests)."""
-        aggregation = RoundAggregation(
-            self, self.aggregator, Mean(), [u.num_samples for u in uploads]
-        )
+        aggregation = self.start_aggregation([u.num_samples for u in uploads])
         for upload in uploads:
             aggregation.add(ctx, upload)
         return self.server_update(ctx, server, aggregation.results(), aggregation.contributors)
+
+    def start_aggregation(self, sample_counts: Sequence[int]) -> RoundAggregation:
+        """A round's accumulators for participants with these sample counts: the configurable
+        parts through `aggregator`, the fixed ones as plain (weighted) means."""
+        return RoundAggregation(self, self.aggregator, Mean(), sample_counts)
 
     def evaluated_models(
         self, federation: Federation, server: ServerState, client_states: Mapping[int, StateDict]
