@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch.nn.functional as F  # noqa: N812
 import torchvision.datasets.cifar
-from torchvision.io import write_jpeg, write_png
+from torchvision.io import encode_jpeg, write_jpeg, write_png
 
 from fedlight.data import cifar10, fmnist, mnist
 from fedlight.data.augment import CropFlip
@@ -252,6 +252,89 @@ def test_idx_download_failure_is_one_line(tmp_path, network, source, setting):
     assert message.startswith(f"{setting}: download failed")
     assert str(tmp_path.resolve()) in message
     assert network, "download=True should have tried the network"
+
+
+def load_idx_fault(tmp_path, monkeypatch, download: bool = False) -> str:
+    """The one-line DataError of MNIST loaded from a relative root; the path in it is absolute."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(DataError) as excinfo:
+        MNIST(root=".", download=download).load()
+    message = str(excinfo.value)
+    assert_one_line(message)
+    assert message.startswith("data=mnist: ")
+    return message
+
+
+@pytest.mark.parametrize("download", [False, True])
+@pytest.mark.parametrize(
+    ("name", "keep", "words"),
+    [
+        (
+            "train-images-idx3-ubyte",
+            1234,
+            "truncated IDX file: header promises 20 images of 28x28 (15696 bytes), file has 1234;",
+        ),
+        ("t10k-labels-idx1-ubyte", 3, "truncated IDX file: 3 bytes, shorter than its 8-byte"),
+        (
+            "t10k-images-idx3-ubyte",
+            7856,
+            "overlong IDX file: header promises 10 images of 28x28 (7856 bytes), file has 7857;",
+        ),
+    ],
+    ids=["images-cut", "labels-header-cut", "images-extra-byte"],
+)
+def test_idx_wrong_length_names_the_file(
+    tmp_path, monkeypatch, network, name, keep, words, download
+):
+    # once "files not found" (or, with download=True, "download failed")
+    write_mnist_tree(tmp_path, "MNIST")
+    path = tmp_path / "MNIST" / "raw" / name
+    data = path.read_bytes()
+    path.write_bytes(data[:keep] if keep < len(data) else data + b"\0")
+    message = load_idx_fault(tmp_path, monkeypatch, download)
+    assert f"{path.resolve()}: {words}" in message and "re-copy" in message
+    assert network == []
+
+
+@pytest.mark.parametrize(
+    ("header", "words"),
+    [
+        (
+            struct.pack(">4I", 0x12345678, 20, 28, 28),
+            "magic number 0x12345678, expected 0x00000803",
+        ),
+        (b"\x1f\x8b\x08\x00" + bytes(12), "magic number 0x1f8b0800, expected 0x00000803"),
+        (struct.pack(">4I", 2051, 20, 28, 27), "IDX images of 28x27, expected 28x28"),
+    ],
+    ids=["garbage", "gzip", "dims"],
+)
+def test_idx_garbled_header_names_the_file(tmp_path, monkeypatch, header, words):
+    # once a bare AssertionError from torchvision's reader
+    write_mnist_tree(tmp_path, "MNIST")
+    path = tmp_path / "MNIST" / "raw" / "train-images-idx3-ubyte"
+    path.write_bytes(header + path.read_bytes()[16:])
+    assert f"{path.resolve()}: " in (message := load_idx_fault(tmp_path, monkeypatch))
+    assert words in message
+
+
+def test_idx_label_out_of_range_names_the_file(tmp_path, monkeypatch):
+    # once a numpy ValueError, far from the file
+    write_mnist_tree(tmp_path, "MNIST")
+    path = tmp_path / "MNIST" / "raw" / "train-labels-idx1-ubyte"
+    write_idx(path, np.where(np.arange(20) == 5, 12, TRAIN_LABELS))
+    message = load_idx_fault(tmp_path, monkeypatch)
+    assert f"{path.resolve()}: label 12 at position 5 is out of range" in message
+    assert "0..9" in message
+
+
+def test_idx_label_count_mismatch_names_both_files(tmp_path, monkeypatch):
+    # once silently accepted
+    write_mnist_tree(tmp_path, "MNIST")
+    raw = tmp_path.resolve() / "MNIST" / "raw"
+    write_idx(raw / "t10k-labels-idx1-ubyte", TEST_LABELS[:9])
+    message = load_idx_fault(tmp_path, monkeypatch)
+    assert f"{raw / 't10k-images-idx3-ubyte'} holds 10 images" in message
+    assert f"{raw / 't10k-labels-idx1-ubyte'} holds 9 labels" in message
 
 
 # ---------------------------------------------------------------- open_torchvision control flow
@@ -499,6 +582,36 @@ def test_cifar_image_folder_without_images(tmp_path, network):
     assert message.startswith("data=cifar10: no images under")
     assert str(tmp_path / "train") in message and "data.root" in message
     assert network == []
+
+
+def jpeg_bytes(image: torch.Tensor) -> bytes:
+    return encode_jpeg(image, quality=90).numpy().tobytes()
+
+
+@pytest.mark.parametrize(
+    ("content", "words"),
+    [
+        (lambda: jpeg_bytes(folder_image(1))[:300], "cannot decode the image (Image is incomplete"),
+        (lambda: b"", "cannot decode the image (Expected a non empty file)"),
+        (lambda: b"not a jpeg" * 20, "cannot decode the image (Unsupported image file."),
+        (lambda: jpeg_bytes(torch.zeros(3, 40, 32, dtype=torch.uint8)), "image of 40x32 pixels"),
+        (lambda: jpeg_bytes(torch.zeros(1, 32, 64, dtype=torch.uint8)), "image of 32x64 pixels"),
+    ],
+    ids=["truncated", "empty", "not-an-image", "40x32", "grey-32x64"],
+)
+def test_cifar_image_folder_bad_image_names_the_file(tmp_path, content, words):
+    # once a RuntimeError (or torch.stack's size error) that named no file
+    for split in ("train", "test"):
+        for name in ("cat", "dog"):
+            write_png_file(tmp_path / split / name / "a.png", folder_image(len(name)))
+    bad = tmp_path / "test" / "dog" / "b.jpg"
+    bad.write_bytes(content())
+    with pytest.raises(DataError) as excinfo:
+        CIFAR10(root=str(tmp_path)).load()
+    message = str(excinfo.value)
+    assert_one_line(message)
+    assert message.startswith(f"data=cifar10: {bad.resolve()}: {words}")
+    assert message.endswith("replace or delete the file")
 
 
 def test_cifar_train_folder_alone_falls_back_to_batches(tmp_path, network):

@@ -19,10 +19,31 @@ from fedlight.data.torchvision_source import open_torchvision
 
 MEAN, STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png"}
+IMAGE_SHAPE = (3, 32, 32)
+
+
+def decode(path: Path) -> Tensor:
+    """One image as uint8 (3, 32, 32); refused by name if undecodable or of another size.
+
+    Checked here, where each file is decoded, so that a bad file among 60,000 is named at no cost.
+    """
+    try:
+        image = decode_image(read_file(str(path)), mode=ImageReadMode.RGB)
+    except RuntimeError as error:
+        reason = " ".join(str(error).split(", ", 2)[-1].split())  # without "function, file:line, "
+        raise DataError(
+            f"data=cifar10: {path}: cannot decode the image ({reason}); replace or delete the file"
+        ) from None
+    if image.shape != IMAGE_SHAPE:
+        raise DataError(
+            f"data=cifar10: {path}: image of {image.shape[1]}x{image.shape[2]} pixels, "
+            f"CIFAR-10 images are 32x32; replace or delete the file"
+        )
+    return image
 
 
 def read_image_folder(split_dir: Path, classes: list[str]) -> tuple[Tensor, Tensor]:
-    """Decode every image of one split into a uint8 (N, 3, H, W) tensor, labels by class order."""
+    """Decode every image of one split into a uint8 (N, 3, 32, 32) tensor, labels by class order."""
     files, labels = [], []
     for label, name in enumerate(classes):
         if not (split_dir / name).is_dir():
@@ -37,9 +58,11 @@ def read_image_folder(split_dir: Path, classes: list[str]) -> tuple[Tensor, Tens
     if not files:
         raise DataError(f"data=cifar10: no images under {split_dir}/<class>/; check data.root")
     with ThreadPoolExecutor() as pool:
-        images = list(
-            pool.map(lambda p: decode_image(read_file(str(p)), mode=ImageReadMode.RGB), files)
-        )
+        try:
+            images = list(pool.map(decode, files))
+        except DataError:
+            pool.shutdown(cancel_futures=True)  # report a bad file without decoding the rest
+            raise
     return torch.stack(images), torch.tensor(labels, dtype=torch.int64)
 
 
@@ -50,7 +73,7 @@ class CIFAR10:
     augment: bool = True
 
     def load(self) -> TensorDataset:
-        root = Path(self.root)
+        root = Path(self.root).resolve()
         if (root / "train").is_dir() and (root / "test").is_dir():
             classes = sorted(p.name for p in (root / "train").iterdir() if p.is_dir())
             train_images, train_labels = read_image_folder(root / "train", classes)

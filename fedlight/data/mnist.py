@@ -2,18 +2,16 @@
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from torchvision import datasets
 
 from fedlight.data.base import TensorDataset, normalize
+from fedlight.data.idx import NUM_CLASSES, SPLITS, read_idx_split, split_files
 from fedlight.data.torchvision_source import open_torchvision
 
 MEAN, STD = (0.1307,), (0.3081,)
-IDX_FILES = (
-    "train-images-idx3-ubyte, train-labels-idx1-ubyte, t10k-images-idx3-ubyte, "
-    "t10k-labels-idx1-ubyte"
-)
 
 
 def load_idx_dataset(
@@ -24,15 +22,26 @@ def load_idx_dataset(
     mean: tuple[float, ...],
     std: tuple[float, ...],
 ) -> TensorDataset:
-    """A 28×28 grey 10-class dataset in MNIST's IDX layout (`<root>/<ClassName>/raw/`)."""
-    folder = f"{dataset_class.__name__}/raw/{{{IDX_FILES}}}"
-    train, test = open_torchvision(dataset_class, root, download, folder, setting)
+    """A 28×28 grey 10-class dataset in MNIST's IDX layout (`<root>/<ClassName>/raw/`).
+
+    Files that are present are read and checked by our own reader; torchvision only downloads
+    missing ones (md5-checked) or reads its legacy `processed/` copy.
+    """
+    raw = Path(root).resolve() / dataset_class.__name__ / "raw"
+    files = [path for split in SPLITS for path in split_files(raw, split)]
+    if all(path.is_file() for path in files):
+        (train_x, train_y), (test_x, test_y) = (read_idx_split(raw, s, setting) for s in SPLITS)
+    else:
+        names = ", ".join(path.name for path in files)
+        folder = f"{dataset_class.__name__}/raw/{{{names}}}"
+        train, test = open_torchvision(dataset_class, root, download, folder, setting)
+        train_x, train_y, test_x, test_y = train.data, train.targets, test.data, test.targets
     return TensorDataset(
-        normalize(train.data.unsqueeze(1), mean, std),
-        train.targets.long(),
-        normalize(test.data.unsqueeze(1), mean, std),
-        test.targets.long(),
-        10,
+        normalize(train_x.unsqueeze(1), mean, std),
+        train_y,
+        normalize(test_x.unsqueeze(1), mean, std),
+        test_y,
+        NUM_CLASSES,
     )
 
 
