@@ -2,22 +2,27 @@
 
 Jobs that differ only in their seed form a group, and every cell is mean ± std over that group's
 seeds, so a gap between methods can be read against the seed-to-seed spread. Unfinished jobs are
-listed, never averaged in.
+listed, never averaged in; a seed that diverged (`diverged_at_round` in its summary.json) is left
+out of its cell's mean ± std and marked `† <d> of <n> diverged`, with a footnote naming it.
 """
 
 import argparse
 import csv
 import json
+import math
 import re
 import shlex
 import statistics
 import sys
+import tempfile
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import yaml
 from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from fedlight import curves
 from fedlight.curves import Line, Panel
@@ -43,9 +48,14 @@ METRIC_TITLES = {
 }
 ACCURACY_AT = re.compile(r"accuracy_at_(\d+)")
 MISSING = "—"
+DIVERGED_MARK = "†"
+DIVERGED_KEY = "diverged_at_round"
+REMOVE_JOB = "or move the job directory out of the sweep"
 # Overrides that do not make a different experiment: the seed varies within a group, and a run
 # resumed from a checkpoint gives the uninterrupted run's numbers.
 NOT_GROUPED = ("seed", "resume")
+# Numbers in summary.json that describe the run rather than measure it.
+NOT_METRICS = ("seed", "target_accuracy", DIVERGED_KEY)
 
 
 class ReportError(Exception):
@@ -104,6 +114,12 @@ class JobResult:
     def finished(self) -> bool:
         return self.summary is not None
 
+    @property
+    def diverged_at_round(self) -> int | None:
+        """The round in which its loss or weights became NaN/Inf; None for a healthy run (and for
+        summaries older than the key)."""
+        return (self.summary or {}).get(DIVERGED_KEY)
+
     def setting(self, key: str) -> str | None:
         """A key's value from the command line, else the config group it chose, else None."""
         if key in self.overrides:
@@ -122,6 +138,15 @@ class Group:
     @property
     def n(self) -> int:
         return len(self.jobs)
+
+    @property
+    def healthy(self) -> list[JobResult]:
+        """The seeds its statistics are over."""
+        return [job for job in self.jobs if job.diverged_at_round is None]
+
+    @property
+    def diverged(self) -> list[JobResult]:
+        return [job for job in self.jobs if job.diverged_at_round is not None]
 
     def setting(self, key: str) -> str | None:
         return self.jobs[0].setting(key)
@@ -178,36 +203,120 @@ def normalize_override(override: str) -> tuple[str, str]:
     return key, value if "=" in override else "(removed)"
 
 
-def load_yaml(path: Path) -> Any:
-    return OmegaConf.to_container(OmegaConf.load(path), resolve=False) if path.exists() else None
+def reason(error: OSError) -> str:
+    """An OSError's cause in words, e.g. `Permission denied`."""
+    return error.strerror or str(error)
+
+
+def load_yaml(path: Path, fix: str) -> Any:
+    """A YAML file as plain containers, None when it does not exist; one that cannot be read or
+    parsed is a ReportError naming it, with `fix` as the advice."""
+    if not path.exists():
+        return None
+    try:
+        return OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    except OSError as error:
+        raise ReportError(f"cannot read {path} ({reason(error)}); {fix}") from error
+    except (yaml.YAMLError, UnicodeDecodeError, OmegaConfBaseException, ValueError) as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(error, "problem", None) or (
+            "not UTF-8 text" if isinstance(error, UnicodeDecodeError) else type(error).__name__
+        )
+        raise ReportError(f"{path} is not valid YAML ({problem}{where}); {fix}") from error
+
+
+def load_mapping(path: Path, fix: str) -> dict[str, Any] | None:
+    """A YAML file that must hold a mapping (a Hydra config)."""
+    content = load_yaml(path, fix)
+    if content is not None and not isinstance(content, dict):
+        raise ReportError(f"{path} holds a {yaml_kind(content)}, not a mapping; {fix}")
+    return content
+
+
+def yaml_kind(content: Any) -> str:
+    return {dict: "mapping", list: "list", str: "string"}.get(type(content), type(content).__name__)
+
+
+def read_overrides(path: Path) -> list[str]:
+    """A job's `.hydra/overrides.yaml`: the list of command-line overrides Hydra recorded."""
+    fix = f"restore it as Hydra writes it (one `- key=value` line per override) {REMOVE_JOB}"
+    overrides = load_yaml(path, fix)
+    if not isinstance(overrides, list):
+        kind = "is empty" if overrides in ({}, None) else f"holds a {yaml_kind(overrides)}"
+        raise ReportError(f"{path} {kind}, not a list of overrides; {fix}")
+    bad = [o for o in overrides if not isinstance(o, str)]
+    if bad:
+        raise ReportError(f"{path} holds {bad[0]!r}, not a `key=value` override; {fix}")
+    return overrides
 
 
 def read_metrics(path: Path) -> list[MetricsRow]:
-    """metrics.csv as numbers; a line a killed job left cut short (or garbled) is skipped."""
+    """metrics.csv as numbers; a line a killed job left cut short (or garbled) is skipped, and so
+    is a NaN/Inf field (the round a run diverged in may log one)."""
     if not path.exists():
         return []
     rows: list[MetricsRow] = []
-    with path.open(newline="") as f:
-        for line in csv.DictReader(f):
-            if None in line or None in line.values():
-                continue
-            try:
-                rows.append({k: float(v) for k, v in line.items() if v})
-            except ValueError:
-                continue
+    try:
+        with path.open(newline="", errors="replace") as f:
+            for line in csv.DictReader(f):
+                if None in line or None in line.values():
+                    continue
+                try:
+                    numbers = {k: float(v) for k, v in line.items() if v}
+                except ValueError:
+                    continue
+                rows.append({k: v for k, v in numbers.items() if math.isfinite(v)})
+    except csv.Error:
+        pass  # NUL bytes a crash left at the end: the rows before them stand
+    except OSError as error:
+        fix = "make it readable, or move the job directory out of the sweep"
+        raise ReportError(f"cannot read {path} ({reason(error)}); {fix}") from error
     return [r for r in rows if "round" in r and "test_accuracy" in r]
 
 
 def read_summary(path: Path) -> dict[str, Any] | None:
+    """summary.json, or None while the job has not finished (no file yet, or one cut short by a
+    kill). Valid JSON that is not a summary is a ReportError naming the file."""
+    fix = f"rerun the job, delete the file to list the job as incomplete, {REMOVE_JOB}"
     try:
-        return json.loads(path.read_text())
+        summary = json.loads(path.read_text())
     except (FileNotFoundError, json.JSONDecodeError):
         return None
+    except (OSError, UnicodeDecodeError) as error:
+        cause = reason(error) if isinstance(error, OSError) else "not UTF-8 text"
+        raise ReportError(f"cannot read {path} ({cause}); {fix}") from error
+    if not isinstance(summary, dict):
+        kind = {list: "list", str: "string"}.get(type(summary), type(summary).__name__)
+        raise ReportError(f"{path} holds a JSON {kind}, not a summary object; {fix}")
+    diverged_at = summary.get(DIVERGED_KEY)
+    if diverged_at is not None and (
+        not isinstance(diverged_at, int) or isinstance(diverged_at, bool)
+    ):
+        raise ReportError(f"{path}: {DIVERGED_KEY} is {diverged_at!r}, not a round number; {fix}")
+    non_finite = [f"{key}={value}" for key, value in summary.items() if not is_finite_json(value)]
+    if non_finite and diverged_at is None:
+        # A diverged run may hold NaN: it is left out of every statistic anyway.
+        raise ReportError(
+            f"{path} holds non-finite {', '.join(non_finite)} without {DIVERGED_KEY} (a run "
+            f"that diverged before fedlight stopped such runs); {fix}"
+        )
+    return summary
+
+
+def is_finite_json(value: Any) -> bool:
+    """False for NaN/Inf anywhere in a JSON value (Python's json reads them)."""
+    try:
+        json.dumps(value, allow_nan=False)
+    except ValueError:
+        return False
+    return True
 
 
 def load_job(sweep_dir: Path, job_dir: Path) -> JobResult:
-    raw_overrides = [str(o) for o in load_yaml(job_dir / ".hydra" / "overrides.yaml") or []]
-    config = load_yaml(job_dir / ".hydra" / "config.yaml") or {}
+    raw_overrides = read_overrides(job_dir / ".hydra" / "overrides.yaml")
+    fix = f"restore Hydra's record of the job's config {REMOVE_JOB}"
+    config = load_mapping(job_dir / ".hydra" / "config.yaml", fix) or {}
     return JobResult(
         name=job_dir.relative_to(sweep_dir).as_posix(),
         directory=job_dir,
@@ -290,7 +399,9 @@ def metric_value(job: JobResult, metric: str) -> float | None:
 
 
 def metric_values(group: Group, metric: str) -> list[float]:
-    values = (metric_value(job, metric) for job in group.jobs)
+    """The metric's values over the group's healthy seeds (a diverged seed's numbers are not
+    results)."""
+    values = (metric_value(job, metric) for job in group.healthy)
     return [v for v in values if v is not None]
 
 
@@ -329,8 +440,19 @@ def format_cell(values: list[float], n: int, metric: str) -> str:
     return text if len(values) == n else f"{text} ({len(values)}/{n})"
 
 
+def diverged_marker(group: Group) -> str:
+    """`† 1 of 3 diverged`: how many of the group's seeds its cells leave out."""
+    return f"{DIVERGED_MARK} {len(group.diverged)} of {group.n} diverged"
+
+
 def cell(group: Group | None, metric: str) -> str:
-    return MISSING if group is None else format_cell(metric_values(group, metric), group.n, metric)
+    """The healthy seeds' `mean ± std`, followed by the diverged marker when some diverged; only
+    the marker when all did."""
+    if group is None:
+        return MISSING
+    healthy = len(group.healthy)
+    text = format_cell(metric_values(group, metric), healthy, metric) if healthy else ""
+    return f"{text} {diverged_marker(group)}".strip() if group.diverged else text
 
 
 def markdown_table(header: list[str], body: list[list[str]], text_columns: int = 1) -> list[str]:
@@ -381,6 +503,26 @@ def seeds_note(section: Section) -> str:
     return f"mean ± std over seeds; n = {plural(usual, 'seed')} per cell{exceptions}"
 
 
+def divergence_cause(job: JobResult) -> str:
+    """` (test_loss nan)`: what the run found not finite, when its summary says."""
+    cause = (job.summary or {}).get("divergence")
+    return f" ({cause})" if isinstance(cause, str) and cause else ""
+
+
+def diverged_footnote(section: Section) -> list[str]:
+    """Each diverged job of the section: its directory, group, seed and round."""
+    entries = [
+        f"- {job.name} ({section.group_label(group)}, seed {job.setting('seed') or MISSING}): "
+        f"diverged at round {job.diverged_at_round}{divergence_cause(job)}"
+        for group in section.groups
+        for job in group.diverged
+    ]
+    if not entries:
+        return []
+    title = f"{DIVERGED_MARK} Diverged (loss or weights became NaN/Inf), left out of mean ± std:"
+    return [title, "", *entries, ""]
+
+
 def section_markdown(section: Section) -> list[str]:
     layout = section.layout
     if layout.columns and not layout.transpose:
@@ -394,6 +536,7 @@ def section_markdown(section: Section) -> list[str]:
     lines = []
     for title, table in tables:
         lines += [f"### {title}", "", seeds_note(section), "", *table, ""]
+    lines += diverged_footnote(section)
     if layout.reference:
         lines += [f"Reference: {layout.reference}", ""]
     return lines
@@ -406,7 +549,8 @@ def sweep_command(sweep_dir: Path) -> str | None:
         (sweep_dir / "multirun.yaml", "python -m fedlight -m"),
         (sweep_dir / ".hydra" / "hydra.yaml", "python -m fedlight"),
     ):
-        config = load_yaml(record)
+        fix = "restore it, or delete it to report the command as unknown"
+        config = load_mapping(record, fix)
         if config is not None:
             overrides = (config.get("hydra") or {}).get("overrides", {}).get("task") or []
             return " ".join([command, *(shlex.quote(str(o)) for o in overrides)])
@@ -454,7 +598,8 @@ def write_markdown(
 
 
 def write_csv(output_dir: Path, sections: list[Section]) -> None:
-    """One row per group: its overrides, n, and mean/std of every metric in raw units."""
+    """One row per group: its overrides, n (the seeds its statistics are over), diverged (the
+    seeds left out because they diverged), and mean/std of every metric in raw units."""
     groups = [(s, g) for s in sections for g in s.groups]
     keys = list(dict.fromkeys(k for _, g in groups for k in g.overrides))
     metrics = list(
@@ -462,11 +607,12 @@ def write_csv(output_dir: Path, sections: list[Section]) -> None:
     )
     stats = [f"{m}_{part}" for m in metrics for part in ("mean", "std")]
     with (output_dir / "report.csv").open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=["group", *keys, "n", *stats])
+        writer = csv.DictWriter(f, fieldnames=["group", *keys, "n", "diverged", *stats])
         writer.writeheader()
         for section, group in groups:
             row: dict[str, Any] = {"group": section.group_label(group), **group.overrides}
-            row["n"] = group.n
+            row["n"] = len(group.healthy)
+            row["diverged"] = len(group.diverged)
             for metric in metrics:
                 mean, std = mean_and_std(metric_values(group, metric))
                 row[f"{metric}_mean"] = "" if mean is None else mean
@@ -474,9 +620,22 @@ def write_csv(output_dir: Path, sections: list[Section]) -> None:
             writer.writerow(row)
 
 
+def accuracy_points(job: JobResult) -> dict[int, float]:
+    """A job's test accuracy (percent) by round; a diverged job's only before it diverged (its
+    NaN/Inf fields are already gone)."""
+    last = math.inf if job.diverged_at_round is None else job.diverged_at_round
+    return {int(r["round"]): 100 * r["test_accuracy"] for r in job.rows if r["round"] < last}
+
+
+def curve_jobs(group: Group) -> list[JobResult]:
+    """The seeds a group's curve is over: the healthy ones, or the diverged ones until they
+    diverged when none is healthy."""
+    return group.healthy or group.jobs
+
+
 def accuracy_curve(group: Group) -> tuple[list[int], list[list[float]]]:
-    """The rounds every seed of the group evaluated, and each seed's accuracy there (percent)."""
-    per_job = [{int(r["round"]): 100 * r["test_accuracy"] for r in job.rows} for job in group.jobs]
+    """The rounds every seed of the curve evaluated, and each seed's accuracy there (percent)."""
+    per_job = [accuracy_points(job) for job in curve_jobs(group)]
     rounds = sorted(set.intersection(*(set(acc) for acc in per_job)))
     return rounds, [[acc[r] for acc in per_job] for r in rounds]
 
@@ -489,15 +648,18 @@ def write_curves(output_dir: Path, title: str, sections: list[Section]) -> None:
             rounds, values = accuracy_curve(group)
             means = [statistics.fmean(v) for v in values]
             band = None
-            if group.n >= 2:
+            if len(curve_jobs(group)) >= 2:
                 stds = [statistics.stdev(v) for v in values]
                 # Clipped to the possible accuracies: a diverged seed makes the std huge.
                 band = (
                     [max(0.0, m - s) for m, s in zip(means, stds, strict=True)],
                     [min(100.0, m + s) for m, s in zip(means, stds, strict=True)],
                 )
-            lines.append(Line(section.group_label(group), rounds, means, band))
-    banded = any(g.n >= 2 for s in sections for g in s.groups)
+            label = section.group_label(group)
+            if group.diverged:
+                label += f" ({diverged_marker(group)})"
+            lines.append(Line(label, rounds, means, band))
+    banded = any(len(curve_jobs(g)) >= 2 for s in sections for g in s.groups)
     panel = Panel(
         "test accuracy (%)", lines, title, "mean over seeds, band ± std" if banded else None
     )
@@ -533,12 +695,89 @@ def select_jobs(args: argparse.Namespace) -> list[JobResult]:
 
 
 def output_dir_of(args: argparse.Namespace) -> Path:
-    if args.output is not None:
-        args.output.mkdir(parents=True, exist_ok=True)
-        return args.output
-    if len(args.sweep_dirs) > 1:
+    """Where the report goes, made if missing and checked writable before any work."""
+    if args.output is None and len(args.sweep_dirs) > 1:
         raise ReportError("several sweep directories need --output DIR for the report files")
-    return args.sweep_dirs[0]
+    if args.output is None:
+        where = f"the sweep directory {args.sweep_dirs[0]}"
+        fix = "pass -o DIR to write the report elsewhere"
+    else:
+        where = f"-o {args.output}"
+        fix = "pass -o with a directory you can write to (it is made if missing)"
+    output_dir = args.sweep_dirs[0] if args.output is None else args.output
+    if output_dir.exists() and not output_dir.is_dir():
+        raise ReportError(f"{where} is a file, not a directory; {fix}")
+    try:
+        output_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        # The directory on the way that could not be made, when it is not the last one.
+        blocker = f": {error.filename}" if error.filename not in (None, str(output_dir)) else ""
+        raise ReportError(f"cannot make {where} ({reason(error)}{blocker}); {fix}") from error
+    try:
+        with tempfile.NamedTemporaryFile(dir=output_dir, prefix=".fedlight-report-"):
+            pass
+    except OSError as error:
+        raise ReportError(f"cannot write to {where} ({reason(error)}); {fix}") from error
+    return output_dir
+
+
+def parse_metrics(text: str | None) -> tuple[str, ...] | None:
+    """`--metrics a,b` as names; None (each layout's own) when not given."""
+    if not text:
+        return None
+    names = tuple(name.strip() for name in text.split(","))
+    if not all(names):
+        raise ReportError(
+            f"--metrics {text} has an empty name; e.g. --metrics final_accuracy,comm_mb"
+        )
+    return names
+
+
+def available_metrics(jobs: list[JobResult]) -> tuple[list[str], list[int]]:
+    """The summary.json numbers the finished jobs have (the defaults first), and the rounds their
+    metrics.csv logged (for accuracy_at_<R>)."""
+    finished = [job for job in jobs if job.finished]
+    numeric = [
+        key
+        for job in finished
+        for key, value in (job.summary or {}).items()
+        if key not in NOT_METRICS
+        and (value is None or (isinstance(value, int | float) and not isinstance(value, bool)))
+    ]
+    present = [m for m in DEFAULT_METRICS if m in numeric]
+    names = list(dict.fromkeys([*present, *numeric]))
+    rounds = sorted({int(row["round"]) for job in finished for row in job.rows})
+    return names, rounds
+
+
+def rounds_text(rounds: list[int]) -> str:
+    if rounds == list(range(rounds[0], rounds[-1] + 1)) and len(rounds) > 2:
+        return f"{rounds[0]}..{rounds[-1]}"
+    if len(rounds) <= 4:
+        return ", ".join(map(str, rounds))
+    return f"{rounds[0]}, {rounds[1]}, …, {rounds[-1]}"
+
+
+def check_metrics(metrics: tuple[str, ...] | None, jobs: list[JobResult]) -> None:
+    """Refuses a `--metrics` name that no finished job has (it would be a column of dashes)."""
+    if metrics is None or not any(job.finished for job in jobs):
+        return
+    names, rounds = available_metrics(jobs)
+    choices = ", ".join(names)
+    if rounds:
+        choices += f", accuracy_at_<R> (R = {rounds_text(rounds)})"
+    for metric in metrics:
+        at_round = ACCURACY_AT.fullmatch(metric)
+        if at_round and int(at_round.group(1)) not in rounds:
+            raise ReportError(
+                f"--metrics {metric}: no job logged round {at_round.group(1)} in its metrics.csv; "
+                f"the sweep's jobs have {choices}"
+            )
+        if not at_round and metric not in DEFAULT_METRICS and metric not in names:
+            raise ReportError(
+                f"--metrics {metric}: no job of the sweep has this metric; "
+                f"the sweep's jobs have {choices}"
+            )
 
 
 def main(argv: list[str]) -> int:
@@ -555,11 +794,19 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--title", help="table title when the sweep has no preset layout")
     args = parser.parse_args(argv)
     try:
-        jobs = select_jobs(args)
-        output_dir = output_dir_of(args)
+        report(args)
     except ReportError as error:
         print(f"{ERROR_PREFIX}{error}", file=sys.stderr)
         return 2
+    return 0
+
+
+def report(args: argparse.Namespace) -> None:
+    """The report of the parsed command line; every fault of the input is a ReportError."""
+    metrics = parse_metrics(args.metrics)
+    jobs = select_jobs(args)
+    check_metrics(metrics, jobs)
+    output_dir = output_dir_of(args)
     names = [
         # `.` or `..` would say nothing in a heading; any other path reads as the user typed it.
         str(d.resolve() if d.name in ("", "..") else d)
@@ -567,20 +814,23 @@ def main(argv: list[str]) -> int:
     ]
     display_name = " + ".join(names)
     title = args.title or "Sweep " + " + ".join(d.resolve().name for d in args.sweep_dirs)
-    metrics = as_keys(args.metrics.split(",")) if args.metrics else None
     sections = build_sections(group_jobs(jobs), title, metrics)
-    report = write_markdown(output_dir, display_name, args.sweep_dirs, jobs, sections)
-    write_csv(output_dir, sections)
-    if sections:
-        write_curves(output_dir, args.title or display_name, sections)
+    try:
+        path = write_markdown(output_dir, display_name, args.sweep_dirs, jobs, sections)
+        write_csv(output_dir, sections)
+        if sections:
+            write_curves(output_dir, args.title or display_name, sections)
+    except OSError as error:
+        written = error.filename or output_dir
+        raise ReportError(f"cannot write {written} ({reason(error)}); pass -o DIR") from error
     finished = sum(job.finished for job in jobs)
+    diverged = sum(len(g.diverged) for s in sections for g in s.groups)
     group_count = sum(len(s.groups) for s in sections)
-    print(report)
+    print(path)
     print(
         f"{plural(finished, 'job')} in {plural(group_count, 'group')}, "
-        f"{len(jobs) - finished} incomplete"
+        f"{len(jobs) - finished} incomplete" + (f", {diverged} diverged" if diverged else "")
     )
-    return 0
 
 
 if __name__ == "__main__":

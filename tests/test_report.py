@@ -2,6 +2,7 @@
 
 import csv
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -11,7 +12,7 @@ from typing import Any
 import pytest
 from omegaconf import OmegaConf
 
-from fedlight.report import main
+from fedlight.report import accuracy_curve, group_jobs, load_jobs, main
 
 from .conftest import REPO, TINY, run_cli
 
@@ -368,6 +369,195 @@ def test_a_path_without_jobs_is_a_one_line_error(
     [line] = captured.err.splitlines()
     assert line.startswith(f"fedlight report: error: {path} ")
     assert "pass the sweep directory" in line
+
+
+def seed_sweep(sweep: Path) -> Path:
+    """Two finished seeds of one setting: the smallest sweep a fault can be planted in."""
+    for seed, final in enumerate([0.5, 0.6]):
+        summary = summary_of(final, seed=seed)
+        write_job(sweep, str(seed), [f"seed={seed}"], None, summary, [0.4, final])
+    return sweep
+
+
+def one_line_error(capsys: pytest.CaptureFixture[str], *fragments: str) -> str:
+    """The single `fedlight report: error:` line on stderr, nothing on stdout."""
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "Traceback" not in captured.err
+    [line] = captured.err.splitlines()
+    assert line.startswith("fedlight report: error: ")
+    for fragment in fragments:
+        assert fragment in line
+    return line
+
+
+@pytest.mark.parametrize(
+    "content",
+    ["[0.5, 0.6]", '"done"', '{"final_accuracy": NaN}', '{"comm_mb": Infinity, "seed": 1}'],
+    ids=["list", "string", "nan", "infinity"],
+)
+def test_a_summary_that_is_no_summary_object_is_a_one_line_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str
+) -> None:
+    """Valid JSON for Python, but a list, a string, or NaN/Inf in a run that did not diverge."""
+    sweep = seed_sweep(tmp_path / "sweep")
+    (sweep / "1" / "summary.json").write_text(content)
+    assert main([str(sweep)]) == 2
+    one_line_error(capsys, f"{sweep / '1' / 'summary.json'} ", "rerun the job")
+    assert not (sweep / "report.md").exists()
+
+
+@pytest.mark.parametrize(
+    "content",
+    ["- seed=1\n- algo: [", "seed: 1\n", "- seed: 1\n", "", "\xff\xfe- seed=1"],
+    ids=["invalid-yaml", "mapping", "list-of-mappings", "empty", "not-utf8"],
+)
+def test_a_corrupt_overrides_yaml_is_a_one_line_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str
+) -> None:
+    sweep = seed_sweep(tmp_path / "sweep")
+    path = sweep / "1" / ".hydra" / "overrides.yaml"
+    path.write_bytes(content.encode("latin-1"))
+    assert main([str(sweep)]) == 2
+    one_line_error(capsys, f"{path} ", "restore it as Hydra writes it")
+
+
+@pytest.mark.parametrize("kind", ["file", "below-a-file", "proc", "read-only-parent"])
+def test_an_unwritable_output_directory_is_a_one_line_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    sweep = seed_sweep(tmp_path / "sweep")
+    in_the_way = tmp_path / "report.md"
+    in_the_way.write_text("a file")
+    read_only = tmp_path / "read-only"
+    output = {
+        "file": in_the_way,
+        "below-a-file": in_the_way / "report",
+        "proc": Path("/proc/fedlight-report"),
+        "read-only-parent": read_only / "report",
+    }[kind]
+    if kind == "read-only-parent":
+        read_only.mkdir(mode=0o555)
+        if os.geteuid() == 0:  # chmod cannot stop root: the refusal is simulated
+
+            def refuse(path: Path, *args: Any, **kwargs: Any) -> None:
+                raise PermissionError(13, "Permission denied", str(path))
+
+            monkeypatch.setattr(Path, "mkdir", refuse)
+    assert main([str(sweep), "-o", str(output)]) == 2
+    one_line_error(capsys, f"-o {output} ", "pass -o with a directory you can write to")
+    assert not (sweep / "report.md").exists()
+
+
+def test_a_read_only_sweep_without_output_is_a_one_line_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where chmod cannot stop root, the file system's refusal is simulated."""
+    sweep = seed_sweep(tmp_path / "sweep")
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr("fedlight.report.tempfile.NamedTemporaryFile", refuse)
+    assert main([str(sweep)]) == 2
+    one_line_error(capsys, f"the sweep directory {sweep} (Permission denied)", "pass -o DIR")
+
+
+@pytest.mark.parametrize(
+    ("metrics", "named"),
+    [
+        ("final_accuracy,final_acc", "--metrics final_acc: no job of the sweep has this metric"),
+        ("accuracy_at_9", "--metrics accuracy_at_9: no job logged round 9"),
+    ],
+)
+def test_an_unknown_metrics_name_is_refused_with_the_metrics_the_jobs_have(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], metrics: str, named: str
+) -> None:
+    sweep = seed_sweep(tmp_path / "sweep")
+    assert main([str(sweep), "--metrics", metrics]) == 2
+    line = one_line_error(capsys, named)
+    assert line.endswith(
+        "the sweep's jobs have final_accuracy, best_accuracy, rounds_to_target, comm_mb, "
+        "client_seconds_per_round, wall_seconds, rounds, accuracy_at_<R> (R = 1, 2)"
+    )
+
+
+@pytest.fixture(scope="module")
+def diverged_sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """FedAvg over 3 seeds, seed 2 diverged in round 3 (NaN in its metrics.csv and summary);
+    FedProx whose 2 seeds both diverged; Local from a fedlight older than `diverged_at_round`.
+    Reported once: the tests below read its files."""
+    sweep = tmp_path_factory.mktemp("diverged") / "sweep"
+    runs = [
+        ("fedavg", 0, 0.60, None),
+        ("fedavg", 1, 0.70, None),
+        ("fedavg", 2, 0.10, 3),
+        ("fedprox", 0, 0.10, 2),
+        ("fedprox", 1, 0.10, 3),
+        ("local", 0, 0.50, "absent"),
+        ("local", 1, 0.70, "absent"),
+    ]
+    for job, (algo, seed, final, diverged_at) in enumerate(runs):
+        summary = summary_of(final, algo=algo, seed=seed)
+        if diverged_at != "absent":
+            summary["diverged_at_round"] = diverged_at
+        if diverged_at == 3:
+            summary["divergence"] = "test_loss nan"
+            summary["test_loss"] = float("nan")  # json writes NaN: accepted for a diverged run
+        write_job(sweep, str(job), [f"algo={algo}", f"seed={seed}"], None, summary, [0.4, 0.5])
+        with (sweep / str(job) / "metrics.csv").open("a") as f:
+            accuracy = "nan" if diverged_at == 3 else str(final)
+            f.write(f"3,{accuracy},inf,nan,0.05,1000,1000,3,0.0,0.1\n")
+    assert main([str(sweep)]) == 0
+    return sweep
+
+
+def diverged_report(sweep: Path) -> tuple[list[str], dict[str, dict[str, str]]]:
+    return (sweep / "report.md").read_text().splitlines(), read_report_csv(sweep)
+
+
+def test_a_diverged_seed_is_left_out_of_mean_and_std_and_marked(diverged_sweep: Path) -> None:
+    lines, rows = diverged_report(diverged_sweep)
+    healthy = f"{statistics.fmean([60, 70]):.1f} ± {statistics.stdev([60, 70]):.1f}"
+    assert healthy == "65.0 ± 7.1"
+    marked = f"{healthy} † 1 of 3 diverged"
+    assert table_row("fedavg", marked, marked, "— † 1 of 3 diverged") in "\n".join(lines)
+    footnote = lines.index("† Diverged (loss or weights became NaN/Inf), left out of mean ± std:")
+    assert lines[footnote + 2 : footnote + 5] == [
+        "- 2 (algo=fedavg, seed 2): diverged at round 3 (test_loss nan)",
+        "- 3 (algo=fedprox, seed 0): diverged at round 2",
+        "- 4 (algo=fedprox, seed 1): diverged at round 3 (test_loss nan)",
+    ]
+    fedavg = rows["algo=fedavg"]
+    assert (fedavg["n"], fedavg["diverged"]) == ("2", "1")
+    assert float(fedavg["final_accuracy_mean"]) == pytest.approx(0.65)
+    assert float(fedavg["final_accuracy_std"]) == pytest.approx(statistics.stdev([0.6, 0.7]))
+
+
+def test_a_group_whose_seeds_all_diverged_shows_only_the_marker(diverged_sweep: Path) -> None:
+    lines, rows = diverged_report(diverged_sweep)
+    [fedprox] = [line for line in lines if line.startswith("| fedprox |")]
+    assert fedprox == table_row("fedprox", *["† 2 of 2 diverged"] * 6)
+    fedprox_csv = rows["algo=fedprox"]
+    assert (fedprox_csv["n"], fedprox_csv["diverged"]) == ("0", "2")
+    assert fedprox_csv["final_accuracy_mean"] == fedprox_csv["final_accuracy_std"] == ""
+
+
+def test_a_summary_older_than_diverged_at_round_counts_as_healthy(diverged_sweep: Path) -> None:
+    lines, rows = diverged_report(diverged_sweep)
+    assert table_row("local", "60.0 ± 14.1", "60.0 ± 14.1", "—", "10.0 ± 0.0") in "\n".join(lines)
+    assert (rows["algo=local"]["n"], rows["algo=local"]["diverged"]) == ("2", "0")
+
+
+def test_curves_skip_diverged_seeds_and_non_finite_points(
+    diverged_sweep: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """FedAvg's curve is its healthy seeds'; FedProx's stops before its first seed diverged."""
+    fedavg, fedprox, local = group_jobs(load_jobs(diverged_sweep))
+    assert accuracy_curve(fedavg) == ([1, 2, 3], [[40, 40], [50, 50], [60, 70]])
+    assert accuracy_curve(fedprox) == ([1], [[40, 40]])
+    assert accuracy_curve(local)[1][-1] == [50, 70]
+    assert (diverged_sweep / "curves.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_report_of_a_real_sweep_through_the_cli(tmp_path: Path) -> None:
