@@ -1,31 +1,78 @@
 """Weights & Biases: one W&B run per job, step = round; the jobs of a sweep share a group,
 job_type is the algorithm and the tags are the config-group choices (`algo=scaffold`, ...).
 
-Offline automatically when there is no API key or no network; any W&B failure is reported once and
-then ignored, so W&B trouble never fails or loses a run (metrics.csv has everything).
+Offline automatically when there is no API key or no network. An online run that W&B does not start
+within `logger.wandb.init_timeout` seconds (no network, server down) or cannot start (no API key,
+refused key) falls back to offline, said in one line on stderr; the user is never prompted for a
+key. Any other W&B failure is reported once in one line and then ignored, so W&B trouble never
+fails or loses a run (metrics.csv has everything).
 """
 
+import math
 import os
 import socket
-import warnings
+import sys
+import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
+from fedlight.config import require
 from fedlight.loggers.base import MetricsRow, RunInfo
 
-WANDB_HOST = ("api.wandb.ai", 443)
+MODES = ("auto", "online", "offline", "disabled")  # logger.wandb.mode
+ONLINE_MODES = ("online", "run")  # "run" is W&B's old name of online (WANDB_MODE=run)
+DEFAULT_WANDB_HOST = "api.wandb.ai"
+WAIT_FIX = "set logger.wandb.mode=offline to skip the wait, or a larger logger.wandb.init_timeout"
+
+# Why an online start failed in this process, if one did: later jobs (a sweep) go offline at once.
+_online_failure: str | None = None
+
+
+def wandb_base_url() -> str:
+    """The W&B server `wandb.init` talks to: WANDB_BASE_URL or the installed wandb's default."""
+    url = os.environ.get("WANDB_BASE_URL")
+    if url:
+        return url
+    try:
+        import wandb
+
+        return str(wandb.Settings().base_url)
+    except Exception:  # noqa: BLE001 - only used for a credentials lookup and a probe
+        return f"https://{DEFAULT_WANDB_HOST}"
+
+
+def wandb_host() -> tuple[str, int]:
+    parsed = urlparse(wandb_base_url())
+    port = parsed.port or (80 if parsed.scheme == "http" else 443)
+    return parsed.hostname or DEFAULT_WANDB_HOST, port
 
 
 def has_api_key() -> bool:
-    if os.environ.get("WANDB_API_KEY"):
+    """Whether W&B has credentials, looked up as `wandb.init` does (WANDB_API_KEY, an identity
+    token, .netrc, its settings files) but without prompting, printing or network."""
+    try:
+        from wandb.sdk.lib import wbauth
+
+        found = wbauth.authenticate_session(
+            host=wandb_base_url(), source="fedlight", prompt=False, update_session=False
+        )
+        return found is not None
+    except Exception:  # noqa: BLE001 - another wandb version, or a malformed key: look ourselves
+        pass
+    if os.environ.get("WANDB_API_KEY") or os.environ.get("WANDB_IDENTITY_TOKEN_FILE"):
         return True
-    netrc = os.path.expanduser("~/.netrc")
-    return os.path.exists(netrc) and "api.wandb.ai" in open(netrc).read()
+    netrc = Path(os.environ.get("NETRC") or "~/.netrc").expanduser()
+    try:
+        return wandb_host()[0] in netrc.read_text()
+    except OSError:
+        return False
 
 
 def network_reachable(timeout: float = 2.0) -> bool:
     try:
-        socket.create_connection(WANDB_HOST, timeout=timeout).close()
+        socket.create_connection(wandb_host(), timeout=timeout).close()
         return True
     except OSError:
         return False
@@ -39,22 +86,56 @@ def choose_mode(requested: str) -> str:
     return "online" if has_api_key() and network_reachable() else "offline"
 
 
+def first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0].strip() if text else type(error).__name__
+
+
+def run_directory(run: Any) -> str:
+    """Where an offline W&B run is written (what `wandb sync` takes)."""
+    sync_dir = getattr(getattr(run, "settings", None), "sync_dir", None)
+    if sync_dir:
+        return str(sync_dir)
+    files_dir = getattr(run, "dir", None)
+    return str(Path(files_dir).parent) if files_dir else "the wandb directory"
+
+
+def say(message: str) -> None:
+    print(f"fedlight: {message}", file=sys.stderr, flush=True)
+
+
 @dataclass
 class WandbLogger:
     project: str = "fedlight"
     entity: str | None = None
     mode: str = "auto"
     tags: list[str] = field(default_factory=list)
+    init_timeout: float = 5.0  # seconds an online wandb.init may take before going offline
     _run: Any = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        require(
+            self.mode in MODES,
+            f"logger.wandb.mode={self.mode} is not an option; choose from: {', '.join(MODES)}",
+        )
+        timeout = self.init_timeout
+        require(
+            isinstance(timeout, int | float)
+            and not isinstance(timeout, bool)
+            and math.isfinite(timeout)
+            and timeout > 0,
+            f"logger.wandb.init_timeout={'null' if timeout is None else timeout} must be a finite"
+            " number of seconds > 0 (e.g. 5)",
+        )
 
     def start(self, run: RunInfo) -> None:
         try:
             import wandb
 
-            self._run = wandb.init(
+            mode = choose_mode(self.mode)
+            init_args = dict(
                 project=self.project,
                 entity=self.entity,
-                mode=choose_mode(self.mode),
                 dir=os.environ.get("WANDB_DIR", str(run.output_dir)),
                 group=run.sweep_group,
                 job_type=run.choices.get("algo"),
@@ -62,8 +143,46 @@ class WandbLogger:
                 tags=[*self.tags, *(f"{group}={choice}" for group, choice in run.choices.items())],
                 reinit="finish_previous",
             )
+            if mode not in ONLINE_MODES:
+                self._run = wandb.init(mode=mode, **init_args)
+                return
+            if not has_api_key():  # wandb.init would prompt for one (or fail without a terminal)
+                self._start_offline(
+                    wandb,
+                    init_args,
+                    "W&B has no API key",
+                    "set WANDB_API_KEY or run `wandb login` to log online, "
+                    "or set logger.wandb.mode=offline",
+                )
+                return
         except Exception as failure:  # noqa: BLE001 - W&B must never fail a run
             self._disable(failure)
+            return
+        global _online_failure
+        if _online_failure is not None:  # the jobs of a sweep run in one process: wait once
+            self._start_offline(wandb, init_args, f"{_online_failure} for an earlier job", WAIT_FIX)
+            return
+        started = time.monotonic()
+        try:
+            self._run = wandb.init(
+                mode=mode, settings=wandb.Settings(init_timeout=self.init_timeout), **init_args
+            )
+        except Exception as failure:  # noqa: BLE001
+            waited = time.monotonic() - started
+            if waited >= self.init_timeout:
+                _online_failure = f"W&B did not answer within {self.init_timeout:g} s"
+            else:
+                _online_failure = f"W&B could not start online ({first_line(failure)})"
+            self._start_offline(wandb, init_args, _online_failure, WAIT_FIX)
+
+    def _start_offline(self, wandb: Any, init_args: dict[str, Any], reason: str, fix: str) -> None:
+        try:
+            self._run = wandb.init(mode="offline", **init_args)
+        except Exception as failure:  # noqa: BLE001
+            self._disable(failure, f"{reason}, and offline")
+            return
+        where = run_directory(self._run)
+        say(f"{reason}; logging offline to {where} (upload later: wandb sync {where}; {fix})")
 
     def log_round(self, row: MetricsRow) -> None:
         if self._run is None:
@@ -82,6 +201,6 @@ class WandbLogger:
         except Exception as failure:  # noqa: BLE001
             self._disable(failure)
 
-    def _disable(self, failure: Exception) -> None:
-        warnings.warn(f"W&B logging disabled: {failure}", stacklevel=2)
+    def _disable(self, failure: Exception, context: str = "W&B") -> None:
+        say(f"{context} failed ({first_line(failure)}); W&B logging disabled (metrics.csv has all)")
         self._run = None
