@@ -4,9 +4,14 @@ This is the only module that sees a `DictConfig`. Bad settings are caught before
 job of a sweep, and reported on one line that names the key and what is allowed.
 """
 
+import os
 import re
+import shlex
 import sys
+from collections.abc import Iterator
+from contextlib import nullcontext
 from pathlib import Path
+from typing import Any, NoReturn
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -14,6 +19,8 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from fedlight import run_dir
+from fedlight.checkpoint import CHECKPOINT_NAME
 from fedlight.config import (
     CONFIG_GROUPS,
     SETTING_KEYS,
@@ -22,9 +29,10 @@ from fedlight.config import (
     error_chain,
     one_line,
     register_schema,
+    require_finite,
 )
 from fedlight.data.base import DataError
-from fedlight.experiment import Job, run_job
+from fedlight.experiment import DivergenceError, Job, resumed_checkpoint, run_job
 from fedlight.stages import CONF_DIR as STAGES_CONF_DIR
 from fedlight.stages import build_stages, instantiate_group
 from fedlight.workers import WorkerError
@@ -35,6 +43,9 @@ MULTIRUN_FLAGS = ("-m", "--multirun")
 
 def build_job(cfg: DictConfig, choices: dict[str, str], sweep_group: str | None = None) -> Job:
     """Typed settings and instantiated components out of a composed config."""
+    config = OmegaConf.to_container(cfg, resolve=True)
+    require_finite(config)
+    derived = frozenset(interpolated_keys(OmegaConf.to_container(cfg, resolve=False)))
     settings_node = OmegaConf.merge(
         OmegaConf.structured(RunSettings), OmegaConf.masked_copy(cfg, list(SETTING_KEYS))
     )
@@ -47,9 +58,19 @@ def build_job(cfg: DictConfig, choices: dict[str, str], sweep_group: str | None 
         stages=build_stages(cfg, choices),
         loggers=[instantiate_group(cfg, f"logger.{name}") for name in cfg.logger],
         choices=choices,
-        config=OmegaConf.to_container(cfg, resolve=True),  # type: ignore[arg-type]
+        config=config,  # type: ignore[arg-type]
         sweep_group=sweep_group,
+        derived_keys=derived,
     )
+
+
+def interpolated_keys(config: Any, path: str = "") -> Iterator[str]:
+    """Dotted keys whose value interpolates another (`model.lr: ${optim.lr}`)."""
+    if isinstance(config, dict):
+        for key, value in config.items():
+            yield from interpolated_keys(value, f"{path}{key}.")
+    elif isinstance(config, str) and "${" in config:
+        yield path.rstrip(".")
 
 
 def group_options(group: str) -> list[str]:
@@ -137,7 +158,7 @@ def validate_command_line(args: list[str]) -> list[list[str]]:
             with open_dict(cfg):
                 del cfg["hydra"]
             try:
-                build_job(cfg, choices)
+                resumed_checkpoint(build_job(cfg, choices), mmap=True)
             except ConfigError:
                 raise
             except Exception as error:  # noqa: BLE001 - OmegaConf validation errors
@@ -149,12 +170,58 @@ def validate_command_line(args: list[str]) -> list[list[str]]:
 def hydra_entry(cfg: DictConfig) -> None:
     hydra_cfg = HydraConfig.get()
     choices = {g: str(hydra_cfg.runtime.choices[g]) for g in CONFIG_GROUPS}
-    sweep_group = hydra_cfg.sweep.dir if hydra_cfg.mode == RunMode.MULTIRUN else None
+    multirun = hydra_cfg.mode == RunMode.MULTIRUN
+    sweep_group = hydra_cfg.sweep.dir if multirun else None
+    output_dir = Path(hydra_cfg.runtime.output_dir)
+    setting = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     try:
-        run_job(build_job(cfg, choices, sweep_group), Path(hydra_cfg.runtime.output_dir))
+        with run_dir.locked(output_dir, setting) if writes_run_dir() else nullcontext():
+            run_job(build_job(cfg, choices, sweep_group), output_dir)
     except (ConfigError, DataError, WorkerError) as error:
-        print(f"fedlight: error: {error}", file=sys.stderr)
-        sys.exit(2)
+        fail(str(error), 2)
+    except DivergenceError as error:
+        fail(str(error), 3)
+    except KeyboardInterrupt:
+        print(interrupted(output_dir, list(hydra_cfg.overrides.task)), file=sys.stderr)
+        sys.exit(130)
+    except OSError as error:
+        fail(f"{error.filename or 'a file'} cannot be written: {error.strerror}", 1)
+
+
+def fail(message: str, code: int) -> NoReturn:
+    print(f"fedlight: error: {message}", file=sys.stderr)
+    sys.exit(code)
+
+
+def writes_run_dir() -> bool:
+    """Whether this process writes the run directory: not the other ranks under torchrun."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def interrupted(output_dir: Path, overrides: list[str]) -> str:
+    """What to type to go on after Ctrl-C: continue from the run's own checkpoint, in place."""
+    if (output_dir / CHECKPOINT_NAME).exists():
+        kept = [o for o in overrides if not o.startswith("resume=")]
+        command = ["python", "-m", "fedlight", *kept, f"resume={output_dir}"]
+        what = "continue from its last checkpoint"
+    else:
+        command = ["python", "-m", "fedlight", *overrides]
+        what = "no checkpoint yet (see checkpoint.every); start again"
+    command.append(f"hydra.run.dir={output_dir}")
+    return f"fedlight: interrupted; {what} with: {shlex.join(command)}"
+
+
+def check_output_dir(args: list[str], multirun: bool) -> None:
+    """A run directory given on the command line is writable and this run's alone (locked until
+    the run ends) before Hydra writes into it; a sweep directory is writable."""
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    value = next((a.split("=", 1)[1] for a in args if a.startswith(f"{key}=")), None)
+    if value is None or "${" in value:
+        return
+    if multirun:
+        run_dir.writable_dir(Path(value), key)
+    elif writes_run_dir():
+        run_dir.acquire(Path(value), key)
 
 
 def main() -> None:
@@ -169,7 +236,7 @@ def main() -> None:
     if not hydra_flags:
         try:
             validate_command_line(args)
+            check_output_dir(args, any(a in MULTIRUN_FLAGS for a in args))
         except ConfigError as error:
-            print(f"fedlight: error: {error}", file=sys.stderr)
-            sys.exit(2)
+            fail(str(error), 2)
     hydra_entry()

@@ -4,10 +4,12 @@
 the objects the config groups instantiate.
 """
 
+import math
 import re
 from dataclasses import dataclass, field, make_dataclass
 from typing import Any
 
+import torch
 from hydra.core.config_store import ConfigStore
 
 
@@ -46,6 +48,20 @@ def one_line(error: BaseException, separator: str = "; ", limit: int | None = No
     return flat if limit is None or len(flat) <= limit else flat[: limit - 3] + "..."
 
 
+def require_finite(config: Any, path: str = "") -> None:
+    """Refuse inf and nan anywhere in a composed config: no setting of fedlight means them, and
+    a learning rate or a Dirichlet alpha of inf silently turns every number of a run into nan."""
+    if isinstance(config, dict):
+        for key, value in config.items():
+            require_finite(value, f"{path}{key}.")
+    elif isinstance(config, list):
+        for position, value in enumerate(config):
+            require_finite(value, f"{path}{position}.")
+    elif isinstance(config, float) and not math.isfinite(config):
+        key = path.rstrip(".")
+        raise ConfigError(f"{key}={config} is not a finite number; give {key} a finite value")
+
+
 def check_nccl(backend: str, is_cuda: bool, device: str) -> None:
     """The one refusal of fl.backend=nccl without CUDA; `device` says which device, in words."""
     require(
@@ -58,6 +74,8 @@ CLIENT_STATE_STORES = ("memory", "disk")  # fl.client_state: see fedlight.client
 ENGINE_CHOICES = ("auto", "sequential", "vectorized")  # fl.engine; see fedlight.engines
 BACKENDS = ("auto", "gloo", "nccl")  # fl.backend: torch.distributed backend of fl.workers > 1
 EXCHANGES = ("uploads", "sums")  # fl.exchange: what workers exchange per round (see fedlight.loop)
+# fl.on_divergence: what a run does when its loss or weights become nan or inf (see fedlight.loop)
+ON_DIVERGENCE = ("stop", "continue")
 
 
 @dataclass
@@ -73,6 +91,7 @@ class FLSettings:
     threads_per_worker: int | None = None  # None: the process's torch threads // local workers
     backend: str = "auto"  # auto: nccl on CUDA, gloo otherwise
     exchange: str = "uploads"  # uploads: bit-identical to 1 worker; sums: one model per worker
+    on_divergence: str = "stop"  # stop: exit at the first non-finite round; continue: go on
 
     def __post_init__(self) -> None:
         require(self.num_clients >= 1, f"fl.num_clients={self.num_clients} must be >= 1")
@@ -114,6 +133,11 @@ class FLSettings:
             self.exchange in EXCHANGES,
             f"fl.exchange={self.exchange} is not an exchange; use uploads (every encoded upload "
             "crosses, numbers of 1 worker bit for bit) or sums (one partial sum per worker)",
+        )
+        require(
+            self.on_divergence in ON_DIVERGENCE,
+            f"fl.on_divergence={self.on_divergence} is not a choice; use stop (end the run at the "
+            "first round whose loss or weights are not finite) or continue (studies of divergence)",
         )
 
 
@@ -178,7 +202,7 @@ class RunSettings:
     def __post_init__(self) -> None:
         require(self.seed >= 0, f"seed={self.seed} must be >= 0")
         require(
-            self.device == "auto" or self.device.split(":")[0] in {"cpu", "cuda", "mps"},
+            re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", self.device) is not None,
             f"device={self.device} is not a torch device; use auto, cpu, cuda or cuda:N",
         )
         check_nccl(
@@ -188,6 +212,25 @@ class RunSettings:
             self.fl.workers == 1 or ":" not in self.device,
             f"device={self.device} names one GPU but fl.workers={self.fl.workers}; use "
             "device=cuda (worker r then takes cuda:<its local rank>)",
+        )
+        check_device_available(self.device)
+
+
+def check_device_available(device: str) -> None:
+    """`device=cuda[:N]` or `mps` is refused before any work where torch cannot reach it."""
+    kind, _, index = device.partition(":")
+    if kind == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        require(count > 0, f"device={device} but torch sees no CUDA GPU; use device=cpu or auto")
+        require(
+            not index or int(index) < count,
+            f"device={device} but this machine has {count} CUDA GPU(s) (cuda:0 to "
+            f"cuda:{count - 1}); pick one of those, or device=cuda",
+        )
+    if kind == "mps":
+        require(
+            torch.backends.mps.is_available(),
+            f"device={device} but torch has no MPS (Apple GPU) here; use device=cpu or auto",
         )
 
 

@@ -6,22 +6,26 @@ loop, and the main worker (rank 0) writes the run directory's files.
 """
 
 import json
-from collections.abc import Callable
+import math
+import os
+import sys
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+import numpy as np
 import pytorch_lightning as pl
 import torch
 
 from fedlight.algorithms.base import Algorithm
-from fedlight.checkpoint import CHECKPOINT_NAME, load_checkpoint
+from fedlight.checkpoint import CHECKPOINT_NAME, resumable_checkpoint
 from fedlight.client_states import client_state_store
-from fedlight.config import ConfigError, RunSettings
+from fedlight.config import ConfigError, RunSettings, require
 from fedlight.data.base import DataError, TensorDataset
 from fedlight.loggers.base import RoundLogger, RunInfo
 from fedlight.loggers.console import ConsoleProgress
-from fedlight.loop import FederatedLoop, History
+from fedlight.loop import STATE_KEYS, FederatedLoop, History
 from fedlight.lr_schedules.base import LRSchedule
 from fedlight.outputs import label_histogram, summarize, write_curves, write_label_histogram
 from fedlight.partitions.base import Partition
@@ -35,12 +39,30 @@ from fedlight.workers import (
     join_workers,
     resolve_device,
     spawn_workers,
+    threads_of,
 )
 
 # Settings that may differ between a run and its resumption without changing any number (dotted
-# for nested keys): a run may continue on another number of workers.
-RESUME_FREE_KEYS = ("resume", "logger", "fl.workers", "fl.threads_per_worker", "fl.backend")
+# for nested keys): a run may continue on another number of workers, checkpoint at another pace,
+# and run for more rounds than it was started with (`fl.rounds` is checked on its own).
+RESUME_FREE_KEYS = (
+    "resume",
+    "logger",
+    "fl.workers",
+    "fl.threads_per_worker",
+    "fl.backend",
+    "fl.rounds",
+    "checkpoint.every",
+)
+# Paths compared as the place they name: `data.root=../data/` is `data.root=../data`.
+PATH_KEYS = ("data.root",)
+CHECKPOINT_KEYS = (*STATE_KEYS, "config")
 SUMMARY_NAME = "summary.json"
+EMPTY_CLIENTS_WARNED = 0.1  # the share of clients without data above which a run warns
+
+
+class DivergenceError(RuntimeError):
+    """The run stopped at a round whose loss or weights were not finite (`fl.on_divergence`)."""
 
 
 class DataSource(Protocol):
@@ -60,6 +82,7 @@ class Job:
     choices: dict[str, str]
     config: dict[str, Any]
     sweep_group: str | None = None
+    derived_keys: frozenset[str] = frozenset()  # dotted keys whose value interpolates another
 
     @property
     def algorithm(self) -> Algorithm:
@@ -74,42 +97,119 @@ class Job:
         return self.stages.lr_schedule
 
 
-def first_difference(saved: Any, current: Any, path: str = "") -> str | None:
-    """Dotted key of the first value that differs between two nested config dicts."""
+def differences(saved: Any, current: Any, path: str = "") -> list[tuple[str, Any, Any]]:
+    """(dotted key, saved value, current value) of every value that differs between two nested
+    config dicts, in key order."""
     if isinstance(saved, dict) and isinstance(current, dict):
-        for key in sorted(set(saved) | set(current)):
-            found = first_difference(saved.get(key), current.get(key), f"{path}{key}.")
-            if found:
-                return found
+        return [
+            found
+            for key in sorted(set(saved) | set(current))
+            for found in differences(saved.get(key), current.get(key), f"{path}{key}.")
+        ]
+    return [] if saved == current else [(path.rstrip("."), saved, current)]
+
+
+def first_difference(saved: Any, current: Any, derived: Collection[str] = ()) -> str | None:
+    """The first differing key the user can have written: keys `derived` by interpolation from
+    another (e.g. `model.lr: ${optim.lr}`) are named only when nothing else differs."""
+    found = differences(saved, current)
+    if not found:
         return None
-    return (
-        None if saved == current else f"{path.rstrip('.')} (checkpoint {saved!r}, now {current!r})"
-    )
+    key, was, now = next((d for d in found if d[0] not in derived), found[0])
+    return f"{key} (checkpoint {was!r}, now {now!r})"
 
 
 def comparable_config(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """The config without the RESUME_FREE_KEYS."""
-    return {
-        key: comparable_config(value, f"{prefix}{key}.") if isinstance(value, dict) else value
-        for key, value in config.items()
-        if f"{prefix}{key}" not in RESUME_FREE_KEYS
-    }
+    """The config without the RESUME_FREE_KEYS, its PATH_KEYS normalized."""
+    comparable: dict[str, Any] = {}
+    for key, value in config.items():
+        dotted = f"{prefix}{key}"
+        if dotted in RESUME_FREE_KEYS:
+            continue
+        if isinstance(value, dict):
+            value = comparable_config(value, f"{dotted}.")
+        elif dotted in PATH_KEYS and isinstance(value, str):
+            value = os.path.normpath(value)
+        comparable[key] = value
+    return comparable
+
+
+def resumed_checkpoint(job: Job, mmap: bool = False) -> dict[str, Any] | None:
+    """The checkpoint `resume=` names, once it is known to continue this job's run (None without
+    `resume=`); refused in one line otherwise. Checked before any data is loaded."""
+    settings = job.settings
+    if settings.resume is None:
+        return None
+    checkpoint = resumable_checkpoint(settings.resume, CHECKPOINT_KEYS, mmap)
+    try:
+        saved = json.loads(checkpoint["config"])
+    except (TypeError, ValueError):
+        raise ConfigError(
+            f"resume={settings.resume}: its {CHECKPOINT_NAME} holds no readable config; it cannot "
+            "be resumed: start the run again without resume="
+        ) from None
+    difference = first_difference(saved, comparable_config(job.config), job.derived_keys)
+    if difference:
+        raise ConfigError(
+            f"resume={settings.resume}: config differs at {difference}; resume with the "
+            "original run's overrides plus resume=<run dir>"
+        )
+    done = int(checkpoint["completed_rounds"])
+    require(
+        settings.fl.rounds >= done,
+        f"fl.rounds={settings.fl.rounds} but resume={settings.resume} has completed {done} "
+        f"rounds; give fl.rounds >= {done} (a run can be extended, not shortened)",
+    )
+    return checkpoint
 
 
 def run_job(job: Job, output_dir: Path) -> dict[str, Any]:
     """Run the job into `output_dir` and return its summary: as one rank of this process's
     (or torchrun's) process group, on `fl.workers` new processes, or in this process alone."""
     if in_process_group():
-        return run_worker(join_workers(job.settings), job, output_dir)
-    if job.settings.fl.workers > 1:
+        summary = run_worker(join_workers(job.settings), job, output_dir)
+    elif job.settings.fl.workers > 1:
         spawn_workers(job.settings, run_worker, (job, output_dir), (ConfigError, DataError))
-        return json.loads((output_dir / SUMMARY_NAME).read_text())
-    return run_worker(OneWorker(resolve_device(job.settings.device)), job, output_dir)
+        summary = json.loads((output_dir / SUMMARY_NAME).read_text())
+    else:
+        with threads_of(job.settings.fl):
+            summary = run_worker(OneWorker(resolve_device(job.settings.device)), job, output_dir)
+    stop_if_diverged(job.settings, summary)
+    return summary
+
+
+def stop_if_diverged(settings: RunSettings, summary: dict[str, Any]) -> None:
+    """A run that diverged with `fl.on_divergence=stop` ends in a `DivergenceError` (its files are
+    written: metrics.csv shows the round, checkpoint.pt holds the last good one)."""
+    round_index = summary.get("diverged_at_round")
+    if round_index is not None and settings.fl.on_divergence == "stop":
+        raise DivergenceError(
+            f"the run diverged at round {round_index} ({summary['divergence']}) and stopped; "
+            "checkpoint.pt keeps the last good round: lower optim.lr, or set "
+            "fl.on_divergence=continue to keep training"
+        )
+
+
+def warn_of_empty_clients(client_sets: list[np.ndarray]) -> None:
+    """One warning when the partition leaves more than EMPTY_CLIENTS_WARNED of the clients
+    without data: they are left out of every round that selects them (a round of only them keeps
+    the global model), so the effective clients per round is smaller than configured."""
+    empty = sum(1 for client_set in client_sets if len(client_set) == 0)
+    if empty > EMPTY_CLIENTS_WARNED * len(client_sets):
+        print(
+            f"fedlight: warning: the partition leaves {empty} of {len(client_sets)} clients "
+            f"without data ({empty / len(client_sets):.0%}); rounds leave them out: lower "
+            "fl.num_clients (or raise partition.min_samples where the partition has it)",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def run_worker(workers: Workers, job: Job, output_dir: Path) -> dict[str, Any]:
     """This worker's part of the job; every worker returns the main worker's summary."""
     settings = job.settings
+    workers.barrier()  # a resumed checkpoint is complete: its writer has left the job before
+    checkpoint = resumed_checkpoint(job)
     output_dir = workers.broadcast(output_dir)  # torchrun: each rank's Hydra chose its own
     output_dir.mkdir(parents=True, exist_ok=True)
     device = workers.device
@@ -122,6 +222,7 @@ def run_worker(workers: Workers, job: Job, output_dir: Path) -> dict[str, Any]:
     if workers.main:
         histogram = label_histogram(client_sets, labels, data.num_classes)
         write_label_histogram(output_dir, histogram)
+        warn_of_empty_clients(client_sets)
     client_indices = [torch.as_tensor(s, dtype=torch.int64, device=device) for s in client_sets]
 
     torch.manual_seed(derive_seed(settings.seed, Stream.MODEL_INIT))
@@ -138,18 +239,8 @@ def run_worker(workers: Workers, job: Job, output_dir: Path) -> dict[str, Any]:
         workers,
         job.stages.wire,
     )
-    if settings.resume is not None:
-        resumed_dir = Path(settings.resume)
-        checkpoint = load_checkpoint(resumed_dir / CHECKPOINT_NAME)
-        difference = first_difference(
-            json.loads(checkpoint["config"]), comparable_config(job.config)
-        )
-        if difference:
-            raise ConfigError(
-                f"resume={settings.resume}: config differs at {difference}; resume with the "
-                "original run's overrides plus resume=<run dir>"
-            )
-        loop.load_state_dict(checkpoint, resumed_dir)
+    if checkpoint is not None:
+        loop.load_state_dict(checkpoint, Path(str(settings.resume)))
     workers.barrier()  # the main worker has linked a disk store's resumed files: now they are read
 
     loggers = [*job.loggers, ConsoleProgress()] if workers.main else []
@@ -165,22 +256,33 @@ def run_worker(workers: Workers, job: Job, output_dir: Path) -> dict[str, Any]:
     return workers.broadcast(summary)
 
 
+def finite_or_null(summary: dict[str, Any]) -> dict[str, Any]:
+    """The summary as strict JSON: a value that is not finite (a diverged run's) is null."""
+    return {
+        key: None if isinstance(value, float) and not math.isfinite(value) else value
+        for key, value in summary.items()
+    }
+
+
 def write_summary(
     job: Job, output_dir: Path, history: History, loggers: list[RoundLogger]
 ) -> dict[str, Any]:
     """summary.json and curves.png of a finished run; the loggers' last word."""
     settings = job.settings
-    summary = summarize(
-        history.rows,
-        target_accuracy=settings.eval.target_accuracy,
-        total_bytes=history.bytes_up + history.bytes_down,
-        wall_seconds=history.wall_seconds,
-        client_seconds=history.client_seconds,
-        rounds=history.completed_rounds,
-        seed=settings.seed,
-        choices=job.choices,
+    summary = finite_or_null(
+        summarize(
+            history.rows,
+            target_accuracy=settings.eval.target_accuracy,
+            total_bytes=history.bytes_up + history.bytes_down,
+            wall_seconds=history.wall_seconds,
+            client_seconds=history.client_seconds,
+            rounds=history.completed_rounds,
+            seed=settings.seed,
+            choices=job.choices,
+        )
+        | {"diverged_at_round": history.diverged_at_round, "divergence": history.divergence}
     )
-    (output_dir / SUMMARY_NAME).write_text(json.dumps(summary, indent=2))
+    (output_dir / SUMMARY_NAME).write_text(json.dumps(summary, indent=2, allow_nan=False))
     write_curves(output_dir, history.rows)
     for logger in loggers:
         logger.finish(summary)

@@ -16,6 +16,7 @@ sum per worker (each reduces its share first: one model per worker crosses, and 
 with one worker's to float rounding).
 """
 
+import math
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -92,7 +93,8 @@ class Outcome:
 
 @dataclass
 class RoundStats:
-    train_loss: float
+    train_loss: float  # nan when no participant held data
+    num_samples: int
     lr: float
     bytes_up: int
     bytes_down: int
@@ -110,6 +112,37 @@ class History:
     bytes_down: int = 0
     wall_seconds: float = 0.0
     client_seconds: float = 0.0
+    diverged_at_round: int | None = None  # the first round whose loss or weights were not finite
+    divergence: str | None = None  # what was not finite then, in words
+
+
+# What a checkpoint holds besides the caller's meta data (`FederatedLoop.state_dict`).
+STATE_KEYS = (
+    "server_weights",
+    "server_extras",
+    "client_states",
+    "completed_rounds",
+    "rows",
+    "bytes_up",
+    "bytes_down",
+    "wall_seconds",
+    "client_seconds",
+    "diverged_at_round",
+    "divergence",
+    "torch_rng",
+)
+
+
+def not_finite(stats: RoundStats, weights: StateDict) -> str | None:
+    """What of a round is not finite (its training loss, if anybody trained, or the global
+    weights), in words; None if everything is."""
+    if stats.num_samples and not math.isfinite(stats.train_loss):
+        return f"train_loss {stats.train_loss}"
+    floating = {name: t for name, t in weights.items() if t.is_floating_point()}
+    finite = torch.stack([t.isfinite().all() for t in floating.values()])
+    if bool(finite.all()):  # one device sync per round
+        return None
+    return f"weights {list(floating)[int(finite.logical_not().nonzero()[0])]} not finite"
 
 
 class FederatedLoop:
@@ -156,6 +189,7 @@ class FederatedLoop:
             else client_states
         )
         self.history = History()
+        self.saved_round = 0  # the rounds the last checkpoint holds
         self.engine = make_engine(module, data, settings)
         self.evaluator = Evaluator(module, settings.eval.batch_size)
 
@@ -168,7 +202,12 @@ class FederatedLoop:
         lrs = tuple(self.lr_schedule(before, base) for base in self.base_lrs)
         ctx = self.federation.round(round_index, tuple(clients), lrs)
 
+        # A client without data takes no step and sends nothing: it is left out of the round.
         participants = algorithm.participants(ctx, self.client_indices)
+        without_data = sum(1 for _, indices in participants if len(indices) == 0)
+        if without_data:
+            participants = [(client, indices) for client, indices in participants if len(indices)]
+            ctx.metrics.report("clients_without_data", without_data)
         download = algorithm.download(ctx, self.server)
         share = self.workers.share([len(indices) for _, indices in participants])
         aggregation = algorithm.start_aggregation([len(i) for _, i in participants])
@@ -236,14 +275,20 @@ class FederatedLoop:
             partials = self.workers.gather(one_per_worker(self.workers), [aggregation.partials()])
             aggregation.combine(partials, [outcome.upload for outcome in outcomes])
 
-        updated = algorithm.server_update(
-            ctx, self.server, aggregation.results(), aggregation.contributors
-        )
-        wire_state = {k: t for k, t in server_extras.items() if k.startswith("wire.")}
-        self.server = ServerState(updated.weights, updated.extras | wire_state)
+        if aggregation.contributors:  # else no client held data: the global model is kept
+            updated = algorithm.server_update(
+                ctx, self.server, aggregation.results(), aggregation.contributors
+            )
+            wire_state = {k: t for k, t in server_extras.items() if k.startswith("wire.")}
+            self.server = ServerState(updated.weights, updated.extras | wire_state)
         samples = sum(outcome.num_samples for outcome in outcomes)
         return RoundStats(
-            train_loss=sum(o.train_loss * o.num_samples for o in outcomes) / max(samples, 1),
+            train_loss=(
+                sum(o.train_loss * o.num_samples for o in outcomes) / samples
+                if samples
+                else math.nan  # nobody trained
+            ),
+            num_samples=samples,
             lr=lrs[0],
             bytes_up=sum(outcome.bytes_up for outcome in outcomes),
             bytes_down=sum(outcome.bytes_down for outcome in outcomes),
@@ -321,7 +366,8 @@ class FederatedLoop:
             for logger in loggers:
                 logger.log_round(row)
         started = time.perf_counter() - history.wall_seconds
-        for round_index in range(history.completed_rounds + 1, settings.fl.rounds + 1):
+        first_round = history.completed_rounds + 1
+        for round_index in range(first_round, settings.fl.rounds + 1):
             stats = self.run_round(round_index)
             history.completed_rounds = round_index
             history.bytes_up += stats.bytes_up
@@ -329,31 +375,53 @@ class FederatedLoop:
             history.client_seconds += stats.client_seconds
             history.wall_seconds = time.perf_counter() - started
             last = round_index == settings.fl.rounds
-            if self.workers.main and (last or round_index % settings.eval.every == 0):
-                evaluated = self.evaluate_all()
-                history.wall_seconds = time.perf_counter() - started
-                row: MetricsRow = {
-                    "round": round_index,
-                    "test_accuracy": evaluated.pop(ACCURACY),
-                    "test_loss": evaluated.pop(LOSS),
-                    "train_loss": stats.train_loss,
-                    "lr": stats.lr,
-                    "bytes_up": stats.bytes_up,
-                    "bytes_down": stats.bytes_down,
-                    "wall_seconds": history.wall_seconds,
-                    "test_accuracy_std": evaluated.pop("test_accuracy_std"),
-                    "client_seconds": stats.client_seconds,
-                }
-                row |= {name: evaluated[name] for name in sorted(evaluated)}
-                row |= {name: stats.metrics[name] for name in sorted(stats.metrics)}
+            diverged = None if history.diverged_at_round else not_finite(stats, self.server.weights)
+            evaluated_round = last or round_index % settings.eval.every == 0 or diverged
+            if self.workers.main and evaluated_round:
+                row = self.evaluated_row(round_index, stats, started)
+                if not (diverged or history.diverged_at_round or math.isfinite(row["test_loss"])):
+                    diverged = f"test_loss {row['test_loss']}"
                 history.rows.append(row)
                 for logger in loggers:
                     logger.log_round(row)
+            if self.workers.count > 1:
+                diverged = self.workers.broadcast(diverged)  # the test loss is the main worker's
+            if diverged:
+                history.diverged_at_round, history.divergence = round_index, diverged
+                if settings.fl.on_divergence == "stop":
+                    break
             if last or round_index % settings.checkpoint.every == 0:
-                if self.workers.main:
-                    save_checkpoint(checkpoint_path, {**self.state_dict(), **checkpoint_meta})
-                self.client_states.checkpoint_saved()
+                self.save_checkpoint(checkpoint_path, checkpoint_meta)
+        if first_round > settings.fl.rounds:  # resumed a finished run: its checkpoint, here too
+            self.save_checkpoint(checkpoint_path, checkpoint_meta)
         return history
+
+    def evaluated_row(self, round_index: int, stats: RoundStats, started: float) -> MetricsRow:
+        """The round's row of metrics: the fixed columns, then the test metrics beyond accuracy
+        and loss, then what the stages reported, each sorted by name."""
+        evaluated = self.evaluate_all()
+        self.history.wall_seconds = time.perf_counter() - started
+        row: MetricsRow = {
+            "round": round_index,
+            "test_accuracy": evaluated.pop(ACCURACY),
+            "test_loss": evaluated.pop(LOSS),
+            "train_loss": stats.train_loss,
+            "lr": stats.lr,
+            "bytes_up": stats.bytes_up,
+            "bytes_down": stats.bytes_down,
+            "wall_seconds": self.history.wall_seconds,
+            "test_accuracy_std": evaluated.pop("test_accuracy_std"),
+            "client_seconds": stats.client_seconds,
+        }
+        row |= {name: evaluated[name] for name in sorted(evaluated)}
+        return row | {name: stats.metrics[name] for name in sorted(stats.metrics)}
+
+    def save_checkpoint(self, path: Path, meta: dict[str, Any]) -> None:
+        """The main worker writes the checkpoint; every worker's client store learns of it."""
+        if self.workers.main:
+            save_checkpoint(path, {**self.state_dict(), **meta})
+            self.saved_round = self.history.completed_rounds
+        self.client_states.checkpoint_saved()
 
     def state_dict(self) -> dict[str, Any]:
         """Server state, client states (or, on disk, which file version each is), history and RNG
@@ -368,6 +436,8 @@ class FederatedLoop:
             "bytes_down": self.history.bytes_down,
             "wall_seconds": self.history.wall_seconds,
             "client_seconds": self.history.client_seconds,
+            "diverged_at_round": self.history.diverged_at_round,
+            "divergence": self.history.divergence,
             "torch_rng": torch.get_rng_state(),
         }
 
@@ -383,14 +453,25 @@ class FederatedLoop:
             on_device(state["server_weights"]), on_device(state["server_extras"])
         )
         self.client_states.load_state_dict(state["client_states"], run_dir)
+        settings = self.settings
+        diverged = state["diverged_at_round"]
+        kept = (settings.fl.rounds, diverged)  # evaluated off the grid of `eval.every`
         self.history = History(
             completed_rounds=state["completed_rounds"],
-            rows=list(state["rows"]),
+            # A finished run's last round was evaluated because it was last; extended, it is not.
+            rows=[
+                r
+                for r in state["rows"]
+                if r["round"] % settings.eval.every == 0 or r["round"] in kept
+            ],
             bytes_up=state["bytes_up"],
             bytes_down=state["bytes_down"],
             wall_seconds=state["wall_seconds"],
             client_seconds=state["client_seconds"],
+            diverged_at_round=diverged,
+            divergence=state["divergence"],
         )
+        self.saved_round = self.history.completed_rounds
         torch.set_rng_state(state["torch_rng"])
 
 

@@ -30,7 +30,8 @@ import pickle
 import sys
 import traceback
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -57,6 +58,19 @@ def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(name)
+
+
+@contextmanager
+def threads_of(fl: FLSettings) -> Iterator[None]:
+    """This process runs alone with `fl.threads_per_worker` torch threads where it is set (so 1
+    and 2 workers compare at equal threads per worker, bit for bit); restored afterwards."""
+    before = torch.get_num_threads()
+    if fl.threads_per_worker is not None:
+        torch.set_num_threads(fl.threads_per_worker)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def assign(costs: Sequence[int], count: int) -> tuple[tuple[int, ...], ...]:

@@ -153,8 +153,10 @@ def test_resume_refuses_a_different_config(make_job, tmp_path: Path) -> None:
     run_job(make_job(TINY), tmp_path / "first")
     from fedlight.config import ConfigError
 
-    with pytest.raises(ConfigError, match=r"config differs at fl.rounds \(checkpoint 4, now 6\)"):
-        run_job(make_job([*TINY, "fl.rounds=6", f"resume={tmp_path / 'first'}"]), tmp_path / "x")
+    with pytest.raises(
+        ConfigError, match=r"config differs at local.epochs \(checkpoint 1, now 2\)"
+    ):
+        run_job(make_job([*TINY, "local.epochs=2", f"resume={tmp_path / 'first'}"]), tmp_path / "x")
 
 
 def test_wandb_offline_run_records_the_round_metrics(

@@ -1,0 +1,374 @@
+"""Failure modes: one writer per run directory, rounds without data, one-line faults (exit 2),
+divergence (exit 3), Ctrl-C's resume hint, and resume semantics (extending a finished run)."""
+
+import csv
+import itertools
+import json
+import math
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import open_dict
+
+from fedlight import cli, run_dir
+from fedlight.checkpoint import CHECKPOINT_NAME, load_checkpoint
+from fedlight.config import CONFIG_GROUPS, ConfigError
+from fedlight.experiment import (
+    DivergenceError,
+    Job,
+    comparable_config,
+    resumed_checkpoint,
+    run_job,
+    warn_of_empty_clients,
+)
+from fedlight.loop import FederatedLoop
+
+from .conftest import TINY, compose_config, rows_without_timings, run_cli
+
+EMPTY = ["fl.num_clients=5000", "fl.clients_per_round=2"]  # digits: ~70% of the clients empty
+
+
+def read_rows(directory: Path) -> list[dict[str, str]]:
+    with (directory / "metrics.csv").open() as f:
+        return list(csv.DictReader(f))
+
+
+def cli_exit(args: list[str], monkeypatch: pytest.MonkeyPatch, capsys) -> tuple[int, str]:
+    """The CLI's exit code and stderr for a command refused before Hydra starts (in process)."""
+    monkeypatch.setattr(sys, "argv", ["fedlight", *args])
+    with pytest.raises(SystemExit) as exited:
+        cli.main()
+    return int(exited.value.code), capsys.readouterr().err
+
+
+def assert_one_line(stderr: str, pattern: str) -> None:
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in stderr, stderr
+    assert lines[0].startswith("fedlight: error: "), lines[0]
+    assert re.search(pattern, lines[0]), lines[0]
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A finished 3-round TINY run with eval.every=2 (rows 2 and 3) and its checkpoint."""
+    directory = tmp_path_factory.mktemp("finished") / "run"
+    cfg = compose_config([*TINY, "fl.rounds=3", "eval.every=2"])
+    choices = {g: str(cfg.hydra.runtime.choices[g]) for g in CONFIG_GROUPS}
+    with open_dict(cfg):
+        del cfg["hydra"]
+    run_job(cli.build_job(cfg, choices), directory)
+    return directory
+
+
+# One writer per run directory -------------------------------------------------------------------
+
+HOLDER = """
+import sys, time
+from pathlib import Path
+from fedlight import run_dir
+run_dir.acquire(Path(sys.argv[1]), "hydra.run.dir")
+print("locked", flush=True)
+time.sleep(120)
+"""
+
+
+def hold_lock(directory: Path) -> subprocess.Popen:
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(directory)], stdout=subprocess.PIPE, text=True
+    )
+    assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
+    return holder
+
+
+def test_a_second_writer_is_refused_naming_the_holder_and_a_dead_holder_is_taken_over(
+    tmp_path: Path, capsys
+) -> None:
+    directory = tmp_path / "run"
+    holder = hold_lock(directory)
+    try:
+        with pytest.raises(ConfigError, match=rf"pid {holder.pid}, lock .*\.fedlight\.lock\)"):
+            run_dir.acquire(directory, "hydra.run.dir")
+    finally:
+        holder.send_signal(signal.SIGKILL)  # a crash: the kernel drops its lock, the file stays
+        holder.wait()
+    assert (directory / run_dir.LOCK_NAME).read_text().strip() == str(holder.pid)
+    with run_dir.locked(directory, "hydra.run.dir"):
+        assert (directory / run_dir.LOCK_NAME).read_text().strip() == str(os.getpid())
+    assert f"left locked by process {holder.pid}, which has ended" in capsys.readouterr().err
+    assert not (directory / run_dir.LOCK_NAME).exists()  # released: the file is gone
+
+
+def test_the_cli_refuses_a_run_directory_another_run_writes(tmp_path: Path) -> None:
+    directory = tmp_path / "run"
+    holder = hold_lock(directory)
+    try:
+        result = run_cli(*TINY, f"hydra.run.dir={directory}", cwd=tmp_path, check=False)
+        resumed = run_cli(
+            *TINY, f"resume={directory}", f"hydra.run.dir={directory}", cwd=tmp_path, check=False
+        )
+    finally:
+        holder.kill()
+        holder.wait()
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines() == [
+        f"fedlight: error: hydra.run.dir={directory} is being written by another fedlight run "
+        f"(pid {holder.pid}, lock {directory / run_dir.LOCK_NAME}); wait for it to end, or "
+        "choose another directory"
+    ]
+    assert sorted(p.name for p in directory.iterdir()) == [run_dir.LOCK_NAME]  # nothing written
+    assert resumed.returncode == 2  # its checkpoint.pt is missing: refused before the lock
+
+
+@pytest.mark.parametrize("where", ["a_file", "/proc/fedlight/run"])
+def test_an_impossible_run_directory_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys, where: str
+) -> None:
+    (tmp_path / "a_file").write_text("")
+    target = tmp_path / where if where == "a_file" else Path(where)
+    code, err = cli_exit([*TINY, f"hydra.run.dir={target}"], monkeypatch, capsys)
+    assert code == 2
+    assert_one_line(err, rf"hydra.run.dir={target} cannot be written: .*choose a writable")
+
+
+# Rounds without data ----------------------------------------------------------------------------
+
+
+def test_a_round_whose_clients_hold_no_data_keeps_the_model_and_the_run_goes_on(
+    make_job: Callable[[list[str]], Job], tmp_path: Path, capsys
+) -> None:
+    run_job(make_job([*TINY, *EMPTY]), tmp_path / "run")
+    rows = read_rows(tmp_path / "run")
+    assert len(rows) == 4 and "clients_without_data" in rows[0]
+    empty = [r for r in rows if r["clients_without_data"] == "2.0"]
+    assert empty, "the seed gives rounds of only empty clients"
+    for row in empty:
+        assert math.isnan(float(row["train_loss"]))
+        assert row["bytes_up"] == row["bytes_down"] == "0"  # nobody was sent anything
+    # a round of only empty clients leaves the global model as it was
+    for before, after in itertools.pairwise(rows):
+        if after in empty:
+            assert after["test_loss"] == before["test_loss"]
+    assert "the partition leaves" in capsys.readouterr().err
+
+
+def test_empty_rounds_with_two_workers_give_the_numbers_of_one(
+    make_job: Callable[[list[str]], Job], tmp_path: Path
+) -> None:
+    run_job(make_job([*TINY, *EMPTY, "fl.rounds=3"]), tmp_path / "one")
+    run_job(make_job([*TINY, *EMPTY, "fl.rounds=3", "fl.workers=2"]), tmp_path / "two")
+    assert rows_without_timings(tmp_path / "two") == rows_without_timings(tmp_path / "one")
+
+
+def test_a_partition_with_many_empty_clients_warns_once_with_the_count(capsys) -> None:
+    sets = [np.arange(3)] * 8 + [np.arange(0)] * 2
+    warn_of_empty_clients(sets)
+    assert "leaves 2 of 10 clients without data (20%)" in capsys.readouterr().err
+    warn_of_empty_clients([np.arange(3)] * 10 + [np.arange(0)])  # 1 of 11: under 10%
+    assert capsys.readouterr().err == ""
+
+
+def test_threads_per_worker_applies_to_one_worker(
+    make_job: Callable[[list[str]], Job], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[int] = []
+    original = FederatedLoop.run_round
+
+    def run_round(self: FederatedLoop, round_index: int):
+        seen.append(torch.get_num_threads())
+        return original(self, round_index)
+
+    monkeypatch.setattr(FederatedLoop, "run_round", run_round)
+    before = torch.set_num_threads(2) or torch.get_num_threads()
+    run_job(make_job([*TINY, "fl.rounds=2", "fl.threads_per_worker=1"]), tmp_path / "run")
+    assert seen == [1, 1] and torch.get_num_threads() == before
+
+
+# One-line refusals ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key"),
+    [
+        (["optim.lr=inf"], "optim.lr=inf"),
+        (["optim.weight_decay=inf"], "optim.weight_decay=inf"),
+        (["partition=dirichlet", "partition.alpha=inf"], "partition.alpha=inf"),
+        (["algo=fedprox", "algo.mu=nan"], "algo.mu=nan"),
+    ],
+)
+def test_non_finite_numbers_are_refused(
+    monkeypatch: pytest.MonkeyPatch, capsys, overrides: list[str], key: str
+) -> None:
+    code, err = cli_exit([*TINY, *overrides], monkeypatch, capsys)
+    assert code == 2
+    assert_one_line(err, rf"{key} is not a finite number")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without CUDA")
+def test_cuda_without_a_gpu_is_refused(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    code, err = cli_exit([*TINY, "device=cuda"], monkeypatch, capsys)
+    assert code == 2
+    assert_one_line(err, r"device=cuda but torch sees no CUDA GPU; use device=cpu or auto")
+
+
+def damaged_checkpoints(tmp_path: Path, finished: Path) -> dict[str, tuple[Path, str]]:
+    """Each resume fault: the directory to give `resume=` and what the one line must say."""
+    good = (finished / CHECKPOINT_NAME).read_bytes()
+    faults = {
+        "missing": (tmp_path / "nowhere", r"no such directory"),
+        "no_checkpoint": (tmp_path / "empty", r"checkpoint.pt does not exist"),
+        "the_file": (finished / CHECKPOINT_NAME, r"is a file.*give its directory: resume="),
+        "truncated": (tmp_path / "truncated", r"not a complete checkpoint \(1000 bytes"),
+        "random": (tmp_path / "random", r"not a complete checkpoint"),
+        "empty_file": (tmp_path / "zero", r"not a complete checkpoint \(0 bytes"),
+        "older": (tmp_path / "older", r"lacks diverged_at_round, divergence \(written by an older"),
+    }
+    (tmp_path / "empty").mkdir()
+    for name, content in [
+        ("truncated", good[:1000]),
+        ("random", np.random.default_rng(0).bytes(5000)),
+        ("zero", b""),
+    ]:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / CHECKPOINT_NAME).write_bytes(content)
+    older = load_checkpoint(finished / CHECKPOINT_NAME)
+    del older["diverged_at_round"], older["divergence"]
+    (tmp_path / "older").mkdir()
+    torch.save(older, tmp_path / "older" / CHECKPOINT_NAME)
+    assert zipfile.is_zipfile(tmp_path / "older" / CHECKPOINT_NAME)
+    return faults
+
+
+def test_every_resume_fault_is_one_line_before_any_work(
+    tmp_path: Path, finished: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    for resume, message in damaged_checkpoints(tmp_path, finished).values():
+        out = tmp_path / f"out_{resume.name}"
+        args = [*TINY, "fl.rounds=3", "eval.every=2", f"resume={resume}", f"hydra.run.dir={out}"]
+        code, err = cli_exit(args, monkeypatch, capsys)
+        assert code == 2
+        assert_one_line(err, rf"^fedlight: error: resume={resume}.*{message}")
+        assert not out.exists()  # nothing made: the checkpoint is checked before the data
+
+
+def test_a_changed_setting_is_named_as_the_user_wrote_it(
+    make_job: Callable[[list[str]], Job], finished: Path
+) -> None:
+    base = [*TINY, "fl.rounds=3", "eval.every=2", f"resume={finished}"]
+    # model.lr interpolates optim.lr and sorts first: the message names the key the user wrote
+    with pytest.raises(ConfigError, match=r"config differs at optim.lr \(checkpoint 0.05, now 0.1"):
+        resumed_checkpoint(make_job([*base, "optim.lr=0.1"]))
+    with pytest.raises(ConfigError, match=r"^fl.rounds=2 but resume=.* has completed 3 rounds"):
+        resumed_checkpoint(make_job([*base, "fl.rounds=2"]))
+    # settings that change no number may differ
+    assert resumed_checkpoint(make_job([*base, "checkpoint.every=5", "fl.rounds=9"])) is not None
+
+
+def test_a_data_root_with_a_trailing_slash_is_the_same_place() -> None:
+    a = comparable_config({"data": {"root": "../shared/data/"}})
+    assert a == comparable_config({"data": {"root": "../shared/data"}})
+
+
+# Resume semantics -------------------------------------------------------------------------------
+
+
+def test_extending_a_finished_run_equals_the_longer_run(
+    make_job: Callable[[list[str]], Job], tmp_path: Path, finished: Path
+) -> None:
+    longer = [*TINY, "fl.rounds=5", "eval.every=2"]
+    run_job(make_job(longer), tmp_path / "full")
+    run_job(make_job([*longer, f"resume={finished}"]), tmp_path / "extended")
+    # the 3-round run evaluated round 3 because it was its last; the 5-round run does not
+    assert [r["round"] for r in read_rows(tmp_path / "extended")] == ["2", "4", "5"]
+    assert rows_without_timings(tmp_path / "extended") == rows_without_timings(tmp_path / "full")
+    full = load_checkpoint(tmp_path / "full" / CHECKPOINT_NAME)["server_weights"]
+    extended = load_checkpoint(tmp_path / "extended" / CHECKPOINT_NAME)["server_weights"]
+    assert all(torch.equal(full[k], extended[k]) for k in full)
+
+
+def test_resuming_a_finished_run_elsewhere_writes_its_checkpoint_there(
+    make_job: Callable[[list[str]], Job], tmp_path: Path, finished: Path
+) -> None:
+    run_job(make_job([*TINY, "fl.rounds=3", "eval.every=2", f"resume={finished}"]), tmp_path / "b")
+    copied = load_checkpoint(tmp_path / "b" / CHECKPOINT_NAME)
+    original = load_checkpoint(finished / CHECKPOINT_NAME)
+    assert copied["completed_rounds"] == 3 and copied["rows"] == original["rows"]
+    run_job(
+        make_job([*TINY, "fl.rounds=4", "eval.every=2", f"resume={tmp_path / 'b'}"]), tmp_path / "c"
+    )
+    assert [r["round"] for r in read_rows(tmp_path / "c")] == ["2", "4"]
+
+
+# Divergence -------------------------------------------------------------------------------------
+
+DIVERGING = [*TINY, "optim.lr=1e6", "fl.rounds=4"]
+
+
+def test_a_diverged_run_stops_at_that_round_and_keeps_the_last_good_checkpoint(
+    make_job: Callable[[list[str]], Job], tmp_path: Path
+) -> None:
+    with pytest.raises(DivergenceError, match=r"^the run diverged at round \d") as raised:
+        run_job(make_job(DIVERGING), tmp_path / "run")
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    round_index = summary["diverged_at_round"]
+    assert round_index is not None and summary["divergence"]
+    rows = read_rows(tmp_path / "run")
+    assert int(rows[-1]["round"]) == round_index == summary["rounds"] < 4  # stopped there
+    checkpoint = load_checkpoint(tmp_path / "run" / CHECKPOINT_NAME) if round_index > 1 else None
+    if checkpoint is not None:
+        assert checkpoint["completed_rounds"] == round_index - 1  # the last good round
+        assert all(t.isfinite().all() for t in checkpoint["server_weights"].values())
+    assert "\n" not in str(raised.value)
+
+
+def test_on_divergence_continue_goes_on_and_records_the_round(
+    make_job: Callable[[list[str]], Job], tmp_path: Path
+) -> None:
+    summary = run_job(make_job([*DIVERGING, "fl.on_divergence=continue"]), tmp_path / "run")
+    assert summary["rounds"] == 4 and summary["diverged_at_round"] is not None
+    json.loads((tmp_path / "run" / "summary.json").read_text(), parse_constant=pytest.fail)
+
+
+def test_the_cli_exits_3_on_divergence_and_130_on_ctrl_c_with_the_command_to_go_on(
+    tmp_path: Path,
+) -> None:
+    diverged = run_cli(*DIVERGING, f"hydra.run.dir={tmp_path / 'd'}", cwd=tmp_path, check=False)
+    assert diverged.returncode == 3
+    assert [line for line in diverged.stderr.splitlines() if "error" in line] == [
+        line for line in diverged.stderr.splitlines() if line.startswith("fedlight: error: the run")
+    ]
+
+    run = tmp_path / "interrupted"
+    args = [*TINY, "fl.rounds=100000", f"hydra.run.dir={run}"]
+    env = {**os.environ, "WANDB_MODE": "disabled"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "fedlight", *args],
+        cwd=tmp_path,
+        env=env,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    while not (run / CHECKPOINT_NAME).exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130
+    last = stderr.strip().splitlines()[-1]
+    assert "Traceback" not in stderr
+    assert last.startswith("fedlight: interrupted; continue from its last checkpoint with: ")
+    command = shlex.split(last.split(" with: ", 1)[1])
+    assert command[:3] == ["python", "-m", "fedlight"]
+    assert command[3:] == [*TINY, "fl.rounds=100000", f"resume={run}", f"hydra.run.dir={run}"]
+    assert not (run / run_dir.LOCK_NAME).exists()
