@@ -73,6 +73,15 @@ def interpolated_keys(config: Any, path: str = "") -> Iterator[str]:
         yield path.rstrip(".")
 
 
+def group_choices(cfg: DictConfig, runtime_choices: DictConfig) -> dict[str, str]:
+    """Each group's option; a group given several options (`logger=[csv,wandb]`), which Hydra
+    records no choice for, as their names joined by '+'."""
+    return {
+        group: str(runtime_choices[group]) if group in runtime_choices else "+".join(cfg[group])
+        for group in CONFIG_GROUPS
+    }
+
+
 def group_options(group: str) -> list[str]:
     return sorted(p.stem for p in (Path(CONF_DIR) / group).glob("*.yaml"))
 
@@ -95,11 +104,11 @@ def check_group_choices(overrides: list[str]) -> None:
         group = override.key_or_group
         if group not in CONFIG_GROUPS or override.is_delete():
             continue
-        values = (
-            [str(v) for v in override.sweep_string_iterator()]
-            if override.is_sweep_override()
-            else [str(override.value())]
-        )
+        value = override.value()
+        if override.is_sweep_override():
+            values = [str(v) for v in override.sweep_string_iterator()]
+        else:  # a list selects several options of the group: logger=[csv,wandb]
+            values = [str(v) for v in value] if isinstance(value, list) else [str(value)]
         options = group_options(group)
         for value in values:
             if value not in options:
@@ -154,7 +163,7 @@ def validate_command_line(args: list[str]) -> list[list[str]]:
                     groups = [o for o in job if o.split("=")[0] in CONFIG_GROUPS]
                     raise ConfigError(unknown_key_message(missing.group(1), groups)) from None
                 raise ConfigError(one_line(error)) from None
-            choices = {g: str(cfg.hydra.runtime.choices[g]) for g in CONFIG_GROUPS}
+            choices = group_choices(cfg, cfg.hydra.runtime.choices)
             with open_dict(cfg):
                 del cfg["hydra"]
             try:
@@ -169,7 +178,7 @@ def validate_command_line(args: list[str]) -> list[list[str]]:
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
 def hydra_entry(cfg: DictConfig) -> None:
     hydra_cfg = HydraConfig.get()
-    choices = {g: str(hydra_cfg.runtime.choices[g]) for g in CONFIG_GROUPS}
+    choices = group_choices(cfg, hydra_cfg.runtime.choices)
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
     sweep_group = hydra_cfg.sweep.dir if multirun else None
     output_dir = Path(hydra_cfg.runtime.output_dir)

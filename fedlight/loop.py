@@ -3,7 +3,10 @@
 select → download (algorithm, then the wire: encode, count, decode) → local training by the client
 engine (`fl.engine`, see `fedlight.engines`) → upload (algorithm, then the wire) → aggregate as the
 uploads arrive (the algorithm's parts through the aggregator) → server update (algorithm, server
-optimizer) → then, in `run`: evaluate → metrics (csv, W&B, console) → checkpoint.
+optimizer) → then, in `run`: evaluate → metrics (csv, W&B, console) → divergence check →
+checkpoint. Selected clients without data are left out (a round of only such clients keeps the
+global model); a round whose training loss or weights are not finite ends the run
+(`fl.on_divergence=stop`) before its checkpoint, so the last checkpoint is the last good round.
 
 Every stage is handed the round's `RoundContext`. The loop describes each participant's local
 training as a task, made only when the engine asks for it; the engine yields results one by one and

@@ -34,7 +34,7 @@ from fedlight.experiment import (
 )
 from fedlight.loop import FederatedLoop
 
-from .conftest import TINY, compose_config, rows_without_timings, run_cli
+from .conftest import TINY, compose_config, rows_without_timings
 
 EMPTY = ["fl.num_clients=5000", "fl.clients_per_round=2"]  # digits: ~70% of the clients empty
 
@@ -109,25 +109,26 @@ def test_a_second_writer_is_refused_naming_the_holder_and_a_dead_holder_is_taken
     assert not (directory / run_dir.LOCK_NAME).exists()  # released: the file is gone
 
 
-def test_the_cli_refuses_a_run_directory_another_run_writes(tmp_path: Path) -> None:
+def test_the_cli_refuses_a_run_directory_another_run_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
     directory = tmp_path / "run"
     holder = hold_lock(directory)
     try:
-        result = run_cli(*TINY, f"hydra.run.dir={directory}", cwd=tmp_path, check=False)
-        resumed = run_cli(
-            *TINY, f"resume={directory}", f"hydra.run.dir={directory}", cwd=tmp_path, check=False
-        )
+        code, err = cli_exit([*TINY, f"hydra.run.dir={directory}"], monkeypatch, capsys)
     finally:
         holder.kill()
         holder.wait()
-    assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert result.stderr.strip().splitlines() == [
-        f"fedlight: error: hydra.run.dir={directory} is being written by another fedlight run "
-        f"(pid {holder.pid}, lock {directory / run_dir.LOCK_NAME}); wait for it to end, or "
-        "choose another directory"
-    ]
+    assert code == 2
+    assert_one_line(
+        err,
+        re.escape(
+            f"hydra.run.dir={directory} is being written by another fedlight run (pid "
+            f"{holder.pid}, lock {directory / run_dir.LOCK_NAME}); wait for it to end, or choose "
+            "another directory"
+        ),
+    )
     assert sorted(p.name for p in directory.iterdir()) == [run_dir.LOCK_NAME]  # nothing written
-    assert resumed.returncode == 2  # its checkpoint.pt is missing: refused before the lock
 
 
 @pytest.mark.parametrize("where", ["a_file", "/proc/fedlight/run"])
@@ -261,6 +262,30 @@ def test_every_resume_fault_is_one_line_before_any_work(
         assert not out.exists()  # nothing made: the checkpoint is checked before the data
 
 
+class RunsCode:
+    """Unpickling this runs a shell command: what a hostile checkpoint.pt would hold."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple:
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_a_checkpoint_that_would_run_code_is_refused_without_running_it(
+    tmp_path: Path, finished: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    hostile = load_checkpoint(finished / CHECKPOINT_NAME)
+    hostile["rows"] = RunsCode(tmp_path / "ran")
+    (tmp_path / "hostile").mkdir()
+    torch.save(hostile, tmp_path / "hostile" / CHECKPOINT_NAME)
+    args = [*TINY, "fl.rounds=3", "eval.every=2", f"resume={tmp_path / 'hostile'}"]
+    code, err = cli_exit(args, monkeypatch, capsys)
+    assert code == 2
+    assert_one_line(err, r"cannot be read \(UnpicklingError: Weights only load failed")
+    assert not (tmp_path / "ran").exists()
+
+
 def test_a_changed_setting_is_named_as_the_user_wrote_it(
     make_job: Callable[[list[str]], Job], finished: Path
 ) -> None:
@@ -339,15 +364,21 @@ def test_on_divergence_continue_goes_on_and_records_the_round(
     json.loads((tmp_path / "run" / "summary.json").read_text(), parse_constant=pytest.fail)
 
 
-def test_the_cli_exits_3_on_divergence_and_130_on_ctrl_c_with_the_command_to_go_on(
-    tmp_path: Path,
+def test_the_cli_exits_3_on_divergence_with_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
-    diverged = run_cli(*DIVERGING, f"hydra.run.dir={tmp_path / 'd'}", cwd=tmp_path, check=False)
-    assert diverged.returncode == 3
-    assert [line for line in diverged.stderr.splitlines() if "error" in line] == [
-        line for line in diverged.stderr.splitlines() if line.startswith("fedlight: error: the run")
-    ]
+    """Through the whole CLI, Hydra included, in this process."""
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    run = tmp_path / "run"
+    code, err = cli_exit([*DIVERGING, f"hydra.run.dir={run}"], monkeypatch, capsys)
+    assert code == 3
+    errors = [line for line in err.splitlines() if "error" in line]
+    assert len(errors) == 1 and errors[0].startswith("fedlight: error: the run diverged at round")
+    assert json.loads((run / "summary.json").read_text())["diverged_at_round"] is not None
+    assert not (run / run_dir.LOCK_NAME).exists()
 
+
+def test_ctrl_c_exits_130_with_the_command_to_go_on(tmp_path: Path) -> None:
     run = tmp_path / "interrupted"
     args = [*TINY, "fl.rounds=100000", f"hydra.run.dir={run}"]
     env = {**os.environ, "WANDB_MODE": "disabled"}
