@@ -26,6 +26,7 @@ class Federation:
     # The model every client builds from the run's seed before any communication (the starting
     # point of methods that keep a model per client).
     initial_weights: StateDict = field(default_factory=dict, repr=False)
+    rounds: int = 1  # the run's total rounds (`fl.rounds`), e.g. the horizon of a cosine schedule
 
     def round(
         self,

@@ -27,7 +27,14 @@ from fedlight.loggers.base import RoundLogger, RunInfo
 from fedlight.loggers.console import ConsoleProgress
 from fedlight.loop import STATE_KEYS, FederatedLoop, History
 from fedlight.lr_schedules.base import LRSchedule
-from fedlight.outputs import label_histogram, summarize, write_curves, write_label_histogram
+from fedlight.outputs import (
+    label_histogram,
+    participation_summary,
+    summarize,
+    write_curves,
+    write_label_histogram,
+    write_participation,
+)
 from fedlight.partitions.base import Partition
 from fedlight.rng import Stream, derive_seed, numpy_generator
 from fedlight.selection.base import Selection
@@ -56,7 +63,7 @@ RESUME_FREE_KEYS = (
 )
 # Paths compared as the place they name: `data.root=../data/` is `data.root=../data`.
 PATH_KEYS = ("data.root",)
-CHECKPOINT_KEYS = (*STATE_KEYS, "config")
+CHECKPOINT_KEYS = (*STATE_KEYS, "config", "rounds")
 SUMMARY_NAME = "summary.json"
 EMPTY_CLIENTS_WARNED = 0.1  # the share of clients without data above which a run warns
 
@@ -154,7 +161,13 @@ def resumed_checkpoint(job: Job, mmap: bool = False) -> dict[str, Any] | None:
             f"resume={settings.resume}: config differs at {difference}; resume with the "
             "original run's overrides plus resume=<run dir>"
         )
-    done = int(checkpoint["completed_rounds"])
+    done, planned = int(checkpoint["completed_rounds"]), int(checkpoint["rounds"])
+    require(
+        settings.fl.rounds == planned or not job.lr_schedule.depends_on_total_rounds,
+        f"fl.rounds={settings.fl.rounds} but resume={settings.resume} was planned for {planned} "
+        f"rounds and lr_schedule={job.choices['lr_schedule']} depends on the total: its rounds "
+        f"so far would not be those of a {settings.fl.rounds}-round run; keep fl.rounds={planned}",
+    )
     require(
         settings.fl.rounds >= done,
         f"fl.rounds={settings.fl.rounds} but resume={settings.resume} has completed {done} "
@@ -250,7 +263,10 @@ def run_worker(workers: Workers, job: Job, output_dir: Path) -> dict[str, Any]:
     history = loop.run(
         loggers,
         output_dir / CHECKPOINT_NAME,
-        {"config": json.dumps(comparable_config(job.config), sort_keys=True)},
+        {
+            "config": json.dumps(comparable_config(job.config), sort_keys=True),
+            "rounds": settings.fl.rounds,
+        },
     )
     summary = write_summary(job, output_dir, history, loggers) if workers.main else {}
     return workers.broadcast(summary)
@@ -280,10 +296,12 @@ def write_summary(
             seed=settings.seed,
             choices=job.choices,
         )
+        | participation_summary(history.participation)
         | {"diverged_at_round": history.diverged_at_round, "divergence": history.divergence}
     )
     (output_dir / SUMMARY_NAME).write_text(json.dumps(summary, indent=2, allow_nan=False))
     write_curves(output_dir, history.rows)
+    write_participation(output_dir, history.participation)
     for logger in loggers:
         logger.finish(summary)
     return summary

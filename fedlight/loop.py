@@ -53,7 +53,13 @@ from fedlight.engines import LocalTask, first_optimizer, make_engine
 from fedlight.evaluation import ACCURACY, LOSS, Evaluator
 from fedlight.loggers.base import MetricsRow, RoundLogger
 from fedlight.lr_schedules.base import LRSchedule
-from fedlight.selection.base import Selection
+from fedlight.selection.base import (
+    REPORTED_NUMBER_BYTES,
+    ClientPool,
+    ModelQuality,
+    Selection,
+)
+from fedlight.selection.base import STATE_PREFIX as SELECTION_STATE
 from fedlight.tensors import StateDict, detached_copy, nbytes
 from fedlight.wire.base import DOWNLOAD, UPLOAD, Wire
 from fedlight.workers import OneWorker, Share, Workers
@@ -92,6 +98,7 @@ class Outcome:
     bytes_up: int
     bytes_down: int
     metrics: dict[str, float] = field(default_factory=dict)  # reported by client-side stages
+    reports: dict[str, float] = field(default_factory=dict)  # sent to the selector
 
 
 @dataclass
@@ -117,6 +124,7 @@ class History:
     client_seconds: float = 0.0
     diverged_at_round: int | None = None  # the first round whose loss or weights were not finite
     divergence: str | None = None  # what was not finite then, in words
+    participation: list[int] = field(default_factory=list)  # rounds each client trained in
 
 
 # What a checkpoint holds besides the caller's meta data (`FederatedLoop.state_dict`).
@@ -132,6 +140,7 @@ STATE_KEYS = (
     "client_seconds",
     "diverged_at_round",
     "divergence",
+    "participation",
     "torch_rng",
 )
 
@@ -183,27 +192,45 @@ class FederatedLoop:
             seed=settings.seed,
             device=device,
             initial_weights=initial,
+            rounds=settings.fl.rounds,
         )
-        self.server: ServerState = algorithm.init_server(initial, self.federation)
+        server = algorithm.init_server(initial, self.federation)
+        selection_state = selection.init_state(self.federation)
+        self.server = ServerState(
+            server.weights,
+            server.extras | {SELECTION_STATE + k: t for k, t in selection_state.items()},
+        )
         self.workers = OneWorker(device) if workers is None else workers
         self.client_states = (
             MemoryClientStates(device)
             if client_states is None  # an empty store is falsy: it is a Mapping
             else client_states
         )
-        self.history = History()
+        self.history = History(participation=[0] * settings.fl.num_clients)
         self.saved_round = 0  # the rounds the last checkpoint holds
         self.engine = make_engine(module, data, settings)
         self.evaluator = Evaluator(module, settings.eval.batch_size)
+        self.client_pool = ClientPool(client_indices, self.quality_on)
 
     def run_round(self, round_index: int) -> RoundStats:
         """Select clients, send the download, train this worker's share of the participants,
         aggregate each upload as it arrives, and update the server."""
         algorithm, wire, fl = self.algorithm, self.wire, self.settings.fl
         before = self.federation.round(round_index)
-        clients = self.selection.select(before, fl.clients_per_round)
+        pool = self.client_pool
+        pool.reset()
+        selection_state = stage_state(self.server.extras, SELECTION_STATE)
+        clients = self.selection.select(
+            before, fl.clients_per_round, selection_state, pool, self.server.weights
+        )
         lrs = tuple(self.lr_schedule(before, base) for base in self.base_lrs)
         ctx = self.federation.round(round_index, tuple(clients), lrs)
+        # what the selector's questions to candidate clients cost them (before anybody trained)
+        probe_seconds, probe_bytes_up, probe_bytes_down = (
+            pool.seconds,
+            pool.bytes_up,
+            pool.bytes_down,
+        )
 
         # A client without data takes no step and sends nothing: it is left out of the round.
         participants = algorithm.participants(ctx, self.client_indices)
@@ -211,6 +238,7 @@ class FederatedLoop:
         if without_data:
             participants = [(client, indices) for client, indices in participants if len(indices)]
             ctx.metrics.report("clients_without_data", without_data)
+        ctx.metrics.report("participants", len(participants))
         download = algorithm.download(ctx, self.server)
         share = self.workers.share([len(indices) for _, indices in participants])
         aggregation = algorithm.start_aggregation([len(i) for _, i in participants])
@@ -242,6 +270,8 @@ class FederatedLoop:
             client_ctx = replace(ctx, metrics=client_metrics[client])
             got = received.pop(client)
             own = algorithm_part(got.state)
+            pool_seconds = pool.seconds
+            reports = self.selection.client_report(client_ctx, client, local.weights, pool)
             upload, new_own = algorithm.upload(client_ctx, got.download, local, own)
             payload, state = wire.send(UPLOAD, client_ctx, client, upload.tensors, got.state)
             encoded = replace(upload, tensors=payload)
@@ -258,10 +288,11 @@ class FederatedLoop:
                     written,
                     local.train_loss,
                     local.num_samples,
-                    seconds,
-                    nbytes(payload),
+                    seconds + pool.seconds - pool_seconds,
+                    nbytes(payload) + REPORTED_NUMBER_BYTES * len(reports),
                     got.bytes_down,
                     client_metrics.pop(client).values,
+                    reports,
                 )
             )
 
@@ -282,8 +313,21 @@ class FederatedLoop:
             updated = algorithm.server_update(
                 ctx, self.server, aggregation.results(), aggregation.contributors
             )
-            wire_state = {k: t for k, t in server_extras.items() if k.startswith("wire.")}
-            self.server = ServerState(updated.weights, updated.extras | wire_state)
+            self.server = ServerState(
+                updated.weights, updated.extras | stage_state(server_extras, "wire.", keep=True)
+            )
+        reports = {
+            client: outcome.reports
+            for (client, _), outcome in zip(participants, outcomes, strict=True)
+            if outcome.reports
+        }
+        selection_state = self.selection.update(ctx, selection_state, reports)
+        self.server = ServerState(
+            self.server.weights,
+            self.server.extras | {SELECTION_STATE + k: t for k, t in selection_state.items()},
+        )
+        for client, _ in participants:
+            self.history.participation[client] += 1
         samples = sum(outcome.num_samples for outcome in outcomes)
         return RoundStats(
             train_loss=(
@@ -293,9 +337,9 @@ class FederatedLoop:
             ),
             num_samples=samples,
             lr=lrs[0],
-            bytes_up=sum(outcome.bytes_up for outcome in outcomes),
-            bytes_down=sum(outcome.bytes_down for outcome in outcomes),
-            client_seconds=sum(outcome.seconds for outcome in outcomes),
+            bytes_up=sum(outcome.bytes_up for outcome in outcomes) + probe_bytes_up,
+            bytes_down=sum(outcome.bytes_down for outcome in outcomes) + probe_bytes_down,
+            client_seconds=sum(outcome.seconds for outcome in outcomes) + probe_seconds,
             metrics=ctx.metrics.values,
         )
 
@@ -345,6 +389,12 @@ class FederatedLoop:
         names = list(dict.fromkeys(name for result in results for name in result))
         mean = {name: sum(r[name] for r in results) / count for name in names}
         return mean | {"test_accuracy_std": accuracies.std(correction=0).item()}
+
+    def quality_on(self, weights: StateDict, indices: Tensor) -> ModelQuality:
+        """Loss and accuracy of `weights` on the training examples `indices` (a client's)."""
+        x, y = self.data.train_x[indices], self.data.train_y[indices]
+        metrics = self.evaluator.evaluate(weights, x, y)
+        return ModelQuality(metrics[LOSS], metrics[ACCURACY])
 
     def evaluate_weights(self, weights: StateDict) -> dict[str, float]:
         data = self.data
@@ -441,6 +491,7 @@ class FederatedLoop:
             "client_seconds": self.history.client_seconds,
             "diverged_at_round": self.history.diverged_at_round,
             "divergence": self.history.divergence,
+            "participation": self.history.participation,
             "torch_rng": torch.get_rng_state(),
         }
 
@@ -473,9 +524,20 @@ class FederatedLoop:
             client_seconds=state["client_seconds"],
             diverged_at_round=diverged,
             divergence=state["divergence"],
+            participation=list(state["participation"]),
         )
         self.saved_round = self.history.completed_rounds
         torch.set_rng_state(state["torch_rng"])
+
+
+def stage_state(extras: StateDict, prefix: str, keep: bool = False) -> StateDict:
+    """The entries of the server's extras under a stage's `prefix`: with the prefix (`keep`), or
+    without it (the stage's own view)."""
+    return {
+        key if keep else key[len(prefix) :]: t
+        for key, t in extras.items()
+        if key.startswith(prefix)
+    }
 
 
 def one_per_worker(workers: Workers) -> Share:

@@ -80,3 +80,39 @@ def write_curves(output_dir: Path, rows: list[MetricsRow]) -> None:
     accuracy = Panel("test accuracy", [line(None, "test_accuracy")])
     loss = Panel("loss", [line("test", "test_loss"), line("train", "train_loss")])
     curves.write_curves(output_dir / "curves.png", [accuracy, loss], width=10, dpi=100)
+
+
+def jain_index(counts: list[int]) -> float | None:
+    """Jain's fairness index (Σx)² / (N·Σx²) of the clients' participation counts: 1 when every
+    client trained equally often, 1/N when one client did all the training (Jain et al. 1984)."""
+    squares = sum(c * c for c in counts)
+    return sum(counts) ** 2 / (len(counts) * squares) if squares else None
+
+
+def participation_summary(counts: list[int]) -> dict[str, float | int | None]:
+    return {
+        "participation_jain": jain_index(counts),
+        "participation_min": min(counts),
+        "participation_max": max(counts),
+    }
+
+
+def write_participation(output_dir: Path, counts: list[int]) -> None:
+    """participation.json ({"counts": {client id: rounds trained}}, every client listed) and
+    participation.png: how often each client trained, and how many clients trained how often."""
+    (output_dir / "participation.json").write_text(
+        json.dumps({"counts": {str(client): count for client, count in enumerate(counts)}})
+    )
+    fig = Figure(figsize=(10, 3.5))
+    by_client, histogram = fig.subplots(1, 2)
+    fig.subplots_adjust(left=0.07, right=0.98, bottom=0.15, wspace=0.25)
+    by_client.bar(range(len(counts)), counts, width=1.0)
+    by_client.set_xlabel("client")
+    by_client.set_ylabel("rounds trained")
+    jain = jain_index(counts)
+    by_client.set_title(f"participation (Jain's index {'-' if jain is None else f'{jain:.3f}'})")
+    values, frequencies = np.unique(np.asarray(counts), return_counts=True)
+    histogram.bar(values, frequencies, width=0.8)
+    histogram.set_xlabel("rounds trained")
+    histogram.set_ylabel("clients")
+    fig.savefig(output_dir / "participation.png", dpi=100)

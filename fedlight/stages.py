@@ -93,9 +93,11 @@ def build_stages(cfg: DictConfig, choices: dict[str, str]) -> Stages:
             f"fl.exchange=sums cannot run wire.upload.{name}: its server side keeps state that "
             "must see every upload in order; use fl.exchange=uploads",
         )
+    selection: Selection = instantiate_group(cfg, "selection")
+    selection.check(cfg.fl.num_clients, cfg.fl.clients_per_round)
     return Stages(
         algorithm=algorithm,
-        selection=instantiate_group(cfg, "selection"),
+        selection=selection,
         lr_schedule=instantiate_group(cfg, "lr_schedule"),
         wire=wire,
     )

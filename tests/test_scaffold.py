@@ -21,7 +21,7 @@ from fedlight.data.base import TensorDataset
 from fedlight.experiment import Job, run_job
 from fedlight.loop import FederatedLoop
 from fedlight.lr_schedules.constant import Constant
-from fedlight.selection.base import Selection
+from fedlight.selection.base import ClientPool, ModelQuality, Selection
 from fedlight.selection.random import RandomSelection
 from fedlight.tensors import StateDict
 
@@ -62,12 +62,19 @@ class LeastSquares(pl.LightningModule):
 
 
 @dataclass
-class FixedSelection:
+class FixedSelection(Selection):
     """The same clients every round, so a hand computation knows who trains."""
 
     clients: list[int]
 
-    def select(self, ctx: RoundContext, clients_per_round: int) -> list[int]:
+    def select(
+        self,
+        ctx: RoundContext,
+        clients_per_round: int,
+        state: StateDict,
+        pool: ClientPool,
+        global_weights: StateDict,
+    ) -> list[int]:
         return self.clients
 
 
@@ -264,7 +271,7 @@ def test_server_control_stays_the_mean_of_all_client_controls() -> None:
     selected: set[int] = set()
     for round_index in range(1, 5):
         loop.run_round(round_index)
-        selected |= set(RandomSelection().select(Federation(6, frozenset()).round(round_index), 2))
+        selected = {c for c, rounds in enumerate(loop.history.participation) if rounds}
         assert set(loop.client_states) == selected
         total = sum(state["w"] for state in loop.client_states.values())
         assert torch.allclose(loop.server.extras[CONTROL + "w"], total / 6, atol=1e-12)
@@ -315,12 +322,18 @@ def test_server_lr_must_be_positive() -> None:
         Scaffold(server_lr=0.0)
 
 
+def nothing_evaluated(weights: StateDict, indices: Tensor) -> ModelQuality:
+    raise AssertionError("random selection asks no client anything")
+
+
 def selected_up_to(rounds: int) -> set[int]:
     """Clients that trained in rounds 1..rounds of a TINY run (10 clients, 4 per round)."""
     return {
         c
         for r in range(1, rounds + 1)
-        for c in RandomSelection().select(Federation(10, frozenset()).round(r), 4)
+        for c in RandomSelection().select(
+            Federation(10, frozenset()).round(r), 4, {}, ClientPool([], nothing_evaluated), {}
+        )
     }
 
 

@@ -21,7 +21,7 @@ from .conftest import TINY, rows_without_timings, run_cli
 CPU = torch.device("cpu")
 # Clients of unequal sizes, 6 per round: shared as (1, 3, 5), (0, 2, 4) and (1, 2, 5), (0, 3, 4).
 BASE = [*TINY, "fl.rounds=2", "partition=dirichlet", "fl.clients_per_round=6"]
-ALGORITHMS = {
+VARIANTS = {
     "fedavg": [],
     "scaffold": ["algo=scaffold", "optim.momentum=0.9"],
     "fedprox": ["algo=fedprox"],
@@ -33,6 +33,11 @@ ALGORITHMS = {
     "local": ["algo=local"],
     "central": ["algo=central"],
     "scaffold_disk": ["algo=scaffold", "optim.momentum=0.9", "fl.client_state=disk"],
+    # every selector draws and updates its state alike on every worker
+    "round_robin": ["selection=round_robin"],
+    "weighted": ["selection=weighted"],
+    "power_of_choice": ["selection=power_of_choice", "selection.candidates=8"],
+    "poisson": ["selection=poisson"],
 }
 # Settings of the process group the comparison runs share (as torchrun would start it).
 GROUP = RunSettings(fl=FLSettings(workers=2, threads_per_worker=1), device="cpu")
@@ -51,21 +56,22 @@ def files(directory: Path) -> list[str]:
     return sorted(str(p.relative_to(directory)) for p in directory.rglob("*") if p.is_file())
 
 
-def test_every_algorithm_gives_the_same_numbers_on_two_workers_as_on_one(
+def test_every_algorithm_and_selector_gives_the_same_numbers_on_two_workers_as_on_one(
     make_job: Callable[[list[str]], Job], tmp_path: Path
 ) -> None:
-    """One process group of 2 runs every algorithm (and kills and resumes SCAFFOLD on disk)."""
+    """One process group of 2 runs every algorithm and selector (and kills and resumes SCAFFOLD
+    on disk)."""
     runs = [
         (make_job([*BASE, *overrides, "fl.workers=2"]), tmp_path / f"{name}-2", None)
-        for name, overrides in ALGORITHMS.items()
+        for name, overrides in VARIANTS.items()
     ]
-    disk = [*BASE, *ALGORITHMS["scaffold_disk"], "fl.workers=2"]
+    disk = [*BASE, *VARIANTS["scaffold_disk"], "fl.workers=2"]
     runs.append((make_job(disk), tmp_path / "killed-2", 2))
     resume = make_job([*disk, f"resume={tmp_path / 'killed-2'}"])
     runs.append((resume, tmp_path / "resumed-2", None))
     spawn_workers(GROUP, worker_targets.run_jobs, (runs,), (ConfigError,))
 
-    for name, overrides in ALGORITHMS.items():
+    for name, overrides in VARIANTS.items():
         run_job(make_job([*BASE, *overrides]), tmp_path / f"{name}-1")
         one, two = (rows_without_timings(tmp_path / f"{name}-{n}") for n in (1, 2))
         assert len(one) == 2 and two == one, name
@@ -100,7 +106,7 @@ def test_under_torchrun_the_ranks_join_its_group_and_give_the_same_numbers(
     make_job: Callable[[list[str]], Job], tmp_path: Path
 ) -> None:
     """The README's one-machine torchrun command: 2 ranks, gloo, no spawning of our own."""
-    scaffold = [*BASE, *ALGORITHMS["scaffold"]]
+    scaffold = [*BASE, *VARIANTS["scaffold"]]
     torchrun = ("-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2")
     result = run_cli(
         *scaffold, f"hydra.run.dir={tmp_path / 'torchrun'}", cwd=tmp_path, launcher=torchrun

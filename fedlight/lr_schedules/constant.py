@@ -3,9 +3,10 @@
 from dataclasses import dataclass
 
 from fedlight.context import RoundContext
+from fedlight.lr_schedules.base import LRSchedule
 
 
 @dataclass
-class Constant:
+class Constant(LRSchedule):
     def __call__(self, ctx: RoundContext, base_lr: float) -> float:
         return base_lr

@@ -1,11 +1,99 @@
-"""The interface of a client-selection strategy."""
+"""The interface of a client-selection strategy, and what a strategy may learn of the clients.
 
-from typing import Protocol
+A selector picks each round's clients from generators of (seed, round) and from its own state,
+which lives in the server's extras under `selection/` (checkpointed with them, the same on every
+worker). It may ask each participant to report numbers with its upload (`client_report`) and
+update its state from them once the round's uploads are gathered (`update`), and it may ask
+clients how the current global model does on their data before choosing (`ClientPool.evaluate`).
+Every such question is paid for like training: the pool counts the clients' compute and bytes.
+"""
 
-from fedlight.context import RoundContext
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from torch import Tensor
+
+from fedlight.context import Federation, RoundContext
+from fedlight.tensors import StateDict, nbytes
+
+STATE_PREFIX = "selection/"
+REPORTED_NUMBER_BYTES = 4  # a reported number crosses the wire as a float32
 
 
-class Selection(Protocol):
-    def select(self, ctx: RoundContext, clients_per_round: int) -> list[int]:
-        """The round's clients; randomness from `ctx.generator(Stream.SELECTION)`."""
-        ...
+@dataclass(frozen=True)
+class ModelQuality:
+    """How a model does on one client's own training data."""
+
+    loss: float
+    accuracy: float
+
+
+class ClientPool:
+    """The clients as a selector sees them: their training-set sizes (the server knows them, as
+    FedAvg's weighting does) and, at a cost, a model's loss and accuracy on a client's own data."""
+
+    def __init__(
+        self,
+        client_indices: Sequence[Tensor],
+        evaluate: Callable[[StateDict, Tensor], ModelQuality],
+    ) -> None:
+        self.client_indices = client_indices
+        self.sizes = tuple(len(indices) for indices in client_indices)
+        self._evaluate = evaluate
+        self.seconds = 0.0  # the clients' compute for the questions asked since `reset`
+        self.bytes_up = 0
+        self.bytes_down = 0
+
+    def reset(self) -> None:
+        self.seconds, self.bytes_up, self.bytes_down = 0.0, 0, 0
+
+    def evaluate(self, weights: StateDict, client: int, sent: bool = True) -> ModelQuality:
+        """`client` evaluates `weights` on its training data. `sent`: a candidate that is sent
+        the weights first and answers with one number; otherwise a participant evaluating its
+        own trained model, whose numbers travel in its report (`Selection.client_report`)."""
+        started = time.perf_counter()
+        quality = self._evaluate(weights, self.client_indices[client])
+        self.seconds += time.perf_counter() - started
+        if sent:
+            self.bytes_down += nbytes(weights)
+            self.bytes_up += REPORTED_NUMBER_BYTES
+        return quality
+
+
+class Selection(ABC):
+    """The `selection` config group: which clients take part in a round."""
+
+    def check(self, num_clients: int, clients_per_round: int) -> None:
+        """Refuse (ConfigError, one line) settings this selector cannot work with; every
+        selector here works with any N and K unless it says otherwise."""
+        return None
+
+    def init_state(self, federation: Federation) -> StateDict:
+        """The selector's state before round 1 (tensors; stored under `selection/`)."""
+        return {}
+
+    @abstractmethod
+    def select(
+        self,
+        ctx: RoundContext,
+        clients_per_round: int,
+        state: StateDict,
+        pool: ClientPool,
+        global_weights: StateDict,
+    ) -> list[int]:
+        """The round's clients, sorted (the aggregation order, so rounding is reproducible);
+        randomness from `ctx.generator(Stream.SELECTION)`."""
+
+    def client_report(
+        self, ctx: RoundContext, client: int, trained: StateDict, pool: ClientPool
+    ) -> dict[str, float]:
+        """Numbers a participant sends with its upload, from its trained model (none here)."""
+        return {}
+
+    def update(
+        self, ctx: RoundContext, state: StateDict, reports: Mapping[int, Mapping[str, float]]
+    ) -> StateDict:
+        """The state after a round whose participants reported `reports` (client → numbers)."""
+        return state

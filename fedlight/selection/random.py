@@ -4,12 +4,20 @@ from dataclasses import dataclass
 
 from fedlight.context import RoundContext
 from fedlight.rng import Stream
+from fedlight.selection.base import ClientPool, Selection
+from fedlight.tensors import StateDict
 
 
 @dataclass
-class RandomSelection:
-    def select(self, ctx: RoundContext, clients_per_round: int) -> list[int]:
-        """Sorted client ids, so the aggregation order (and its rounding) is reproducible."""
+class RandomSelection(Selection):
+    def select(
+        self,
+        ctx: RoundContext,
+        clients_per_round: int,
+        state: StateDict,
+        pool: ClientPool,
+        global_weights: StateDict,
+    ) -> list[int]:
         # numpy draws this with a partial shuffle of arange(N) in C for N <= 10,000 (8 bytes per
         # client, ~20 µs in all) and in O(K) above; another method would change every run's clients.
         rng = ctx.generator(Stream.SELECTION)

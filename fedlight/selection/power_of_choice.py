@@ -1,0 +1,48 @@
+"""Power-of-choice selection (Cho, Wang & Joshi 2022, "Towards understanding biased client
+selection in federated learning", AISTATS; the `pow-d` rule).
+
+Each round the server draws d candidates without replacement with probability proportional to
+their data size, sends them the current global model, and each returns its local loss F_k(w) on
+its own training data; the K candidates with the highest loss train. The candidates' evaluation
+is client compute and traffic: the loop counts it in `client_seconds`, `bytes_down` (the model,
+sent to every candidate) and `bytes_up` (two numbers each).
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from fedlight.config import require
+from fedlight.context import RoundContext
+from fedlight.rng import Stream
+from fedlight.selection.base import ClientPool, Selection
+from fedlight.tensors import StateDict
+
+
+@dataclass
+class PowerOfChoice(Selection):
+    candidates: int = 20  # d, at least fl.clients_per_round and at most fl.num_clients
+
+    def check(self, num_clients: int, clients_per_round: int) -> None:
+        require(
+            clients_per_round <= self.candidates <= num_clients,
+            f"selection.candidates={self.candidates} must be between fl.clients_per_round="
+            f"{clients_per_round} and fl.num_clients={num_clients}",
+        )
+
+    def select(
+        self,
+        ctx: RoundContext,
+        clients_per_round: int,
+        state: StateDict,
+        pool: ClientPool,
+        global_weights: StateDict,
+    ) -> list[int]:
+        sizes = np.asarray(pool.sizes, dtype=np.float64)
+        holding = int(np.count_nonzero(sizes))  # a client without data has no loss to report
+        size = min(self.candidates, holding)
+        rng = ctx.generator(Stream.SELECTION)
+        drawn = rng.choice(ctx.num_clients, size=size, replace=False, p=sizes / sizes.sum())
+        losses = {int(c): pool.evaluate(global_weights, int(c)).loss for c in drawn}
+        highest = sorted(losses, key=lambda c: (-losses[c], c))[:clients_per_round]
+        return sorted(highest)
