@@ -163,14 +163,6 @@ def test_a_round_whose_clients_hold_no_data_keeps_the_model_and_the_run_goes_on(
     assert "the partition leaves" in capsys.readouterr().err
 
 
-def test_empty_rounds_with_two_workers_give_the_numbers_of_one(
-    make_job: Callable[[list[str]], Job], tmp_path: Path
-) -> None:
-    run_job(make_job([*TINY, *EMPTY, "fl.rounds=3"]), tmp_path / "one")
-    run_job(make_job([*TINY, *EMPTY, "fl.rounds=3", "fl.workers=2"]), tmp_path / "two")
-    assert rows_without_timings(tmp_path / "two") == rows_without_timings(tmp_path / "one")
-
-
 def test_a_partition_with_many_empty_clients_warns_once_with_the_count(capsys) -> None:
     sets = [np.arange(3)] * 8 + [np.arange(0)] * 2
     warn_of_empty_clients(sets)

@@ -8,14 +8,16 @@ from pathlib import Path
 
 import pytest
 
+from fedlight.algorithms.base import ClientUpload, LocalResult
 from fedlight.config import ConfigError
-from fedlight.context import Federation
+from fedlight.context import Federation, RoundContext
 from fedlight.experiment import Job, resumed_checkpoint, run_job
 from fedlight.lr_schedules.base import LRSchedule
 from fedlight.lr_schedules.cosine import Cosine
 from fedlight.lr_schedules.cyclic import Cyclic
 from fedlight.lr_schedules.exponential import Exponential
 from fedlight.lr_schedules.step import Step
+from fedlight.tensors import StateDict
 
 from .conftest import TINY
 from .test_algorithms import one_torch_thread  # noqa: F401 - autouse fixture
@@ -120,3 +122,26 @@ def test_resume_with_other_rounds_refused_only_where_the_schedule_depends_on_the
                 resumed_checkpoint(resumed)
         else:
             assert resumed_checkpoint(resumed) is not None
+
+
+@pytest.mark.parametrize("algo", ["scaffold", "fednova"])
+def test_scaffold_and_fednova_see_the_rate_of_each_round(
+    make_job: Callable[[list[str]], Job], tmp_path: Path, algo: str
+) -> None:
+    """Their uploads are computed from the round's scheduled rate (SCAFFOLD's option II divides
+    by it; FedNova's normalizer cancels it within a round), not from optim.lr."""
+    job = make_job(
+        [*TINY, f"algo={algo}", "fl.rounds=3", "lr_schedule=step", "lr_schedule.step_rounds=1"]
+    )
+    seen: list[tuple[int, float]] = []
+    upload = job.algorithm.upload
+
+    def recording_upload(
+        ctx: RoundContext, received: StateDict, local: LocalResult, client_state: StateDict | None
+    ) -> tuple[ClientUpload, StateDict | None]:
+        seen.append((ctx.round_index, local.lr))
+        return upload(ctx, received, local, client_state)
+
+    job.algorithm.upload = recording_upload  # type: ignore[method-assign]
+    run_job(job, tmp_path / "run")
+    assert sorted(set(seen)) == [(1, 0.05), (2, 0.025), (3, 0.0125)]

@@ -38,6 +38,8 @@ VARIANTS = {
     "weighted": ["selection=weighted"],
     "power_of_choice": ["selection=power_of_choice", "selection.candidates=8"],
     "poisson": ["selection=poisson"],
+    # most of 5,000 clients hold none of the digits: rounds of few or no participants
+    "clients_without_data": ["partition=iid", "fl.num_clients=5000"],
 }
 # Settings of the process group the comparison runs share (as torchrun would start it).
 GROUP = RunSettings(fl=FLSettings(workers=2, threads_per_worker=1), device="cpu")
