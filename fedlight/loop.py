@@ -57,6 +57,7 @@ from fedlight.selection.base import (
     REPORTED_NUMBER_BYTES,
     ClientPool,
     ModelQuality,
+    Population,
     Selection,
 )
 from fedlight.selection.base import STATE_PREFIX as SELECTION_STATE
@@ -220,9 +221,8 @@ class FederatedLoop:
         pool = self.client_pool
         pool.reset()
         selection_state = stage_state(self.server.extras, SELECTION_STATE)
-        clients = self.selection.select(
-            before, fl.clients_per_round, selection_state, pool, self.server.weights
-        )
+        seen = Population(selection_state, pool, self.server.weights)
+        clients = self.selection.select(before, fl.clients_per_round, seen)
         lrs = tuple(self.lr_schedule(before, base) for base in self.base_lrs)
         ctx = self.federation.round(round_index, tuple(clients), lrs)
         # what the selector's questions to candidate clients cost them (before anybody trained)

@@ -21,7 +21,7 @@ from fedlight.data.base import TensorDataset
 from fedlight.experiment import Job, run_job
 from fedlight.loop import FederatedLoop
 from fedlight.lr_schedules.constant import Constant
-from fedlight.selection.base import ClientPool, ModelQuality, Selection
+from fedlight.selection.base import ClientPool, ModelQuality, Population, Selection
 from fedlight.selection.random import RandomSelection
 from fedlight.tensors import StateDict
 
@@ -67,14 +67,7 @@ class FixedSelection(Selection):
 
     clients: list[int]
 
-    def select(
-        self,
-        ctx: RoundContext,
-        clients_per_round: int,
-        state: StateDict,
-        pool: ClientPool,
-        global_weights: StateDict,
-    ) -> list[int]:
+    def select(self, ctx: RoundContext, clients_per_round: int, seen: Population) -> list[int]:
         return self.clients
 
 
@@ -332,7 +325,9 @@ def selected_up_to(rounds: int) -> set[int]:
         c
         for r in range(1, rounds + 1)
         for c in RandomSelection().select(
-            Federation(10, frozenset()).round(r), 4, {}, ClientPool([], nothing_evaluated), {}
+            Federation(10, frozenset()).round(r),
+            4,
+            Population({}, ClientPool([], nothing_evaluated), {}),
         )
     }
 

@@ -19,7 +19,7 @@ from fedlight.context import Federation
 from fedlight.experiment import Job, run_job
 from fedlight.outputs import jain_index
 from fedlight.rng import Stream
-from fedlight.selection.base import ClientPool, ModelQuality
+from fedlight.selection.base import ClientPool, ModelQuality, Population
 from fedlight.selection.poisson import Poisson
 from fedlight.selection.power_of_choice import PowerOfChoice
 from fedlight.selection.round_robin import RoundRobin
@@ -47,7 +47,9 @@ def pool_of(sizes: list[int], losses: dict[int, float] | None = None) -> ClientP
 def test_round_robin_takes_every_client_once_per_ceil_n_over_k_rounds() -> None:
     federation = Federation(num_clients=10, trainable=frozenset())
     pool = pool_of([1] * 10)
-    rounds = [RoundRobin().select(federation.round(r), 4, {}, pool, {}) for r in range(1, 13)]
+    rounds = [
+        RoundRobin().select(federation.round(r), 4, Population({}, pool, {})) for r in range(1, 13)
+    ]
     assert all(len(set(chosen)) == 4 for chosen in rounds)
     for start in range(len(rounds) - 2):  # any ⌈10/4⌉ = 3 consecutive rounds cover everybody
         assert set().union(*rounds[start : start + 3]) == set(range(10))
@@ -65,7 +67,8 @@ def test_weighted_selection_frequencies_match_the_softmax_of_the_scores() -> Non
     pool = pool_of([1] * 4)
     draws = 20_000
     counts = Counter(
-        selector.select(federation.round(r), 1, state, pool, {})[0] for r in range(1, draws + 1)
+        selector.select(federation.round(r), 1, Population(state, pool, {}))[0]
+        for r in range(1, draws + 1)
     )
     expected = torch.softmax(state[SCORE] / 0.5, dim=0).tolist()
     for client, p in enumerate(expected):
@@ -91,9 +94,8 @@ def test_power_of_choice_trains_the_candidates_of_highest_loss() -> None:
     federation = Federation(num_clients=8, trainable=frozenset())
     for round_index in range(1, 30):
         pool = pool_of(sizes, losses)
-        chosen = PowerOfChoice(candidates=4).select(
-            federation.round(round_index), 2, {}, pool, WEIGHTS
-        )
+        seen = Population({}, pool, WEIGHTS)
+        chosen = PowerOfChoice(candidates=4).select(federation.round(round_index), 2, seen)
         asked = pool.bytes_down // nbytes(WEIGHTS)
         assert asked == 4 and pool.bytes_up == 4 * 4  # the model down, one loss up, each
         assert not {0, 5} & set(chosen)
@@ -130,7 +132,9 @@ def test_poisson_takes_each_client_with_probability_k_over_n() -> None:
     K = 50 (sd of the mean sqrt(N q (1 − q) / rounds) = 0.34), every client's own rate near q."""
     federation = Federation(num_clients=1000, trainable=frozenset())
     pool = pool_of([1] * 1000)
-    rounds = [Poisson().select(federation.round(r), 50, {}, pool, {}) for r in range(1, 401)]
+    rounds = [
+        Poisson().select(federation.round(r), 50, Population({}, pool, {})) for r in range(1, 401)
+    ]
     counts = [len(chosen) for chosen in rounds]
     assert len(set(counts)) > 5  # the number varies
     assert abs(np.mean(counts) - 50) < 4.5 * math.sqrt(1000 * 0.05 * 0.95 / 400)

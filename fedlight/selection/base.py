@@ -62,6 +62,16 @@ class ClientPool:
         return quality
 
 
+@dataclass(frozen=True)
+class Population:
+    """The clients as the server sees them when it selects: the selector's own state, the pool
+    it may question, and the global model it would send."""
+
+    state: StateDict
+    pool: ClientPool
+    global_weights: StateDict
+
+
 class Selection(ABC):
     """The `selection` config group: which clients take part in a round."""
 
@@ -75,14 +85,7 @@ class Selection(ABC):
         return {}
 
     @abstractmethod
-    def select(
-        self,
-        ctx: RoundContext,
-        clients_per_round: int,
-        state: StateDict,
-        pool: ClientPool,
-        global_weights: StateDict,
-    ) -> list[int]:
+    def select(self, ctx: RoundContext, clients_per_round: int, seen: Population) -> list[int]:
         """The round's clients, sorted (the aggregation order, so rounding is reproducible);
         randomness from `ctx.generator(Stream.SELECTION)`."""
 

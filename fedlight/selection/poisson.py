@@ -11,20 +11,12 @@ import numpy as np
 
 from fedlight.context import RoundContext
 from fedlight.rng import Stream
-from fedlight.selection.base import ClientPool, Selection
-from fedlight.tensors import StateDict
+from fedlight.selection.base import Population, Selection
 
 
 @dataclass
 class Poisson(Selection):
-    def select(
-        self,
-        ctx: RoundContext,
-        clients_per_round: int,
-        state: StateDict,
-        pool: ClientPool,
-        global_weights: StateDict,
-    ) -> list[int]:
+    def select(self, ctx: RoundContext, clients_per_round: int, seen: Population) -> list[int]:
         rate = clients_per_round / ctx.num_clients
         taking = ctx.generator(Stream.SELECTION).random(ctx.num_clients) < rate
         return [int(c) for c in np.flatnonzero(taking)]

@@ -15,8 +15,7 @@ import numpy as np
 from fedlight.config import require
 from fedlight.context import RoundContext
 from fedlight.rng import Stream
-from fedlight.selection.base import ClientPool, Selection
-from fedlight.tensors import StateDict
+from fedlight.selection.base import Population, Selection
 
 
 @dataclass
@@ -30,19 +29,12 @@ class PowerOfChoice(Selection):
             f"{clients_per_round} and fl.num_clients={num_clients}",
         )
 
-    def select(
-        self,
-        ctx: RoundContext,
-        clients_per_round: int,
-        state: StateDict,
-        pool: ClientPool,
-        global_weights: StateDict,
-    ) -> list[int]:
-        sizes = np.asarray(pool.sizes, dtype=np.float64)
+    def select(self, ctx: RoundContext, clients_per_round: int, seen: Population) -> list[int]:
+        sizes = np.asarray(seen.pool.sizes, dtype=np.float64)
         holding = int(np.count_nonzero(sizes))  # a client without data has no loss to report
         size = min(self.candidates, holding)
         rng = ctx.generator(Stream.SELECTION)
         drawn = rng.choice(ctx.num_clients, size=size, replace=False, p=sizes / sizes.sum())
-        losses = {int(c): pool.evaluate(global_weights, int(c)).loss for c in drawn}
+        losses = {int(c): seen.pool.evaluate(seen.global_weights, int(c)).loss for c in drawn}
         highest = sorted(losses, key=lambda c: (-losses[c], c))[:clients_per_round]
         return sorted(highest)

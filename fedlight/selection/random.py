@@ -4,20 +4,12 @@ from dataclasses import dataclass
 
 from fedlight.context import RoundContext
 from fedlight.rng import Stream
-from fedlight.selection.base import ClientPool, Selection
-from fedlight.tensors import StateDict
+from fedlight.selection.base import Population, Selection
 
 
 @dataclass
 class RandomSelection(Selection):
-    def select(
-        self,
-        ctx: RoundContext,
-        clients_per_round: int,
-        state: StateDict,
-        pool: ClientPool,
-        global_weights: StateDict,
-    ) -> list[int]:
+    def select(self, ctx: RoundContext, clients_per_round: int, seen: Population) -> list[int]:
         # numpy draws this with a partial shuffle of arange(N) in C for N <= 10,000 (8 bytes per
         # client, ~20 µs in all) and in O(K) above; another method would change every run's clients.
         rng = ctx.generator(Stream.SELECTION)

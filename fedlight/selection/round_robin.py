@@ -12,20 +12,12 @@ import numpy as np
 
 from fedlight.context import RoundContext
 from fedlight.rng import Stream, numpy_generator
-from fedlight.selection.base import ClientPool, Selection
-from fedlight.tensors import StateDict
+from fedlight.selection.base import Population, Selection
 
 
 @dataclass
 class RoundRobin(Selection):
-    def select(
-        self,
-        ctx: RoundContext,
-        clients_per_round: int,
-        state: StateDict,
-        pool: ClientPool,
-        global_weights: StateDict,
-    ) -> list[int]:
+    def select(self, ctx: RoundContext, clients_per_round: int, seen: Population) -> list[int]:
         order = numpy_generator(ctx.seed, Stream.SELECTION).permutation(ctx.num_clients)
         start = (ctx.round_index - 1) * clients_per_round
         positions = np.arange(start, start + clients_per_round) % ctx.num_clients

@@ -15,7 +15,7 @@ import torch
 from fedlight.config import require
 from fedlight.context import Federation, RoundContext
 from fedlight.rng import Stream
-from fedlight.selection.base import ClientPool, Selection
+from fedlight.selection.base import ClientPool, Population, Selection
 from fedlight.tensors import StateDict
 
 SCORE = "score"
@@ -37,15 +37,8 @@ class Weighted(Selection):
     def probabilities(self, state: StateDict) -> torch.Tensor:
         return torch.softmax(state[SCORE].cpu() / self.temperature, dim=0)
 
-    def select(
-        self,
-        ctx: RoundContext,
-        clients_per_round: int,
-        state: StateDict,
-        pool: ClientPool,
-        global_weights: StateDict,
-    ) -> list[int]:
-        probabilities = self.probabilities(state).numpy()
+    def select(self, ctx: RoundContext, clients_per_round: int, seen: Population) -> list[int]:
+        probabilities = self.probabilities(seen.state).numpy()
         rng = ctx.generator(Stream.SELECTION)
         chosen = rng.choice(ctx.num_clients, size=clients_per_round, replace=False, p=probabilities)
         return sorted(int(c) for c in chosen)
