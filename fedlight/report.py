@@ -45,7 +45,12 @@ METRIC_TITLES = {
     "comm_mb": "Communication (MB)",
     "wall_seconds": "Wall time (s)",
     "client_seconds_per_round": "Client compute (s/round)",
+    "participation_jain": "Jain's index of participation",
+    "participation_min": "Fewest rounds a client trained",
+    "participation_max": "Most rounds a client trained",
 }
+# Decimals of a cell where one is not enough (an index in [1/N, 1]).
+DECIMALS = {"participation_jain": 3}
 ACCURACY_AT = re.compile(r"accuracy_at_(\d+)")
 MISSING = "—"
 DIVERGED_MARK = "†"
@@ -435,7 +440,7 @@ def format_cell(values: list[float], n: int, metric: str) -> str:
         return MISSING
     scale = 100.0 if is_accuracy(metric) else 1.0
     mean, std = mean_and_std([v * scale for v in values])
-    decimals = 0 if metric == "rounds_to_target" and len(values) == 1 else 1
+    decimals = 0 if metric == "rounds_to_target" and len(values) == 1 else DECIMALS.get(metric, 1)
     text = f"{mean:.{decimals}f}" + ("" if std is None else f" ± {std:.{decimals}f}")
     return text if len(values) == n else f"{text} ({len(values)}/{n})"
 
