@@ -10,7 +10,7 @@ from fedlight.config import ConfigError
 
 from .conftest import REPO, compose_config, run_cli
 
-PRESETS = ["fedavg_vs_scaffold", "rounds_vs_epochs", "fed_vs_central"]
+PRESETS = ["fedavg_vs_scaffold", "rounds_vs_epochs", "fed_vs_central", "selection", "lr_schedule"]
 
 
 def test_every_preset_is_listed_and_declares_seeds_0_1_2() -> None:
