@@ -332,20 +332,28 @@ DIVERGING = [*TINY, "optim.lr=1e6", "fl.rounds=4"]
 
 
 def test_a_diverged_run_stops_at_that_round_and_keeps_the_last_good_checkpoint(
-    make_job: Callable[[list[str]], Job], tmp_path: Path
+    make_job: Callable[[list[str]], Job], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    with pytest.raises(DivergenceError, match=r"^the run diverged at round \d") as raised:
-        run_job(make_job(DIVERGING), tmp_path / "run")
-    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    round_index = summary["diverged_at_round"]
-    assert round_index is not None and summary["divergence"]
-    rows = read_rows(tmp_path / "run")
-    assert int(rows[-1]["round"]) == round_index == summary["rounds"] < 4  # stopped there
-    checkpoint = load_checkpoint(tmp_path / "run" / CHECKPOINT_NAME) if round_index > 1 else None
-    if checkpoint is not None:
-        assert checkpoint["completed_rounds"] == round_index - 1  # the last good round
-        assert all(t.isfinite().all() for t in checkpoint["server_weights"].values())
+    """A weight becomes nan in round 3: the run stops there, logs it, keeps round 2's checkpoint."""
+    original = FederatedLoop.run_round
+
+    def run_round(self: FederatedLoop, round_index: int):
+        stats = original(self, round_index)
+        if round_index == 3:
+            next(iter(self.server.weights.values())).view(-1)[0] = math.nan
+        return stats
+
+    monkeypatch.setattr(FederatedLoop, "run_round", run_round)
+    with pytest.raises(DivergenceError, match=r"^the run diverged at round 3 \(weights ") as raised:
+        run_job(make_job([*TINY, "fl.rounds=5"]), tmp_path / "run")
     assert "\n" not in str(raised.value)
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["diverged_at_round"] == 3 == summary["rounds"]
+    assert summary["divergence"].endswith("not finite")
+    assert [r["round"] for r in read_rows(tmp_path / "run")] == ["1", "2", "3"]
+    checkpoint = load_checkpoint(tmp_path / "run" / CHECKPOINT_NAME)
+    assert checkpoint["completed_rounds"] == 2  # the last good round
+    assert all(t.isfinite().all() for t in checkpoint["server_weights"].values())
 
 
 def test_on_divergence_continue_goes_on_and_records_the_round(
