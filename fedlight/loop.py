@@ -195,11 +195,10 @@ class FederatedLoop:
             initial_weights=initial,
             rounds=settings.fl.rounds,
         )
-        server = algorithm.init_server(initial, self.federation)
-        selection_state = selection.init_state(self.federation)
-        self.server = ServerState(
-            server.weights,
-            server.extras | {SELECTION_STATE + k: t for k, t in selection_state.items()},
+        self.server = with_stage_state(
+            algorithm.init_server(initial, self.federation),
+            SELECTION_STATE,
+            selection.init_state(self.federation),
         )
         self.workers = OneWorker(device) if workers is None else workers
         self.client_states = (
@@ -322,10 +321,7 @@ class FederatedLoop:
             if outcome.reports
         }
         selection_state = self.selection.update(ctx, selection_state, reports)
-        self.server = ServerState(
-            self.server.weights,
-            self.server.extras | {SELECTION_STATE + k: t for k, t in selection_state.items()},
-        )
+        self.server = with_stage_state(self.server, SELECTION_STATE, selection_state)
         for client, _ in participants:
             self.history.participation[client] += 1
         samples = sum(outcome.num_samples for outcome in outcomes)
@@ -538,6 +534,11 @@ def stage_state(extras: StateDict, prefix: str, keep: bool = False) -> StateDict
         for key, t in extras.items()
         if key.startswith(prefix)
     }
+
+
+def with_stage_state(server: ServerState, prefix: str, state: StateDict) -> ServerState:
+    """`server` with a stage's state stored under its `prefix` in the extras."""
+    return ServerState(server.weights, server.extras | {prefix + k: t for k, t in state.items()})
 
 
 def one_per_worker(workers: Workers) -> Share:
