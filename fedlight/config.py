@@ -244,6 +244,7 @@ CONFIG_GROUPS: dict[str, str] = {
     "partition": "how training data is split among clients (fedlight/partitions)",
     "selection": "which clients take part in a round (fedlight/selection)",
     "lr_schedule": "the clients' learning rate per round (fedlight/lr_schedules)",
+    "attack": "which clients are malicious and what they send (fedlight/attacks)",
     "aggregator": "how the server combines the uploads (fedlight/aggregation)",
     "server_opt": "how the server applies the aggregate (fedlight/server_opt)",
     "wire": "how downloads and uploads are encoded and counted (fedlight/wire)",

@@ -251,6 +251,7 @@ def run_worker(workers: Workers, job: Job, output_dir: Path) -> dict[str, Any]:
         client_state_store(settings.fl.client_state, output_dir, device, workers.main),
         workers,
         job.stages.wire,
+        job.stages.attack,
     )
     if checkpoint is not None:
         loop.load_state_dict(checkpoint, Path(str(settings.resume)))

@@ -1,12 +1,15 @@
 """The FederatedLoop: one round of federated training, written out top to bottom in `run_round`.
 
 select → download (algorithm, then the wire: encode, count, decode) → local training by the client
-engine (`fl.engine`, see `fedlight.engines`) → upload (algorithm, then the wire) → aggregate as the
-uploads arrive (the algorithm's parts through the aggregator) → server update (algorithm, server
-optimizer) → then, in `run`: evaluate → metrics (csv, W&B, console) → divergence check →
-checkpoint. Selected clients without data are left out (a round of only such clients keeps the
-global model); a round whose training loss or weights are not finite ends the run
-(`fl.on_divergence=stop`) before its checkpoint, so the last checkpoint is the last good round.
+engine (`fl.engine`, see `fedlight.engines`; a malicious client may train on flipped labels) →
+upload (algorithm, a malicious client's attack, then the wire) → aggregate as the uploads arrive
+(the algorithm's parts through the aggregator; an upload with NaN/Inf entries is rejected) →
+server update (algorithm, server optimizer) → then, in `run`: evaluate → metrics (csv, W&B,
+console) → divergence check → checkpoint. Selected clients without data are left out (a round of
+only such clients keeps the global model); a round whose training loss or weights are not finite
+ends the run (`fl.on_divergence=stop`) before its checkpoint, so the last checkpoint is the last
+good round. An attack that forges from the benign updates (`attack=alie`) acts after the gather,
+so such a round aggregates once every upload is in, as with several workers.
 
 Every stage is handed the round's `RoundContext`. The loop describes each participant's local
 training as a task, made only when the engine asks for it; the engine yields results one by one and
@@ -20,6 +23,7 @@ with one worker's to float rounding).
 """
 
 import math
+import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -30,7 +34,7 @@ import pytorch_lightning as pl
 import torch
 from torch import Tensor
 
-from fedlight.aggregation.base import RoundAggregation
+from fedlight.aggregation.base import RoundAggregation, RoundRefused
 from fedlight.algorithms.base import (
     Algorithm,
     ClientUpload,
@@ -38,6 +42,7 @@ from fedlight.algorithms.base import (
     LocalResult,
     ServerState,
 )
+from fedlight.attacks.base import Attack
 from fedlight.checkpoint import save_checkpoint
 from fedlight.client_states import (
     ClientStates,
@@ -100,12 +105,13 @@ class Outcome:
     bytes_down: int
     metrics: dict[str, float] = field(default_factory=dict)  # reported by client-side stages
     reports: dict[str, float] = field(default_factory=dict)  # sent to the selector
+    rejected: bool = False  # its (streamed) upload was not finite: left out of the aggregates
 
 
 @dataclass
 class RoundStats:
-    train_loss: float  # nan when no participant held data
-    num_samples: int
+    train_loss: float  # nan when no participant held data or every update was rejected
+    num_samples: int  # trained on by the participants whose updates were accepted
     lr: float
     bytes_up: int
     bytes_down: int
@@ -171,9 +177,10 @@ class FederatedLoop:
         client_states: ClientStates | None = None,
         workers: Workers | None = None,
         wire: Wire | None = None,
+        attack: Attack | None = None,
     ) -> None:
         """`client_states` defaults to a memory store on the client module's device, `workers`
-        to this process alone, `wire` to sending everything as it is."""
+        to this process alone, `wire` to sending everything as it is, `attack` to none."""
         self.settings = settings
         self.data = data
         self.client_indices = client_indices
@@ -182,6 +189,9 @@ class FederatedLoop:
         self.selection = selection
         self.lr_schedule = lr_schedule
         self.wire = Wire() if wire is None else wire
+        self.attack = Attack() if attack is None else attack
+        self.malicious = self.attack.malicious_clients(settings.fl.num_clients, settings.seed)
+        self.told: set[str] = set()  # the once-per-run console notes already printed
         self.base_lrs = [
             g["lr"] for g in first_optimizer(module.configure_optimizers()).param_groups
         ]
@@ -238,13 +248,20 @@ class FederatedLoop:
             participants = [(client, indices) for client, indices in participants if len(indices)]
             ctx.metrics.report("clients_without_data", without_data)
         ctx.metrics.report("participants", len(participants))
+        malicious = self.malicious
+        if malicious:
+            ctx.metrics.report("malicious", sum(1 for c, _ in participants if c in malicious))
         download = algorithm.download(ctx, self.server)
         share = self.workers.share([len(indices) for _, indices in participants])
         aggregation = algorithm.start_aggregation([len(i) for _, i in participants])
         server_extras = self.server.extras  # the upload chain's receiver state lives here
         # Whether this worker aggregates each of its uploads at once (alone, or exchanging sums)
-        # rather than handing the encoded uploads to every worker.
-        streaming = self.workers.count == 1 or fl.exchange == "sums"
+        # rather than handing the encoded uploads to every worker (and to an attack that forges
+        # from all of them).
+        streaming = (self.workers.count == 1 or fl.exchange == "sums") and not (
+            self.attack.after_gather and malicious
+        )
+        label_map = self.attack.label_map(self.data.num_classes, self.data.train_y.device)
 
         received: dict[int, Received] = {}
         client_metrics: dict[int, RoundMetrics] = {}
@@ -261,7 +278,8 @@ class FederatedLoop:
                 own = algorithm_part(state)
                 start = algorithm.start_weights(client_ctx, decoded, own)
                 callbacks = algorithm.local_callbacks(client_ctx, decoded, own)
-                yield LocalTask(client, indices, start, callbacks)
+                labels = label_map if client in malicious else None
+                yield LocalTask(client, indices, start, callbacks, labels)
 
         mine: list[Outcome] = []
         for local, seconds in timed(self.engine.train(tasks(), round_index, list(lrs))):
@@ -272,15 +290,21 @@ class FederatedLoop:
             pool_seconds = pool.seconds
             reports = self.selection.client_report(client_ctx, client, local.weights, pool)
             upload, new_own = algorithm.upload(client_ctx, got.download, local, own)
+            if client in malicious:
+                keys = algorithm.model_update_keys(client_ctx, upload.tensors)
+                upload = self.attack.corrupt_upload(client_ctx, upload, keys)
             payload, state = wire.send(UPLOAD, client_ctx, client, upload.tensors, got.state)
             encoded = replace(upload, tensors=payload)
             if new_own is not None and new_own is not own:
                 state = with_algorithm_part(state, new_own)
             changed = state is not got.state
             written = self.client_states.write(client, round_index, state) if changed else None
+            rejected = False
             if streaming:  # aggregated now, nothing of it kept
-                server_extras = self.receive_upload(ctx, encoded, aggregation, server_extras)
-                encoded = replace(encoded, tensors={})
+                server_extras, accepted = self.receive_upload(
+                    ctx, encoded, aggregation, server_extras
+                )
+                encoded, rejected = replace(encoded, tensors={}), not accepted
             mine.append(
                 Outcome(
                     encoded,
@@ -292,6 +316,7 @@ class FederatedLoop:
                     got.bytes_down,
                     client_metrics.pop(client).values,
                     reports,
+                    rejected,
                 )
             )
 
@@ -302,19 +327,52 @@ class FederatedLoop:
             for name, value in outcome.metrics.items():
                 ctx.metrics.add(name, value)
         if not streaming:  # every worker aggregates every upload, in participant order
-            for outcome in outcomes:
-                server_extras = self.receive_upload(ctx, outcome.upload, aggregation, server_extras)
+
+            def decoded() -> Iterator[ClientUpload]:
+                nonlocal server_extras
+                for outcome in outcomes:
+                    upload = outcome.upload
+                    tensors, server_extras = wire.receive(
+                        UPLOAD, ctx, upload.client_id, upload.tensors, server_extras
+                    )
+                    yield replace(upload, tensors=tensors)
+
+            def keys_of(upload: ClientUpload) -> list[str]:
+                return algorithm.model_update_keys(ctx, upload.tensors)
+
+            for upload in self.attack.forge_uploads(ctx, decoded(), malicious, keys_of):
+                aggregation.add(ctx, upload)
         elif self.workers.count > 1:  # one partial sum per worker, combined in rank order
             partials = self.workers.gather(one_per_worker(self.workers), [aggregation.partials()])
-            aggregation.combine(partials, [outcome.upload for outcome in outcomes])
+            uploads = [outcome.upload for outcome in outcomes]
+            aggregation.combine(partials, uploads, [outcome.rejected for outcome in outcomes])
+        ctx.metrics.report("rejected", len(aggregation.rejected))
+        if aggregation.rejected:
+            self.tell_once(
+                "rejected",
+                f"round {round_index}: the update of client {aggregation.rejected[0]} has NaN or "
+                "Inf entries; it is left out of the aggregate (rejected updates are counted in "
+                "metrics.csv, column rejected)",
+            )
 
         if aggregation.contributors:  # else no client held data: the global model is kept
-            updated = algorithm.server_update(
-                ctx, self.server, aggregation.results(), aggregation.contributors
-            )
-            self.server = ServerState(
-                updated.weights, updated.extras | stage_state(server_extras, "wire.", keep=True)
-            )
+            try:
+                aggregates = aggregation.results()
+            except RoundRefused as refusal:  # the aggregator's assumption fails: model kept
+                ctx.metrics.report("aggregation_refused", 1)
+                self.tell_once(
+                    "refused",
+                    f"round {round_index}: {refusal}; the global model is kept (refused rounds "
+                    "are counted in metrics.csv, column aggregation_refused)",
+                )
+            else:
+                updated = algorithm.server_update(
+                    ctx, self.server, aggregates, aggregation.contributors
+                )
+                self.server = ServerState(
+                    updated.weights,
+                    updated.extras | stage_state(server_extras, "wire.", keep=True),
+                )
         reports = {
             client: outcome.reports
             for (client, _), outcome in zip(participants, outcomes, strict=True)
@@ -324,12 +382,14 @@ class FederatedLoop:
         self.server = with_stage_state(self.server, SELECTION_STATE, selection_state)
         for client, _ in participants:
             self.history.participation[client] += 1
-        samples = sum(outcome.num_samples for outcome in outcomes)
+        rejected = set(aggregation.rejected)  # their loss says nothing of the global model
+        kept = [o for o in outcomes if o.upload.client_id not in rejected]
+        samples = sum(o.num_samples for o in kept)
         return RoundStats(
             train_loss=(
-                sum(o.train_loss * o.num_samples for o in outcomes) / samples
+                sum(o.train_loss * o.num_samples for o in kept) / samples
                 if samples
-                else math.nan  # nobody trained
+                else math.nan  # nobody trained, or every update was rejected
             ),
             num_samples=samples,
             lr=lrs[0],
@@ -345,14 +405,21 @@ class FederatedLoop:
         upload: ClientUpload,
         aggregation: RoundAggregation,
         server_extras: StateDict,
-    ) -> StateDict:
-        """The server's side of one upload: decoded by the wire and added to the aggregates."""
+    ) -> tuple[StateDict, bool]:
+        """The server's side of one upload: decoded by the wire and added to the aggregates
+        (False: rejected as not finite)."""
         client = upload.client_id
         tensors, server_extras = self.wire.receive(
             UPLOAD, ctx, client, upload.tensors, server_extras
         )
-        aggregation.add(ctx, replace(upload, tensors=tensors))
-        return server_extras
+        return server_extras, aggregation.add(ctx, replace(upload, tensors=tensors))
+
+    def tell_once(self, topic: str, message: str) -> None:
+        """`message` on the console (main worker), the first time `topic` comes up in this
+        process."""
+        if self.workers.main and topic not in self.told:
+            self.told.add(topic)
+            print(f"fedlight: {message}", file=sys.stderr, flush=True)
 
     def train_client(
         self,

@@ -19,6 +19,7 @@ class Stream(IntEnum):
     LOCAL_TRAINING = 3
     POOLING = 4
     WIRE = 5  # randomness of wire transforms (stochastic rounding, random sparsification)
+    ATTACK = 6  # which clients are malicious (round 0), and their random forgeries
 
 
 def derive_seed(seed: int, stream: Stream, round_index: int = 0, client: int = 0) -> int:

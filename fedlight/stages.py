@@ -16,6 +16,7 @@ from hydra.errors import InstantiationException
 from omegaconf import DictConfig, OmegaConf
 
 from fedlight.algorithms.base import Algorithm
+from fedlight.attacks.base import Attack
 from fedlight.config import ConfigError, require
 from fedlight.lr_schedules.base import LRSchedule
 from fedlight.selection.base import Selection
@@ -33,6 +34,7 @@ class Stages:
     selection: Selection
     lr_schedule: LRSchedule
     wire: Wire
+    attack: Attack = dataclasses.field(default_factory=Attack)
 
 
 def instantiate_group(cfg: DictConfig, group: str, **injected: Any) -> Any:
@@ -80,12 +82,27 @@ def build_stages(cfg: DictConfig, choices: dict[str, str]) -> Stages:
                 f"apply to algo={algo}: {algo_class.fixed_server}; leave {group} at its default"
             )
     algorithm = instantiate_group(cfg, "algo", **injected)
+    if "aggregator" in injected:
+        algorithm.aggregator.check(cfg.fl.clients_per_round)
     exchange = OmegaConf.select(cfg, "fl.exchange")
     require(
         exchange != "sums" or not algorithm.aggregator.holds_updates,
         f"fl.exchange=sums needs a linear aggregator and aggregator={choices.get('aggregator')} "
         "holds every update; use fl.exchange=uploads",
     )
+    attack: Attack = instantiate_group(cfg, "attack")
+    if attack.num_malicious(cfg.fl.num_clients):
+        name = choices.get("attack", type(attack).__name__)
+        require(
+            bool(algorithm.parts),
+            f"attack={name} does not apply to algo={choices.get('algo')}: it aggregates no "
+            "client updates; use an algorithm that does (e.g. algo=fedavg)",
+        )
+        require(
+            exchange != "sums" or not attack.after_gather,
+            f"fl.exchange=sums cannot run attack={name}: it forges from every upload of the "
+            "round after the gather; use fl.exchange=uploads",
+        )
     wire: Wire = instantiate_group(cfg, "wire")
     for name, transform in wire.upload.items():
         require(
@@ -100,4 +117,5 @@ def build_stages(cfg: DictConfig, choices: dict[str, str]) -> Stages:
         selection=selection,
         lr_schedule=instantiate_group(cfg, "lr_schedule"),
         wire=wire,
+        attack=attack,
     )

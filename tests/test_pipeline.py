@@ -246,8 +246,8 @@ def test_a_stage_reported_metric_reaches_metrics_csv_wandb_and_summary(
     wandb.teardown()
     rows = read_rows(tmp_path / "run")
     name = "wire.float16.sq_error"
-    # the fixed columns, then the reported ones in sorted order (the loop's participants among them)
-    assert list(rows[0]) == [*METRIC_COLUMNS, *sorted([name, "participants"])]
+    # the fixed columns, then the reported ones in sorted order (the loop's among them)
+    assert list(rows[0]) == [*METRIC_COLUMNS, *sorted([name, "participants", "rejected"])]
     errors = [float(row[name]) for row in rows]
     assert all(0 < e < 1e-3 for e in errors)
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
@@ -283,7 +283,7 @@ def test_a_modules_own_validation_step_evaluates_the_model(
     job = make_job([*TINY, "fl.rounds=2", "model._target_=tests.user_module.EvaluatingModule"])
     run_job(job, tmp_path / "run")
     rows = read_rows(tmp_path / "run")
-    assert list(rows[0]) == [*METRIC_COLUMNS, "mean_max_logit", "participants"]
+    assert list(rows[0]) == [*METRIC_COLUMNS, "mean_max_logit", "participants", "rejected"]
     # Top-2 accuracy by hand on the final model, in the module's own batches of eval.batch_size.
     from .user_module import EvaluatingModule
 

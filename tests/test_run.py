@@ -30,7 +30,7 @@ def test_cli_run_writes_the_output_contract(tmp_path: Path) -> None:
     assert "fedlight: 4 rounds" in result.stdout + result.stderr
 
     rows = read_rows(run_dir)
-    assert list(rows[0]) == [*METRIC_COLUMNS, "participants"]
+    assert list(rows[0]) == [*METRIC_COLUMNS, "participants", "rejected"]
     assert [int(r["round"]) for r in rows] == [2, 4]
     model_bytes = 4 * (64 * 200 + 200 + 200 * 200 + 200 + 200 * 10 + 10)
     for row in rows:

@@ -6,13 +6,22 @@ fixed rule that the method defines (SCAFFOLD's Δc is a plain mean; buffers take
 weights). Each part has the weighting the paper uses, which `aggregator.weighting` may replace
 for the configured parts. A linear aggregator accumulates each upload as it arrives, so a round
 holds one running sum per part, not every client's upload; a non-linear one (median, Krum) must
-hold them all and says so with `holds_updates`.
+hold them all and says so with `holds_updates`: it flattens each update into one row of a
+preallocated matrix (`HeldUpdates`) and combines the rows at once.
+
+An update with a NaN or Inf entry is never aggregated, whatever the aggregator: `RoundAggregation`
+rejects the whole upload (every part of it) and counts it. A robust aggregator that cannot act on
+the round's number of updates (Krum needs n ≥ 2f + 3) refuses the round (`RoundRefused`): the loop
+keeps the global model and says why.
 """
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
+
+import torch
+from torch import Tensor
 
 from fedlight.config import require
 from fedlight.tensors import StateDict
@@ -40,6 +49,11 @@ class Part:
     configurable: bool  # through the configured aggregator; else the method's fixed plain mean
 
 
+class RoundRefused(Exception):  # noqa: N818 - a refusal, not an error: the run goes on
+    """An aggregator cannot act on this round's updates (too few for its assumption); the message
+    says which assumption and the counts, on one line."""
+
+
 class Accumulator(ABC):
     """One part's aggregation over one round."""
 
@@ -49,7 +63,14 @@ class Accumulator(ABC):
 
     @abstractmethod
     def result(self) -> StateDict | None:
-        """The aggregate; None if no client contributed."""
+        """The aggregate; None if no client contributed. Raises `RoundRefused` when the
+        aggregator's assumption fails for the updates it holds."""
+
+    def reject(self, weight: float) -> None:
+        """A client of weight `weight`, counted in the round's total weight, sent an update that
+        is not added (not finite): means renormalize over the others; a rule over the rows it
+        holds has nothing to correct."""
+        return None
 
     def partial(self) -> StateDict | None:
         """What this accumulator holds, to be combined with other workers' (`fl.exchange=sums`);
@@ -78,9 +99,99 @@ class Aggregator(ABC):
     def weighting_of(self, part: Part) -> str:
         return part.weighting if self.weighting == "algorithm" else self.weighting
 
+    def check(self, clients_per_round: int) -> None:
+        """Refuse (ConfigError) settings that cannot work with `clients_per_round` uploads a
+        round, before any training; a later round with fewer updates is refused by `result`.
+        A mean works with any number."""
+        return None
+
     @abstractmethod
-    def accumulator(self, total_weight: float) -> Accumulator:
-        """A fresh accumulation for a round whose contributing weights sum to `total_weight`."""
+    def accumulator(self, total_weight: float, count: int) -> Accumulator:
+        """A fresh accumulation for a round of at most `count` updates whose weights sum to
+        `total_weight`."""
+
+
+def flatten(update: StateDict) -> Tensor:
+    """One update as a float32 vector, its tensors in order."""
+    return torch.cat([t.reshape(-1).to(torch.float32) for t in update.values()])
+
+
+def unflatten(vector: Tensor, like: StateDict) -> StateDict:
+    """`vector` cut back into tensors shaped (and typed) as `like`'s."""
+    tensors: StateDict = {}
+    start = 0
+    for name, t in like.items():
+        tensors[name] = vector[start : start + t.numel()].reshape(t.shape).to(t.dtype)
+        start += t.numel()
+    return tensors
+
+
+class HeldUpdates(Accumulator):
+    """Keeps every update of the round as one row of an [n, d] float32 matrix, allocated at the
+    first update for the round's `count` clients, and combines them in `result`."""
+
+    def __init__(self, aggregator: "RobustAggregator", count: int) -> None:
+        self.aggregator = aggregator
+        self.count = count
+        self.rows: Tensor | None = None
+        self.weights: list[float] = []
+        self.like: StateDict = {}
+
+    def add(self, update: StateDict, weight: float) -> None:
+        row = flatten(update)
+        if self.rows is None:
+            self.like = {name: torch.empty_like(t, device="meta") for name, t in update.items()}
+            self.rows = row.new_empty((self.count, row.numel()))
+        self.rows[len(self.weights)] = row
+        self.weights.append(weight)
+
+    def result(self) -> StateDict | None:
+        if self.rows is None or not self.weights:
+            return None
+        n = len(self.weights)
+        refusal = self.aggregator.refusal(n)
+        if refusal is not None:
+            raise RoundRefused(refusal)
+        weights = torch.tensor(self.weights, dtype=torch.float64, device=self.rows.device)
+        combined = self.aggregator.combine(self.rows[:n], weights)
+        return unflatten(combined, self.like)
+
+
+@dataclass
+class RobustAggregator(Aggregator):
+    """An aggregator that must see every update of the round at once (median, Krum, ...).
+
+    A subclass writes `combine` over the [n, d] matrix of flattened updates, and `refusal` when
+    its assumption on n can fail; weights are the clients' (`aggregator.weighting`), which the
+    coordinate-wise and distance-based rules of the papers ignore (their YAMLs say uniform)."""
+
+    holds_updates: ClassVar[bool] = True
+    uses_weights: ClassVar[bool] = False  # False: the rule treats every update alike
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        name = type(self).__module__.rsplit(".", 1)[-1]
+        require(
+            self.uses_weights or self.weighting != "samples",
+            f"aggregator.weighting=samples does not apply to aggregator={name}: its rule treats "
+            "every update alike; use aggregator.weighting=uniform",
+        )
+
+    def accumulator(self, total_weight: float, count: int) -> Accumulator:
+        return HeldUpdates(self, count)
+
+    def refusal(self, n: int) -> str | None:
+        """Why this rule cannot combine `n` updates, in one line; None when it can."""
+        return None
+
+    def check(self, clients_per_round: int) -> None:
+        refusal = self.refusal(clients_per_round)
+        require(refusal is None, f"fl.clients_per_round={clients_per_round}: {refusal}")
+
+    @abstractmethod
+    def combine(self, updates: Tensor, weights: Tensor) -> Tensor:
+        """The aggregate of the rows of `updates` [n, d] (float32) with `weights` [n] (float64,
+        > 0): a [d] vector."""
 
 
 class RoundAggregation:
@@ -106,18 +217,33 @@ class RoundAggregation:
             weighting = aggregator.weighting_of(part) if part.configurable else part.weighting
             total = sum(client_weight(weighting, n) for n in sample_counts)
             self.weightings[name] = weighting
-            self.accumulators[name] = rule.accumulator(total)
+            self.accumulators[name] = rule.accumulator(total, len(sample_counts))
         self.contributors: list[tuple[int, int, int]] = []  # (client, samples, steps) in order
+        self.rejected: list[int] = []  # clients whose update was not finite, in order
 
-    def add(self, ctx: "RoundContext", upload: "ClientUpload") -> None:
-        """The server's view of one decoded upload, added to every part."""
+    def add(self, ctx: "RoundContext", upload: "ClientUpload") -> bool:
+        """The server's view of one decoded upload, added to every part; an upload with a NaN or
+        Inf entry is rejected instead (False), all its parts with it."""
+        parts = self.algorithm.split(ctx, upload)
+        if not all_finite(parts):
+            self.reject(upload)
+            return False
         self.contributors.append((upload.client_id, upload.num_samples, upload.num_steps))
-        for name, update in self.algorithm.split(ctx, upload).items():
+        for name, update in parts.items():
             weight = client_weight(self.weightings[name], upload.num_samples)
             if weight > 0:
                 self.accumulators[name].add(update, weight)
+        return True
+
+    def reject(self, upload: "ClientUpload") -> None:
+        self.rejected.append(upload.client_id)
+        for name, accumulator in self.accumulators.items():
+            weight = client_weight(self.weightings[name], upload.num_samples)
+            if weight > 0:
+                accumulator.reject(weight)
 
     def results(self) -> Mapping[str, StateDict | None]:
+        """Each part's aggregate; raises `RoundRefused` if an aggregator refuses the round."""
         return {name: acc.result() for name, acc in self.accumulators.items()}
 
     def partials(self) -> dict[str, StateDict | None]:
@@ -125,10 +251,30 @@ class RoundAggregation:
         return {name: acc.partial() for name, acc in self.accumulators.items()}
 
     def combine(
-        self, partials: Sequence[dict[str, StateDict | None]], uploads: Sequence["ClientUpload"]
+        self,
+        partials: Sequence[dict[str, StateDict | None]],
+        uploads: Sequence["ClientUpload"],
+        rejected: Sequence[bool],
     ) -> None:
         """Every worker's `partials` (rank order) summed into fresh accumulators, and the
-        round's contributors as `uploads` (participant order) list them."""
+        round's contributors as `uploads` (participant order) list them, less those `rejected`
+        (by the worker that aggregated them)."""
         for name, accumulator in self.accumulators.items():
             accumulator.merge([partial[name] for partial in partials])
-        self.contributors = [(u.client_id, u.num_samples, u.num_steps) for u in uploads]
+        self.contributors, self.rejected = [], []
+        for upload, was_rejected in zip(uploads, rejected, strict=True):
+            if was_rejected:
+                self.reject(upload)
+            else:
+                self.contributors.append((upload.client_id, upload.num_samples, upload.num_steps))
+
+
+def all_finite(parts: Mapping[str, StateDict]) -> bool:
+    """Whether every floating-point entry of every part is finite (one device sync)."""
+    checks = [
+        t.isfinite().all()
+        for part in parts.values()
+        for t in part.values()
+        if t.is_floating_point()
+    ]
+    return not checks or bool(torch.stack(checks).all())

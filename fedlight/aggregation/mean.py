@@ -11,10 +11,12 @@ from fedlight.tensors import StateDict
 
 class RunningMean(Accumulator):
     """Σ_i (w_i / W) u_i, added in the order given, so results are bit-reproducible. W is known in
-    advance; float64 updates are summed in float64, everything else in float32."""
+    advance; float64 updates are summed in float64, everything else in float32. Rejected updates'
+    weights R are taken out at the end: the result is scaled by W / (W − R)."""
 
     def __init__(self, total_weight: float) -> None:
         self.total = float(total_weight)
+        self.rejected = 0.0
         self.sums: StateDict | None = None
 
     def add(self, update: StateDict, weight: float) -> None:
@@ -28,15 +30,21 @@ class RunningMean(Accumulator):
         for name, total in self.sums.items():
             total.add_(update[name], alpha=weight / self.total)
 
+    def reject(self, weight: float) -> None:
+        self.rejected += weight
+
     def result(self) -> StateDict | None:
-        return self.sums
+        if self.sums is None or not self.rejected:
+            return self.sums
+        scale = self.total / (self.total - self.rejected)
+        return {name: total * scale for name, total in self.sums.items()}
 
     def partial(self) -> StateDict | None:
         return self.sums
 
     def merge(self, partials: Sequence[StateDict | None]) -> None:
         present = [partial for partial in partials if partial is not None]
-        self.sums = None
+        self.sums, self.rejected = None, 0.0
         if present:
             self.sums = {name: t.clone() for name, t in present[0].items()}
             for partial in present[1:]:
@@ -48,7 +56,7 @@ class RunningMean(Accumulator):
 class Mean(Aggregator):
     """`aggregator=mean`: the weighted mean (`aggregator.weighting`)."""
 
-    def accumulator(self, total_weight: float) -> Accumulator:
+    def accumulator(self, total_weight: float, count: int) -> Accumulator:
         return RunningMean(total_weight)
 
 

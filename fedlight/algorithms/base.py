@@ -181,6 +181,11 @@ class Algorithm(ABC):
         """The server's view of one decoded upload: each of `parts`' tensors."""
         return {}
 
+    def model_update_keys(self, ctx: RoundContext, tensors: StateDict) -> list[str]:
+        """The entries of an upload that are the client's model update, what an attacking
+        client forges (`fedlight.attacks`): by default the trainable parameters' entries."""
+        return [key for key in tensors if key in ctx.trainable]
+
     def server_update(
         self,
         ctx: RoundContext,

@@ -160,6 +160,14 @@ class Scaffold(FedAvg):
         tensors.update({DELTA_C + name: t for name, t in delta_c.items()})
         return ClientUpload(local.client_id, local.num_samples, local.num_steps, tensors), new_state
 
+    def model_update_keys(self, ctx: RoundContext, tensors: StateDict) -> list[str]:
+        """Δy of the trainable parameters (Δc, a plain mean by definition, is left alone)."""
+        return [
+            key
+            for key in tensors
+            if key.startswith(DELTA_Y) and key.removeprefix(DELTA_Y) in ctx.trainable
+        ]
+
     def split(self, ctx: RoundContext, upload: ClientUpload) -> dict[str, StateDict]:
         parts: dict[str, StateDict] = {DELTA_Y: {}, BUFFERS: {}, DELTA_C: {}}
         for key, t in upload.tensors.items():

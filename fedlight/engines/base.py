@@ -33,6 +33,9 @@ class LocalTask:
     indices: Tensor  # training examples, on the data's device
     start: StateDict  # the weights local training starts from (read, never modified)
     callbacks: list[LocalCallback]
+    # The label it trains on for each true label (a label-flipping client); None: the true ones.
+    # Applied per batch, so the shared dataset is never copied.
+    label_map: Tensor | None = None
 
 
 def first_optimizer(configured: Any) -> torch.optim.Optimizer:

@@ -51,6 +51,8 @@ class SequentialEngine(Engine):
         step = 0
         for indices in batch_indices(task.indices, generator, local.epochs, local.batch_size):
             x, y = data.train_x[indices], data.train_y[indices]
+            if task.label_map is not None:
+                y = task.label_map[y]
             if augment is not None:
                 x = augment(x, generator)
             loss = training_loss(module.training_step((x, y), step))

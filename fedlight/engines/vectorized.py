@@ -126,6 +126,17 @@ def sgd_settings(module: pl.LightningModule) -> dict[str, SGDSettings]:
     return settings
 
 
+def stacked_label_maps(
+    tasks: Sequence[LocalTask], num_classes: int, device: torch.device
+) -> Tensor | None:
+    """The clients' label maps as rows of a [clients, classes] tensor (the identity for clients
+    on their true labels); None when every client trains on its true labels."""
+    if all(task.label_map is None for task in tasks):
+        return None
+    identity = torch.arange(num_classes, device=device)
+    return torch.stack([identity if t.label_map is None else t.label_map for t in tasks])
+
+
 def stacked_callbacks(tasks: Sequence[LocalTask]) -> list[LocalCallback]:
     """Each of the round's algorithm callbacks stacked over the clients, in task order."""
     kinds = {tuple(type(callback) for callback in task.callbacks) for task in tasks}
@@ -205,6 +216,7 @@ class VectorizedEngine(Engine):
             torch.Generator().manual_seed(local_seed(self.settings.seed, round_index, task.client))
             for task in tasks
         ]
+        label_maps = stacked_label_maps(tasks, self.data.num_classes, device)
         streams = [
             batch_indices(task.indices, generator, local.epochs, local.batch_size)
             for task, generator in zip(tasks, generators, strict=True)
@@ -214,6 +226,8 @@ class VectorizedEngine(Engine):
         for step in range(max(steps)):
             taking = [step < client_steps for client_steps in steps]
             x, y, mask = self.step_batches(streams, generators, taking)
+            if label_maps is not None:
+                y = label_maps.gather(1, y)
             grads, losses = self.client_step(params, constants, x, y, mask)
             for callback in callbacks:
                 grads = callback.correct_gradients(params, grads)
