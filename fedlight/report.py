@@ -48,6 +48,9 @@ METRIC_TITLES = {
     "participation_jain": "Jain's index of participation",
     "participation_min": "Fewest rounds a client trained",
     "participation_max": "Most rounds a client trained",
+    "malicious": "Malicious participants",
+    "rejected": "Rejected updates (NaN/Inf)",
+    "aggregation_refused": "Rounds the aggregator refused",
 }
 # Decimals of a cell where one is not enough (an index in [1/N, 1]).
 DECIMALS = {"participation_jain": 3}

@@ -40,6 +40,15 @@ VARIANTS = {
     "poisson": ["selection=poisson"],
     # most of 5,000 clients hold none of the digits: rounds of few or no participants
     "clients_without_data": ["partition=iid", "fl.num_clients=5000"],
+    # attacks: after the gather (the same forgery on every worker), on the data, on the upload
+    "alie_median": ["attack=alie", "aggregator=median"],
+    "label_flip_krum": ["attack=label_flip", "aggregator=krum"],
+    "not_finite_rejected": [
+        "attack=label_flip",
+        "attack._target_=tests.user_attack.NotFiniteUpdates",
+        "attack.count=3",
+        "aggregator=geometric_median",
+    ],
 }
 # Settings of the process group the comparison runs share (as torchrun would start it).
 GROUP = RunSettings(fl=FLSettings(workers=2, threads_per_worker=1), device="cpu")

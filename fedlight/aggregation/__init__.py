@@ -1,2 +1,3 @@
-"""How the server combines a round's client updates (`aggregator=`): the weighted mean now; robust
-aggregators (median, trimmed mean, Krum) plug in as further options of the same interface."""
+"""How the server combines a round's client updates (`aggregator=`): the weighted mean, and the
+robust rules (median, trimmed mean, Krum, Multi-Krum, Bulyan, geometric median, norm clipping)
+that bound what a minority of attacking clients can do (`fedlight.attacks`)."""
