@@ -75,7 +75,7 @@ def test_the_gaussian_attack_draws_noise_of_the_updates_scale_from_the_derived_g
     update = {"w": torch.linspace(-3, 3, 40_000), "v": torch.full((10,), 0.5)}
     attack = Gaussian(scale=10.0)
     noise = attack.corrupt(CTX, 4, update)
-    assert torch.equal(noise["w"], attack.corrupt(CTX, 4, update)["w"])  # same (seed, round, client)
+    assert torch.equal(noise["w"], attack.corrupt(CTX, 4, update)["w"])  # same seed, round, client
     assert not torch.equal(noise["w"], attack.corrupt(CTX, 5, update)["w"])
     rms = update["w"].square().mean().sqrt()
     assert noise["w"].std().item() == pytest.approx(10 * rms.item(), rel=0.02)

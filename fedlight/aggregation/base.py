@@ -96,6 +96,11 @@ class Aggregator(ABC):
             "examples), uniform (every client with data alike) or algorithm (each method's own)",
         )
 
+    @property
+    def option(self) -> str:
+        """The option's name in the `aggregator` group (its module's)."""
+        return type(self).__module__.rsplit(".", 1)[-1]
+
     def weighting_of(self, part: Part) -> str:
         return part.weighting if self.weighting == "algorithm" else self.weighting
 
@@ -170,11 +175,10 @@ class RobustAggregator(Aggregator):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        name = type(self).__module__.rsplit(".", 1)[-1]
         require(
             self.uses_weights or self.weighting != "samples",
-            f"aggregator.weighting=samples does not apply to aggregator={name}: its rule treats "
-            "every update alike; use aggregator.weighting=uniform",
+            f"aggregator.weighting=samples does not apply to aggregator={self.option}: its rule "
+            "treats every update alike; use aggregator.weighting=uniform",
         )
 
     def accumulator(self, total_weight: float, count: int) -> Accumulator:

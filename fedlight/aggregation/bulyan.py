@@ -2,22 +2,17 @@
 ICML 2018 (Section 4), over Krum."""
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import Tensor
 
-from fedlight.aggregation.base import RobustAggregator
-from fedlight.aggregation.krum import (
-    krum_scores,
-    pairwise_squared_distances,
-    require_byzantine_count,
-    too_few,
-)
+from fedlight.aggregation.krum import ByzantineTolerant, krum_scores, pairwise_squared_distances
 from fedlight.aggregation.median import coordinate_median
 
 
 @dataclass
-class Bulyan(RobustAggregator):
+class Bulyan(ByzantineTolerant):
     """`aggregator=bulyan`: θ = n − 2f updates are selected one at a time by Krum over those not
     yet selected (scores recomputed on the remaining set, from one distance matrix); then each
     coordinate is the mean of the β = θ − 2f values of the selected updates closest to their
@@ -29,15 +24,7 @@ class Bulyan(RobustAggregator):
     both sides, where only some fit among the β, are taken from below the median first. Every
     update counts alike (the rule has no weights)."""
 
-    weighting: str = "uniform"
-    f: int = 1  # Byzantine clients assumed per round
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        require_byzantine_count(self.f)
-
-    def refusal(self, n: int) -> str | None:
-        return too_few("bulyan", n, self.f, 4)
+    factor: ClassVar[int] = 4
 
     def combine(self, updates: Tensor, weights: Tensor) -> Tensor:
         selected = updates[self.select(updates)]

@@ -2,6 +2,7 @@
 Descent", NeurIPS 2017 (Section 4), and the pairwise distances it and its relatives share."""
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import Tensor
@@ -31,14 +32,6 @@ def krum_scores(distances: Tensor, neighbours: int) -> Tensor:
     return others.topk(neighbours, dim=1, largest=False).values.sum(dim=1)
 
 
-def require_byzantine_count(f: int) -> None:
-    require(
-        isinstance(f, int) and not isinstance(f, bool) and f >= 0,
-        f"aggregator.f={f} is the number of Byzantine clients assumed per round and must be an "
-        "integer ≥ 0; use e.g. aggregator.f=1",
-    )
-
-
 def too_few(name: str, n: int, f: int, factor: int) -> str | None:
     """The refusal of a rule that needs n ≥ factor·f + 3 updates; None when n is enough."""
     needed = factor * f + 3
@@ -48,20 +41,32 @@ def too_few(name: str, n: int, f: int, factor: int) -> str | None:
 
 
 @dataclass
-class Krum(RobustAggregator):
-    """`aggregator=krum`: the one update with the lowest score, the sum of its squared distances
-    to its n − f − 2 nearest other updates (ties: the first in participant order). Tolerates f
-    Byzantine updates when n ≥ 2f + 3. Every update counts alike (the rule has no weights)."""
+class ByzantineTolerant(RobustAggregator):
+    """A rule that tolerates `f` Byzantine updates a round when n ≥ factor·f + 3 (Krum and
+    Multi-Krum: 2f + 3; Bulyan: 4f + 3)."""
 
     weighting: str = "uniform"
     f: int = 1  # Byzantine clients assumed per round
 
+    factor: ClassVar[int] = 2
+
     def __post_init__(self) -> None:
         super().__post_init__()
-        require_byzantine_count(self.f)
+        require(
+            isinstance(self.f, int) and not isinstance(self.f, bool) and self.f >= 0,
+            f"aggregator.f={self.f} is the number of Byzantine clients assumed per round and "
+            "must be an integer ≥ 0; use e.g. aggregator.f=1",
+        )
 
     def refusal(self, n: int) -> str | None:
-        return too_few("krum", n, self.f, 2)
+        return too_few(self.option, n, self.f, self.factor)
+
+
+@dataclass
+class Krum(ByzantineTolerant):
+    """`aggregator=krum`: the one update with the lowest score, the sum of its squared distances
+    to its n − f − 2 nearest other updates (ties: the first in participant order). Tolerates f
+    Byzantine updates when n ≥ 2f + 3. Every update counts alike (the rule has no weights)."""
 
     def combine(self, updates: Tensor, weights: Tensor) -> Tensor:
         n = updates.shape[0]

@@ -6,33 +6,24 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from fedlight.aggregation.base import RobustAggregator
-from fedlight.aggregation.krum import (
-    krum_scores,
-    pairwise_squared_distances,
-    require_byzantine_count,
-    too_few,
-)
+from fedlight.aggregation.krum import ByzantineTolerant, krum_scores, pairwise_squared_distances
 from fedlight.config import require
 
 
 @dataclass
-class MultiKrum(RobustAggregator):
+class MultiKrum(ByzantineTolerant):
     """`aggregator=multi_krum`: the mean of the m updates with the lowest Krum scores (each the sum
     of squared distances to its n − f − 2 nearest other updates, computed once; ties: the first in
     participant order). The paper's mean is plain (`aggregator.weighting=uniform`); with another
     weighting the m selected updates are averaged with their clients' weights. Needs n ≥ 2f + 3
     and m ≤ n; m = 1 is Krum."""
 
-    weighting: str = "uniform"
-    f: int = 1  # Byzantine clients assumed per round
     m: int | None = None  # updates averaged; None: n − f
 
     uses_weights = True
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        require_byzantine_count(self.f)
         require(
             self.m is None or (isinstance(self.m, int) and self.m >= 1),
             f"aggregator.m={self.m} is the number of updates averaged and must be an integer "
@@ -45,7 +36,7 @@ class MultiKrum(RobustAggregator):
     def refusal(self, n: int) -> str | None:
         if self.selected(n) > n:
             return f"aggregator=multi_krum needs m ≤ n updates (m={self.m}), got {n}"
-        return too_few("multi_krum", n, self.f, 2)
+        return super().refusal(n)
 
     def combine(self, updates: Tensor, weights: Tensor) -> Tensor:
         n = updates.shape[0]

@@ -18,7 +18,7 @@ class Scaled(Attack):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        require(self.scale > 0, f"attack.scale={self.scale} must be > 0 (the update sent is s·Δ)")
+        require(self.scale > 0, f"attack.scale={self.scale} must be > 0 (the factor s)")
 
     def corrupt(self, ctx: RoundContext, client: int, update: StateDict) -> StateDict:
         return {name: self.scale * t for name, t in update.items()}

@@ -7,19 +7,14 @@ p = 0.2 the default s = 4 cancels it, and larger s reverses it.
 
 from dataclasses import dataclass
 
-from fedlight.attacks.base import Attack
-from fedlight.config import require
+from fedlight.attacks.scaled import Scaled
 from fedlight.context import RoundContext
 from fedlight.tensors import StateDict
 
 
 @dataclass
-class SignFlip(Attack):
+class SignFlip(Scaled):
     scale: float = 4.0  # s
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        require(self.scale > 0, f"attack.scale={self.scale} must be > 0 (the update sent is −s·Δ)")
 
     def corrupt(self, ctx: RoundContext, client: int, update: StateDict) -> StateDict:
         return {name: -self.scale * t for name, t in update.items()}
