@@ -10,7 +10,14 @@ from fedlight.config import ConfigError
 
 from .conftest import REPO, compose_config, run_cli
 
-PRESETS = ["fedavg_vs_scaffold", "rounds_vs_epochs", "fed_vs_central", "selection", "lr_schedule"]
+PRESETS = [
+    "fedavg_vs_scaffold",
+    "rounds_vs_epochs",
+    "fed_vs_central",
+    "selection",
+    "lr_schedule",
+    "robust",
+]
 
 
 def test_every_preset_is_listed_and_declares_seeds_0_1_2() -> None:
@@ -50,6 +57,18 @@ def test_fed_vs_central_bundles_algorithm_and_partition_per_setting() -> None:
         "fedavg_iid": ("fedavg", "iid"),
         "fedavg_noniid": ("fedavg", "shards"),
     }
+
+
+def test_each_robust_setting_builds_its_aggregator_against_20_clients_a_round(make_job) -> None:
+    """Every option of experiment/robust sets its aggregator with settings the preset's 20
+    participants allow (Bulyan's f = 4 needs 19), under the strongest attack of the table."""
+    expected = {"krum": 4, "multi_krum": 4, "bulyan": 4}
+    for option in group_options("experiment/robust"):
+        job = make_job(["+experiment=robust", f"+experiment/robust={option}", "attack=alie"])
+        aggregator = job.algorithm.aggregator
+        assert aggregator.option == option
+        assert getattr(aggregator, "f", None) == expected.get(option)
+        assert job.settings.fl.clients_per_round == 20
 
 
 def test_command_line_overrides_replace_the_presets_sweep() -> None:
