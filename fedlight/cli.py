@@ -189,7 +189,11 @@ def hydra_entry(cfg: DictConfig) -> None:
     except (ConfigError, DataError, WorkerError) as error:
         fail(str(error), 2)
     except DivergenceError as error:
-        fail(str(error), 3)
+        if not multirun:
+            fail(str(error), 3)
+        # One diverged job is a result of the sweep, not its end: said, and the next job runs
+        # (`fedlight report` marks the job and leaves it out of mean ± std).
+        print(f"fedlight: {output_dir}: {error}", file=sys.stderr)
     except KeyboardInterrupt:
         print(interrupted(output_dir, list(hydra_cfg.overrides.task)), file=sys.stderr)
         sys.exit(130)

@@ -117,6 +117,7 @@ class RoundStats:
     bytes_down: int
     client_seconds: float  # summed local-training time of the round's participants
     metrics: dict[str, float] = field(default_factory=dict)  # the stages' reported numbers
+    every_update_rejected: bool = False  # clients trained, and none sent finite numbers
 
 
 @dataclass
@@ -153,8 +154,12 @@ STATE_KEYS = (
 
 
 def not_finite(stats: RoundStats, weights: StateDict) -> str | None:
-    """What of a round is not finite (its training loss, if anybody trained, or the global
-    weights), in words; None if everything is."""
+    """What of a round is not finite (every client's update, its training loss, if anybody
+    trained, or the global weights), in words; None if everything is. A round whose every update
+    was rejected kept the global model, but nothing its clients computed was a number: local
+    training diverged (e.g. a learning rate far too high), or every participant attacked."""
+    if stats.every_update_rejected:
+        return "every client update had NaN/Inf entries (all rejected; the model was kept)"
     if stats.num_samples and not math.isfinite(stats.train_loss):
         return f"train_loss {stats.train_loss}"
     floating = {name: t for name, t in weights.items() if t.is_floating_point()}
@@ -392,6 +397,7 @@ class FederatedLoop:
                 else math.nan  # nobody trained, or every update was rejected
             ),
             num_samples=samples,
+            every_update_rejected=bool(outcomes) and not kept,
             lr=lrs[0],
             bytes_up=sum(outcome.bytes_up for outcome in outcomes) + probe_bytes_up,
             bytes_down=sum(outcome.bytes_down for outcome in outcomes) + probe_bytes_down,

@@ -180,12 +180,18 @@ def test_nan_and_inf_updates_are_never_averaged_and_the_run_goes_on(
 def test_a_round_whose_every_update_is_rejected_keeps_the_global_model(
     make_job: Callable[[list[str]], Job], tmp_path: Path
 ) -> None:
-    summary = run_job(make_job([*TINY, *NOT_FINITE, "attack.fraction=1.0"]), tmp_path)
+    """Nothing finite came back: the model is kept, and the round counts as diverged (stop, or
+    go on with `fl.on_divergence=continue`)."""
+    job = make_job([*TINY, *NOT_FINITE, "attack.fraction=1.0", "fl.on_divergence=continue"])
+    summary = run_job(job, tmp_path)
     rows = read_rows(tmp_path)
+    initial = load_checkpoint(tmp_path / "checkpoint.pt")["server_weights"]
     assert {r["test_accuracy"] for r in rows} == {rows[0]["test_accuracy"]}
     assert all(r["rejected"] == r["participants"] for r in rows)
     assert all(r["train_loss"] == "nan" for r in rows)
-    assert summary["diverged_at_round"] is None and summary["rounds"] == 4
+    assert summary["diverged_at_round"] == 1 and summary["rounds"] == 4
+    assert "every client update had NaN/Inf entries" in summary["divergence"]
+    assert all(t.isfinite().all() for t in initial.values())
 
 
 def test_a_round_with_too_few_updates_for_krum_is_refused_and_the_model_kept(

@@ -378,6 +378,21 @@ def test_the_cli_exits_3_on_divergence_with_one_line(
     assert not (run / run_dir.LOCK_NAME).exists()
 
 
+def test_a_diverged_job_of_a_sweep_is_said_and_the_next_job_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    sweep = tmp_path / "sweep"
+    args = ["-m", *TINY, "fl.rounds=3", "optim.lr=1e6,0.05", f"hydra.sweep.dir={sweep}"]
+    monkeypatch.setattr(sys, "argv", ["fedlight", *args])
+    cli.main()  # returns: the sweep ran to its end
+    summaries = [json.loads((sweep / job / "summary.json").read_text()) for job in ("0", "1")]
+    assert summaries[0]["diverged_at_round"] is not None
+    assert summaries[1]["diverged_at_round"] is None and summaries[1]["rounds"] == 3
+    said = [line for line in capsys.readouterr().err.splitlines() if "diverged" in line]
+    assert len(said) == 1 and said[0].startswith(f"fedlight: {sweep / '0'}: the run diverged")
+
+
 def test_ctrl_c_exits_130_with_the_command_to_go_on(tmp_path: Path) -> None:
     run = tmp_path / "interrupted"
     args = [*TINY, "fl.rounds=100000", f"hydra.run.dir={run}"]
