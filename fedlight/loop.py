@@ -34,7 +34,7 @@ import pytorch_lightning as pl
 import torch
 from torch import Tensor
 
-from fedlight.aggregation.base import RoundAggregation, RoundRefused
+from fedlight.aggregation.base import RoundRefused
 from fedlight.algorithms.base import (
     Algorithm,
     ClientUpload,
@@ -306,10 +306,9 @@ class FederatedLoop:
             written = self.client_states.write(client, round_index, state) if changed else None
             rejected = False
             if streaming:  # aggregated now, nothing of it kept
-                server_extras, accepted = self.receive_upload(
-                    ctx, encoded, aggregation, server_extras
-                )
-                encoded, rejected = replace(encoded, tensors={}), not accepted
+                decoded, server_extras = self.decode_upload(ctx, encoded, server_extras)
+                rejected = not aggregation.add(ctx, decoded)
+                encoded = replace(encoded, tensors={})
             mine.append(
                 Outcome(
                     encoded,
@@ -333,19 +332,17 @@ class FederatedLoop:
                 ctx.metrics.add(name, value)
         if not streaming:  # every worker aggregates every upload, in participant order
 
-            def decoded() -> Iterator[ClientUpload]:
+            def decoded_uploads() -> Iterator[ClientUpload]:
                 nonlocal server_extras
                 for outcome in outcomes:
-                    upload = outcome.upload
-                    tensors, server_extras = wire.receive(
-                        UPLOAD, ctx, upload.client_id, upload.tensors, server_extras
-                    )
-                    yield replace(upload, tensors=tensors)
+                    decoded, server_extras = self.decode_upload(ctx, outcome.upload, server_extras)
+                    yield decoded
 
             def keys_of(upload: ClientUpload) -> list[str]:
                 return algorithm.model_update_keys(ctx, upload.tensors)
 
-            for upload in self.attack.forge_uploads(ctx, decoded(), malicious, keys_of):
+            # lazily, one upload at a time, unless the attack forges from all of them
+            for upload in self.attack.forge_uploads(ctx, decoded_uploads(), malicious, keys_of):
                 aggregation.add(ctx, upload)
         elif self.workers.count > 1:  # one partial sum per worker, combined in rank order
             partials = self.workers.gather(one_per_worker(self.workers), [aggregation.partials()])
@@ -405,20 +402,15 @@ class FederatedLoop:
             metrics=ctx.metrics.values,
         )
 
-    def receive_upload(
-        self,
-        ctx: RoundContext,
-        upload: ClientUpload,
-        aggregation: RoundAggregation,
-        server_extras: StateDict,
-    ) -> tuple[StateDict, bool]:
-        """The server's side of one upload: decoded by the wire and added to the aggregates
-        (False: rejected as not finite)."""
-        client = upload.client_id
+    def decode_upload(
+        self, ctx: RoundContext, upload: ClientUpload, server_extras: StateDict
+    ) -> tuple[ClientUpload, StateDict]:
+        """The server's side of one encoded upload: decoded by the wire, whose receiver state
+        lives in the server extras."""
         tensors, server_extras = self.wire.receive(
-            UPLOAD, ctx, client, upload.tensors, server_extras
+            UPLOAD, ctx, upload.client_id, upload.tensors, server_extras
         )
-        return server_extras, aggregation.add(ctx, replace(upload, tensors=tensors))
+        return replace(upload, tensors=tensors), server_extras
 
     def tell_once(self, topic: str, message: str) -> None:
         """`message` on the console (main worker), the first time `topic` comes up in this
