@@ -22,6 +22,7 @@ from fedlight.attacks.alie import ALIE, paper_z
 from fedlight.attacks.gaussian import Gaussian
 from fedlight.attacks.ipm import IPM
 from fedlight.attacks.label_flip import LabelFlip
+from fedlight.attacks.scaled import Scaled
 from fedlight.attacks.sign_flip import SignFlip
 from fedlight.checkpoint import load_checkpoint
 from fedlight.config import ConfigError
@@ -64,6 +65,9 @@ def test_client_side_attacks_change_the_model_update_and_nothing_else() -> None:
     assert torch.equal(flipped.tensors["v"], torch.tensor([-8.0]))
     assert flipped.tensors["b"] is honest.tensors["b"]  # the buffer's delta travels as it was
     assert list(flipped.tensors) == list(honest.tensors)
+    boosted = Scaled(scale=10.0).corrupt_upload(CTX, honest, keys)
+    assert torch.equal(boosted.tensors["w"], torch.tensor([10.0, -20.0]))
+    assert boosted.tensors["b"] is honest.tensors["b"]
 
     scaffold_keys = Scaffold().model_update_keys(
         CTX, {DELTA_Y + "w": torch.zeros(1), DELTA_Y + "b": torch.zeros(1), DELTA_C + "w": 0}
@@ -197,8 +201,10 @@ def test_a_round_whose_every_update_is_rejected_keeps_the_global_model(
 def test_a_round_with_too_few_updates_for_krum_is_refused_and_the_model_kept(
     make_job: Callable[[list[str]], Job], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Most of 5,000 clients hold none of the digits: rounds have fewer than 2f + 3 updates."""
-    job = make_job([*TINY, "fl.num_clients=5000", "fl.clients_per_round=6", "aggregator=krum"])
+    """Most of 3,000 clients hold none of the digits: rounds have fewer than 2f + 3 updates."""
+    job = make_job(
+        [*TINY, "fl.num_clients=3000", "fl.clients_per_round=6", "fl.rounds=2", "aggregator=krum"]
+    )
     run_job(job, tmp_path)
     rows = read_rows(tmp_path)
     refused = [r for r in rows if r.get("aggregation_refused") == "1.0"]
