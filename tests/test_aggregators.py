@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from omegaconf import open_dict
 from torch import Tensor
 
 from fedlight.aggregation.base import (
@@ -25,11 +24,11 @@ from fedlight.aggregation.norm_clip import NormClip
 from fedlight.aggregation.trimmed_mean import TrimmedMean
 from fedlight.algorithms.base import ClientUpload
 from fedlight.algorithms.fedavg import UPDATE, FedAvg
-from fedlight.config import CONFIG_GROUPS, ConfigError
+from fedlight.config import ConfigError
 from fedlight.context import Federation
-from fedlight.stages import CONF_DIR, Stages, build_stages
+from fedlight.experiment import Job
+from fedlight.stages import CONF_DIR
 from fedlight.tensors import StateDict
-from tests.conftest import compose_config
 
 AGGREGATOR_YAMLS = sorted(p.stem for p in (Path(CONF_DIR) / "aggregator").glob("*.yaml"))
 SHAPES = {"w": (2, 2), "b": (1,)}  # two tensors of different shapes: d = 5
@@ -366,14 +365,6 @@ def test_bad_settings_are_refused_naming_the_key(build: Callable[[], Aggregator]
         build()
 
 
-def build_from_config(overrides: list[str]) -> Stages:
-    cfg = compose_config(overrides)
-    choices = {g: str(cfg.hydra.runtime.choices[g]) for g in CONFIG_GROUPS}
-    with open_dict(cfg):
-        del cfg["hydra"]
-    return build_stages(cfg, choices)
-
-
 def test_every_aggregator_has_its_yaml() -> None:
     assert AGGREGATOR_YAMLS == [
         "bulyan",
@@ -399,8 +390,10 @@ SAMPLES = [10, 20, 30, 40, 50, 60, 5]
     [["algo=fedavg"], ["algo=fedprox"], ["algo=fedavg", "server_opt=adam"]],
     ids=["fedavg", "fedprox", "fedavg-adam"],
 )
-def test_every_aggregator_moves_the_model_by_its_aggregate(name: str, overrides: list[str]) -> None:
-    algorithm = build_from_config([f"aggregator={name}", *overrides]).algorithm
+def test_every_aggregator_moves_the_model_by_its_aggregate(
+    make_job: Callable[[list[str]], Job], name: str, overrides: list[str]
+) -> None:
+    algorithm = make_job([f"aggregator={name}", *overrides]).algorithm
     assert isinstance(algorithm, FedAvg)
     aggregator = algorithm.aggregator
     assert type(aggregator).__module__ == f"fedlight.aggregation.{name}"
@@ -425,7 +418,9 @@ def test_every_aggregator_moves_the_model_by_its_aggregate(name: str, overrides:
         assert moved.abs().max() < 1.0  # the attacker (40 in every coordinate) is kept out
 
 
-def test_norm_clip_runs_with_exchanged_sums_and_held_updates_do_not() -> None:
-    build_from_config(["aggregator=norm_clip", "fl.exchange=sums"])
+def test_norm_clip_runs_with_exchanged_sums_and_held_updates_do_not(
+    make_job: Callable[[list[str]], Job],
+) -> None:
+    make_job(["aggregator=norm_clip", "fl.exchange=sums"])
     with pytest.raises(ConfigError, match=r"fl\.exchange=sums needs a linear aggregator"):
-        build_from_config(["aggregator=krum", "fl.exchange=sums"])
+        make_job(["aggregator=krum", "fl.exchange=sums"])
