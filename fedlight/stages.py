@@ -20,7 +20,7 @@ from fedlight.attacks.base import Attack
 from fedlight.config import ConfigError, require
 from fedlight.lr_schedules.base import LRSchedule
 from fedlight.selection.base import Selection
-from fedlight.wire.base import Wire
+from fedlight.wire.base import Wire, WireTransform
 
 CONF_DIR = Path(__file__).resolve().parent / "conf"
 INJECTED = ("aggregator", "server_opt")  # groups whose objects the algorithm receives
@@ -104,6 +104,9 @@ def build_stages(cfg: DictConfig, choices: dict[str, str]) -> Stages:
             "round after the gather; use fl.exchange=uploads",
         )
     wire: Wire = instantiate_group(cfg, "wire")
+    compressor: WireTransform | None = instantiate_group(cfg, "compression")
+    if compressor is not None:  # first in the upload chain: the wire's casts act on its payload
+        wire = Wire(upload={"compression": compressor, **wire.upload}, download=wire.download)
     for name, transform in wire.upload.items():
         require(
             exchange != "sums" or not transform.receiver_state,

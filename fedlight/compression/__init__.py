@@ -1,0 +1,1 @@
+"""Upload compressors (`compression=`): wire transforms whose payloads are the exact bytes sent."""

@@ -1,0 +1,82 @@
+"""Random-k sparsification, the control for top-k (Stich et al., NeurIPS 2018; Wangni et al.,
+NeurIPS 2018): each float32 tensor sends k = ⌈ratio·n⌉ entries at positions drawn from the
+derived generator (seed, WIRE, round, client), scaled by n/k so that the decoded tensor is an
+unbiased estimate. The receiver draws the same positions from the same generator, so only the
+values (and the shape) travel: 4k bytes per tensor. Error feedback is off by default (the
+estimate is unbiased); `error_feedback: true` keeps e ← (Δ + e) − decoded per client.
+"""
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from fedlight.compression.topk import SHAPE, VALUES
+from fedlight.config import require
+from fedlight.context import RoundContext
+from fedlight.rng import Stream
+from fedlight.tensors import StateDict
+from fedlight.wire.base import WireTransform
+
+
+@dataclass
+class RandK(WireTransform):
+    ratio: float = 0.1  # share of entries sent
+    error_feedback: bool = False
+
+    def __post_init__(self) -> None:
+        require(
+            0 < self.ratio <= 1,
+            f"compression.ratio={self.ratio} must be in (0, 1] (the share of entries sent)",
+        )
+
+    @property
+    def sender_state(self) -> bool:  # type: ignore[override]
+        return self.error_feedback
+
+    def positions(self, generator: torch.Generator, size: int, device: torch.device) -> Tensor:
+        """k sorted positions of 0 … size − 1, drawn without replacement."""
+        k = math.ceil(self.ratio * size)
+        return torch.randperm(size, generator=generator)[:k].sort().values.to(device)
+
+    def encode(
+        self, ctx: RoundContext, client: int, tensors: StateDict, state: StateDict | None
+    ) -> tuple[StateDict, StateDict | None]:
+        generator = ctx.torch_generator(Stream.WIRE, client)
+        payload: StateDict = {}
+        residuals: StateDict = {}
+        for name, t in tensors.items():
+            if t.dtype != torch.float32:
+                payload[name] = t
+                continue
+            if self.error_feedback and state and name in state:
+                t = t + state[name]
+            flat = t.reshape(-1)
+            chosen = self.positions(generator, flat.numel(), flat.device)
+            scale = flat.numel() / chosen.numel()
+            payload[name + VALUES] = flat[chosen] * scale
+            payload[name + SHAPE] = torch.tensor(list(t.shape), dtype=torch.int32)
+            if self.error_feedback:
+                residual = flat.clone()
+                residual[chosen] -= payload[name + VALUES]
+                residuals[name] = residual.view(t.shape)
+        return payload, residuals if self.error_feedback else None
+
+    def decode(
+        self, ctx: RoundContext, client: int, payload: StateDict, state: StateDict | None
+    ) -> tuple[StateDict, StateDict | None]:
+        generator = ctx.torch_generator(Stream.WIRE, client)
+        names = {key.removesuffix(SHAPE) for key in payload if key.endswith(SHAPE)}
+        decoded: StateDict = {}
+        for key, t in payload.items():
+            if key.endswith(SHAPE):
+                name = key.removesuffix(SHAPE)
+                shape = torch.Size(t.tolist())
+                values = payload[name + VALUES]
+                dense = torch.zeros(shape.numel(), dtype=values.dtype, device=values.device)
+                dense[self.positions(generator, shape.numel(), values.device)] = values
+                decoded[name] = dense.view(shape)
+            elif key.removesuffix(VALUES) not in names:
+                decoded[key] = t
+        return decoded, None

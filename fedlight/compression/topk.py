@@ -1,0 +1,162 @@
+"""Top-k sparsification with error feedback: each upload keeps only its `ratio` largest-magnitude
+entries (Stich, Cordonnier and Jaggi, "Sparsified SGD with Memory", NeurIPS 2018), and what it
+drops stays with the client and is added to its next upload (error feedback; Karimireddy et al.,
+"Error Feedback Fixes SignSGD", ICML 2019): e ← (Δ + e) − top_k(Δ + e).
+
+The k entries are chosen per tensor (`scope: tensor`, k = ⌈ratio·n⌉ of each) or over the whole
+update (`scope: update`, k = ⌈ratio·Σn⌉ shared by all tensors, so a tensor may send none). Each
+float32 tensor travels as its kept values (float32) and their positions: a list of indices in the
+narrowest integer type that holds n − 1 (uint8, int16 or int32), or a bitmap of n bits when that is
+smaller (dense selections); its shape goes along (int32 per dimension), so the receiver needs
+nothing but the payload. Other dtypes travel unchanged. The residual is per-client state (the
+client-state store, memory or disk, checkpointed).
+"""
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from fedlight.config import require
+from fedlight.context import RoundContext
+from fedlight.tensors import StateDict
+from fedlight.wire.base import WireTransform
+
+SCOPES = ("tensor", "update")
+VALUES, INDICES, BITMAP, SHAPE = ".values", ".indices", ".bitmap", ".shape"
+
+
+def index_dtype(size: int) -> torch.dtype:
+    """The narrowest integer type torch stores that holds the positions 0 … size − 1."""
+    if size <= 2**8:
+        return torch.uint8
+    if size <= 2**15:
+        return torch.int16
+    return torch.int32
+
+
+def pack_bitmap(mask: Tensor) -> Tensor:
+    """A boolean vector as bytes, 8 positions per byte (lowest bit first), zero-padded."""
+    padded = torch.zeros(math.ceil(mask.numel() / 8) * 8, dtype=torch.uint8, device=mask.device)
+    padded[: mask.numel()] = mask.to(torch.uint8)
+    powers = 2 ** torch.arange(8, dtype=torch.uint8, device=mask.device)
+    return (padded.view(-1, 8) * powers).sum(dim=1, dtype=torch.uint8)
+
+
+def unpack_bitmap(packed: Tensor, size: int) -> Tensor:
+    """`pack_bitmap` undone: the first `size` positions as a boolean vector."""
+    shifts = torch.arange(8, dtype=torch.uint8, device=packed.device)
+    return ((packed.unsqueeze(1) >> shifts) & 1).view(-1)[:size].bool()
+
+
+def encode_sparse(name: str, flat: Tensor, chosen: Tensor, shape: torch.Size) -> StateDict:
+    """The payload of a tensor that keeps the entries at the sorted positions `chosen`: values,
+    and positions as an index list or a bitmap, whichever takes fewer bytes."""
+    size = flat.numel()
+    dtype = index_dtype(size)
+    payload = {name + VALUES: flat[chosen]}
+    if math.ceil(size / 8) < chosen.numel() * torch.empty(0, dtype=dtype).element_size():
+        mask = torch.zeros(size, dtype=torch.bool, device=flat.device)
+        mask[chosen] = True
+        payload[name + BITMAP] = pack_bitmap(mask)
+    else:
+        payload[name + INDICES] = chosen.to(dtype)
+    payload[name + SHAPE] = torch.tensor(list(shape), dtype=torch.int32)
+    return payload
+
+
+def decode_sparse(name: str, payload: StateDict) -> Tensor:
+    """The dense float32 tensor of `encode_sparse`'s payload (zeros where nothing was sent)."""
+    shape = torch.Size(payload[name + SHAPE].tolist())
+    values = payload[name + VALUES]
+    dense = torch.zeros(shape.numel(), dtype=values.dtype, device=values.device)
+    if name + BITMAP in payload:
+        dense[unpack_bitmap(payload[name + BITMAP], shape.numel())] = values
+    else:
+        dense[payload[name + INDICES].to(torch.int64)] = values
+    return dense.view(shape)
+
+
+def sparse_names(payload: StateDict) -> list[str]:
+    """The tensors a sparse payload stands for, in order."""
+    return [key.removesuffix(SHAPE) for key in payload if key.endswith(SHAPE)]
+
+
+@dataclass
+class TopK(WireTransform):
+    ratio: float = 0.1  # share of entries kept
+    scope: str = "tensor"  # tensor | update: k per tensor, or over the whole update
+    error_feedback: bool = True
+
+    def __post_init__(self) -> None:
+        require(
+            0 < self.ratio <= 1,
+            f"compression.ratio={self.ratio} must be in (0, 1] (the share of entries sent)",
+        )
+        require(
+            self.scope in SCOPES,
+            f"compression.scope={self.scope} is not a scope; use tensor (k per tensor) or update "
+            "(k over the whole update)",
+        )
+
+    @property
+    def sender_state(self) -> bool:  # type: ignore[override]
+        return self.error_feedback
+
+    def encode(
+        self, ctx: RoundContext, client: int, tensors: StateDict, state: StateDict | None
+    ) -> tuple[StateDict, StateDict | None]:
+        corrected = {
+            name: t + state[name] if self.error_feedback and state and name in state else t
+            for name, t in tensors.items()
+            if t.dtype == torch.float32
+        }
+        chosen = self.choose({name: t.reshape(-1) for name, t in corrected.items()})
+        payload: StateDict = {}
+        residuals: StateDict = {}
+        for name, t in tensors.items():
+            if name not in corrected:
+                payload[name] = t
+                continue
+            flat = corrected[name].reshape(-1)
+            payload |= encode_sparse(name, flat, chosen[name], t.shape)
+            if self.error_feedback:
+                residual = flat.clone()
+                residual[chosen[name]] = 0
+                residuals[name] = residual.view(t.shape)
+        return payload, residuals if self.error_feedback else None
+
+    def choose(self, flats: StateDict) -> dict[str, Tensor]:
+        """The sorted positions each tensor keeps: its own top k, or its part of the update's."""
+        if self.scope == "tensor":
+            return {
+                name: flat.abs().topk(math.ceil(self.ratio * flat.numel())).indices.sort().values
+                for name, flat in flats.items()
+            }
+        if not flats:
+            return {}
+        magnitudes = torch.cat([flat.abs() for flat in flats.values()])
+        kept = torch.zeros(magnitudes.numel(), dtype=torch.bool, device=magnitudes.device)
+        kept[magnitudes.topk(math.ceil(self.ratio * magnitudes.numel())).indices] = True
+        return {
+            name: part.nonzero().view(-1)
+            for name, part in zip(
+                flats, kept.split([f.numel() for f in flats.values()]), strict=True
+            )
+        }
+
+    def decode(
+        self, ctx: RoundContext, client: int, payload: StateDict, state: StateDict | None
+    ) -> tuple[StateDict, StateDict | None]:
+        parts = {
+            name + part for name in sparse_names(payload) for part in (VALUES, INDICES, BITMAP)
+        }
+        decoded: StateDict = {}
+        for key, t in payload.items():
+            if key.endswith(SHAPE):
+                name = key.removesuffix(SHAPE)
+                decoded[name] = decode_sparse(name, payload)
+            elif key not in parts:
+                decoded[key] = t
+        return decoded, None
