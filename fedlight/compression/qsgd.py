@@ -1,0 +1,115 @@
+"""`compression=qsgd`: QSGD stochastic quantization of uploads (Alistarh et al., "QSGD:
+Communication-Efficient SGD via Gradient Quantization and Encoding", NeurIPS 2017).
+
+Each float32 tensor v is quantized as a whole (one bucket per tensor) to s = 2^bits − 1 levels:
+ξ_i = ⌊s·|v_i|/‖v‖₂ + u_i⌋ with u_i ~ U[0, 1) from the round context's generator (stream WIRE, the
+round, the client), and decoded as ‖v‖₂·sign(v_i)·ξ_i/s, so E[decoded] = v (the paper's Lemma 3.1).
+The levels travel at a fixed `bits` bits per entry instead of the paper's Elias coding, so the
+bytes do not depend on the values: `<name>.norm` (float32 scalar, 4 bytes), `<name>.signs` (1 bit
+per entry, ⌈n/8⌉ bytes), `<name>.levels` (⌈n·bits/8⌉ bytes) and `<name>.shape` (int32 dims,
+4·ndim bytes). Decoding is deterministic from the payload; other dtypes travel unchanged.
+
+With `error_feedback` the sender keeps e ← (v + e) − decoded as per-client state and adds it to
+its next message (Karimireddy et al., "Error Feedback Fixes SignSGD", ICML 2019), as `Cast` does.
+
+Reported per round (metrics channel): `compression.qsgd.sq_error`, Σ ‖v − decoded‖² over the
+round's messages (v with error feedback included).
+"""
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from fedlight.compression.packing import (
+    add_parts,
+    decode_parts,
+    pack_bits,
+    put,
+    shape_tensor,
+    unpack_bits,
+)
+from fedlight.config import require
+from fedlight.context import RoundContext
+from fedlight.rng import Stream
+from fedlight.tensors import StateDict
+from fedlight.wire.base import WireTransform
+
+PARTS = ("norm", "signs", "levels", "shape")
+
+
+@dataclass
+class QSGD(WireTransform):
+    bits: int = 4
+    error_feedback: bool = False
+
+    def __post_init__(self) -> None:
+        require(1 <= self.bits <= 8, f"compression.bits must be between 1 and 8, got {self.bits}")
+
+    @property
+    def sender_state(self) -> bool:  # type: ignore[override]
+        return self.error_feedback
+
+    @property
+    def levels(self) -> int:
+        """s, the number of nonzero quantization levels."""
+        return (1 << self.bits) - 1
+
+    def encode(
+        self, ctx: RoundContext, client: int, tensors: StateDict, state: StateDict | None
+    ) -> tuple[StateDict, StateDict | None]:
+        generator = ctx.torch_generator(Stream.WIRE, client)
+        payload: StateDict = {}
+        residuals: StateDict = {}
+        squared_error = 0.0
+        for name, t in tensors.items():
+            if t.dtype != torch.float32:
+                put(payload, name, t)
+                continue
+            if self.error_feedback and state is not None and name in state:
+                t = t + state[name]
+            parts = self.quantize(t, generator)
+            add_parts(payload, name, parts)
+            residual = t - self.dequantize(parts)
+            squared_error += float(residual.double().square().sum())
+            if self.error_feedback:
+                residuals[name] = residual
+        ctx.metrics.add("compression.qsgd.sq_error", squared_error)
+        return payload, residuals if self.error_feedback else None
+
+    def decode(
+        self, ctx: RoundContext, client: int, payload: StateDict, state: StateDict | None
+    ) -> tuple[StateDict, StateDict | None]:
+        return decode_parts(
+            payload, PARTS, lambda name: self.dequantize({p: payload[f"{name}.{p}"] for p in PARTS})
+        ), None
+
+    def quantize(self, t: Tensor, generator: torch.Generator) -> dict[str, Tensor]:
+        """The payload parts of `t`; the uniforms are drawn on the CPU generator, then moved."""
+        flat = t.detach().reshape(-1)
+        norm = flat.double().norm().to(torch.float32)
+        # Scaled by the float32 norm that travels, so the decoded value is unbiased for it; the
+        # clamp keeps ξ ≤ s where rounding the norm to float32 made |v_i|/‖v‖ exceed 1.
+        scaled = (
+            self.levels * flat.abs().double() / norm.double()
+            if norm > 0
+            else torch.zeros(flat.shape, dtype=torch.float64, device=flat.device)
+        )
+        uniform = torch.rand(flat.numel(), generator=generator, dtype=torch.float64)
+        xi = torch.floor(scaled + uniform.to(flat.device)).clamp(0, self.levels)
+        return {
+            "norm": norm,
+            "signs": pack_bits((flat < 0).to(torch.int64), 1),
+            "levels": pack_bits(xi.to(torch.int64), self.bits),
+            "shape": shape_tensor(t),
+        }
+
+    def dequantize(self, parts: dict[str, Tensor]) -> Tensor:
+        """‖v‖·sign·ξ/s in float32, the same arithmetic on both sides."""
+        shape = tuple(int(d) for d in parts["shape"].tolist())
+        count = math.prod(shape)
+        signs = unpack_bits(parts["signs"], 1, count)
+        xi = unpack_bits(parts["levels"], self.bits, count).to(torch.float32)
+        magnitude = parts["norm"].to(torch.float32) * xi / self.levels
+        return torch.where(signs == 1, -magnitude, magnitude).reshape(shape)
