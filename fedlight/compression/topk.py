@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from fedlight.compression.packing import pack_bits, unpack_bits
 from fedlight.config import require
 from fedlight.context import RoundContext
 from fedlight.tensors import StateDict
@@ -36,20 +37,6 @@ def index_dtype(size: int) -> torch.dtype:
     return torch.int32
 
 
-def pack_bitmap(mask: Tensor) -> Tensor:
-    """A boolean vector as bytes, 8 positions per byte (lowest bit first), zero-padded."""
-    padded = torch.zeros(math.ceil(mask.numel() / 8) * 8, dtype=torch.uint8, device=mask.device)
-    padded[: mask.numel()] = mask.to(torch.uint8)
-    powers = 2 ** torch.arange(8, dtype=torch.uint8, device=mask.device)
-    return (padded.view(-1, 8) * powers).sum(dim=1, dtype=torch.uint8)
-
-
-def unpack_bitmap(packed: Tensor, size: int) -> Tensor:
-    """`pack_bitmap` undone: the first `size` positions as a boolean vector."""
-    shifts = torch.arange(8, dtype=torch.uint8, device=packed.device)
-    return ((packed.unsqueeze(1) >> shifts) & 1).view(-1)[:size].bool()
-
-
 def encode_sparse(name: str, flat: Tensor, chosen: Tensor, shape: torch.Size) -> StateDict:
     """The payload of a tensor that keeps the entries at the sorted positions `chosen`: values,
     and positions as an index list or a bitmap, whichever takes fewer bytes."""
@@ -59,7 +46,7 @@ def encode_sparse(name: str, flat: Tensor, chosen: Tensor, shape: torch.Size) ->
     if math.ceil(size / 8) < chosen.numel() * torch.empty(0, dtype=dtype).element_size():
         mask = torch.zeros(size, dtype=torch.bool, device=flat.device)
         mask[chosen] = True
-        payload[name + BITMAP] = pack_bitmap(mask)
+        payload[name + BITMAP] = pack_bits(mask.to(torch.int64), 1)
     else:
         payload[name + INDICES] = chosen.to(dtype)
     payload[name + SHAPE] = torch.tensor(list(shape), dtype=torch.int32)
@@ -72,7 +59,7 @@ def decode_sparse(name: str, payload: StateDict) -> Tensor:
     values = payload[name + VALUES]
     dense = torch.zeros(shape.numel(), dtype=values.dtype, device=values.device)
     if name + BITMAP in payload:
-        dense[unpack_bitmap(payload[name + BITMAP], shape.numel())] = values
+        dense[unpack_bits(payload[name + BITMAP], 1, shape.numel()).bool()] = values
     else:
         dense[payload[name + INDICES].to(torch.int64)] = values
     return dense.view(shape)
