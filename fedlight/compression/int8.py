@@ -19,62 +19,32 @@ round's messages (v with error feedback included).
 """
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import Tensor
 
-from fedlight.compression.packing import add_parts, decode_parts, put, shape_tensor
+from fedlight.compression.packing import shape_tensor
+from fedlight.compression.quantizer import Quantizer
 from fedlight.config import require
-from fedlight.context import RoundContext
-from fedlight.tensors import StateDict
-from fedlight.wire.base import WireTransform
 
 PARTS = ("q", "scale", "zero", "shape")
 LEVELS = 255
 
 
 @dataclass
-class Int8(WireTransform):
+class Int8(Quantizer):
     block_size: int = 0
     error_feedback: bool = False
+
+    parts: ClassVar[tuple[str, ...]] = PARTS
+    metric: ClassVar[str] = "compression.int8.sq_error"
 
     def __post_init__(self) -> None:
         require(self.block_size >= 0, f"compression.block_size must be ≥ 0, got {self.block_size}")
 
-    @property
-    def sender_state(self) -> bool:  # type: ignore[override]
-        return self.error_feedback
-
-    def encode(
-        self, ctx: RoundContext, client: int, tensors: StateDict, state: StateDict | None
-    ) -> tuple[StateDict, StateDict | None]:
-        payload: StateDict = {}
-        residuals: StateDict = {}
-        squared_error = 0.0
-        for name, t in tensors.items():
-            if t.dtype != torch.float32:
-                put(payload, name, t)
-                continue
-            if self.error_feedback and state is not None and name in state:
-                t = t + state[name]
-            parts = self.quantize(t)
-            add_parts(payload, name, parts)
-            residual = t - self.dequantize(parts)
-            squared_error += float(residual.double().square().sum())
-            if self.error_feedback:
-                residuals[name] = residual
-        ctx.metrics.add("compression.int8.sq_error", squared_error)
-        return payload, residuals if self.error_feedback else None
-
-    def decode(
-        self, ctx: RoundContext, client: int, payload: StateDict, state: StateDict | None
-    ) -> tuple[StateDict, StateDict | None]:
-        return decode_parts(
-            payload, PARTS, lambda name: self.dequantize({p: payload[f"{name}.{p}"] for p in PARTS})
-        ), None
-
-    def quantize(self, t: Tensor) -> dict[str, Tensor]:
-        """The payload parts of `t`."""
+    def quantize(self, t: Tensor, generator: torch.Generator) -> dict[str, Tensor]:
+        """The payload parts of `t` (deterministic: `generator` is not drawn from)."""
         flat = t.detach().reshape(-1)
         count = flat.numel()
         block = self.block_size or max(count, 1)

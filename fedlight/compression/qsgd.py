@@ -18,72 +18,37 @@ round's messages (v with error feedback included).
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import Tensor
 
 from fedlight.compression.packing import (
-    add_parts,
-    decode_parts,
     pack_bits,
-    put,
     shape_tensor,
     unpack_bits,
 )
+from fedlight.compression.quantizer import Quantizer
 from fedlight.config import require
-from fedlight.context import RoundContext
-from fedlight.rng import Stream
-from fedlight.tensors import StateDict
-from fedlight.wire.base import WireTransform
 
 PARTS = ("norm", "signs", "levels", "shape")
 
 
 @dataclass
-class QSGD(WireTransform):
+class QSGD(Quantizer):
     bits: int = 4
     error_feedback: bool = False
+
+    parts: ClassVar[tuple[str, ...]] = PARTS
+    metric: ClassVar[str] = "compression.qsgd.sq_error"
 
     def __post_init__(self) -> None:
         require(1 <= self.bits <= 8, f"compression.bits must be between 1 and 8, got {self.bits}")
 
     @property
-    def sender_state(self) -> bool:  # type: ignore[override]
-        return self.error_feedback
-
-    @property
     def levels(self) -> int:
         """s, the number of nonzero quantization levels."""
         return (1 << self.bits) - 1
-
-    def encode(
-        self, ctx: RoundContext, client: int, tensors: StateDict, state: StateDict | None
-    ) -> tuple[StateDict, StateDict | None]:
-        generator = ctx.torch_generator(Stream.WIRE, client)
-        payload: StateDict = {}
-        residuals: StateDict = {}
-        squared_error = 0.0
-        for name, t in tensors.items():
-            if t.dtype != torch.float32:
-                put(payload, name, t)
-                continue
-            if self.error_feedback and state is not None and name in state:
-                t = t + state[name]
-            parts = self.quantize(t, generator)
-            add_parts(payload, name, parts)
-            residual = t - self.dequantize(parts)
-            squared_error += float(residual.double().square().sum())
-            if self.error_feedback:
-                residuals[name] = residual
-        ctx.metrics.add("compression.qsgd.sq_error", squared_error)
-        return payload, residuals if self.error_feedback else None
-
-    def decode(
-        self, ctx: RoundContext, client: int, payload: StateDict, state: StateDict | None
-    ) -> tuple[StateDict, StateDict | None]:
-        return decode_parts(
-            payload, PARTS, lambda name: self.dequantize({p: payload[f"{name}.{p}"] for p in PARTS})
-        ), None
 
     def quantize(self, t: Tensor, generator: torch.Generator) -> dict[str, Tensor]:
         """The payload parts of `t`; the uniforms are drawn on the CPU generator, then moved."""

@@ -1,0 +1,69 @@
+"""What the per-tensor quantizers (`qsgd`, `int8`) share: each float32 tensor becomes named
+payload parts and back, with optional error feedback and the round's squared error reported.
+
+A subclass writes `quantize` (the parts of one tensor, drawing any randomness from the message's
+generator: stream WIRE, the round, the client) and `dequantize` (the same arithmetic on both
+sides, so the sender's residual e ← v − dequantize(quantize(v)) is exactly what the receiver
+lost). Other dtypes travel unchanged under their own names.
+"""
+
+from abc import abstractmethod
+from typing import ClassVar
+
+import torch
+from torch import Tensor
+
+from fedlight.compression.packing import add_parts, decode_parts, put
+from fedlight.context import RoundContext
+from fedlight.rng import Stream
+from fedlight.tensors import StateDict
+from fedlight.wire.base import WireTransform
+
+
+class Quantizer(WireTransform):
+    error_feedback: bool  # a dataclass field of each subclass
+
+    parts: ClassVar[tuple[str, ...]]  # the payload parts of one tensor, "<name>.<part>"
+    metric: ClassVar[str]  # the round's summed squared quantization error, in the metrics channel
+
+    @property
+    def sender_state(self) -> bool:  # type: ignore[override]
+        return self.error_feedback
+
+    @abstractmethod
+    def quantize(self, t: Tensor, generator: torch.Generator) -> dict[str, Tensor]:
+        """The payload parts of the float32 tensor `t`."""
+
+    @abstractmethod
+    def dequantize(self, parts: dict[str, Tensor]) -> Tensor:
+        """The float32 tensor the parts stand for."""
+
+    def encode(
+        self, ctx: RoundContext, client: int, tensors: StateDict, state: StateDict | None
+    ) -> tuple[StateDict, StateDict | None]:
+        generator = ctx.torch_generator(Stream.WIRE, client)
+        payload: StateDict = {}
+        residuals: StateDict = {}
+        squared_error = 0.0
+        for name, t in tensors.items():
+            if t.dtype != torch.float32:
+                put(payload, name, t)
+                continue
+            if self.error_feedback and state is not None and name in state:
+                t = t + state[name]
+            parts = self.quantize(t, generator)
+            add_parts(payload, name, parts)
+            residual = t - self.dequantize(parts)
+            squared_error += float(residual.double().square().sum())
+            if self.error_feedback:
+                residuals[name] = residual
+        ctx.metrics.add(self.metric, squared_error)
+        return payload, residuals if self.error_feedback else None
+
+    def decode(
+        self, ctx: RoundContext, client: int, payload: StateDict, state: StateDict | None
+    ) -> tuple[StateDict, StateDict | None]:
+        def dequantized(name: str) -> Tensor:
+            return self.dequantize({part: payload[f"{name}.{part}"] for part in self.parts})
+
+        return decode_parts(payload, self.parts, dequantized), None
