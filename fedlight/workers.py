@@ -23,6 +23,7 @@ How workers start (`fedlight.experiment.run_job` picks):
 - else this process alone (`OneWorker`, where share and gather are the identity).
 """
 
+import atexit
 import io
 import math
 import os
@@ -282,9 +283,17 @@ def join_workers(settings: RunSettings) -> ProcessGroupWorkers:
         torch.cuda.set_device(device)
     if not dist.is_initialized():
         dist.init_process_group(resolve_backend(settings.fl.backend, device))
+        # Ended before the interpreter exits: a group left to teardown can abort the process
+        # after the run ("terminate called without an active exception", exit −6).
+        atexit.register(destroy_if_initialized)
     if settings.fl.threads_per_worker is not None:
         torch.set_num_threads(settings.fl.threads_per_worker)
     return ProcessGroupWorkers(device)
+
+
+def destroy_if_initialized() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def spawned_threads(fl: FLSettings) -> int:
