@@ -249,6 +249,7 @@ CONFIG_GROUPS: dict[str, str] = {
     "server_opt": "how the server applies the aggregate (fedlight/server_opt)",
     "wire": "how downloads and uploads are encoded and counted (fedlight/wire)",
     "compression": "how uploads are compressed, before the wire (fedlight/compression)",
+    "download_compression": "how the broadcast model is compressed (fedlight/compression)",
     "logger": "where metrics go besides metrics.csv (fedlight/loggers)",
 }
 SETTING_KEYS = ("seed", "fl", "local", "optim", "eval", "checkpoint", "device", "resume")

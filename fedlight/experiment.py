@@ -31,6 +31,7 @@ from fedlight.outputs import (
     label_histogram,
     participation_summary,
     summarize,
+    traffic_summary,
     write_curves,
     write_label_histogram,
     write_participation,
@@ -298,6 +299,7 @@ def write_summary(
             choices=job.choices,
         )
         | participation_summary(history.participation)
+        | traffic_summary(history.bytes_up, history.bytes_to_target)
         | {"diverged_at_round": history.diverged_at_round, "divergence": history.divergence}
     )
     (output_dir / SUMMARY_NAME).write_text(json.dumps(summary, indent=2, allow_nan=False))

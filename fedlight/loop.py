@@ -133,6 +133,8 @@ class History:
     diverged_at_round: int | None = None  # the first round whose loss or weights were not finite
     divergence: str | None = None  # what was not finite then, in words
     participation: list[int] = field(default_factory=list)  # rounds each client trained in
+    # [bytes up, bytes down] sent until the first evaluated round reaching eval.target_accuracy
+    bytes_to_target: list[int] | None = None
 
 
 # What a checkpoint holds besides the caller's meta data (`FederatedLoop.state_dict`).
@@ -149,6 +151,7 @@ STATE_KEYS = (
     "diverged_at_round",
     "divergence",
     "participation",
+    "bytes_to_target",
     "torch_rng",
 )
 
@@ -496,6 +499,13 @@ class FederatedLoop:
                 if not (diverged or history.diverged_at_round or math.isfinite(row["test_loss"])):
                     diverged = f"test_loss {row['test_loss']}"
                 history.rows.append(row)
+                target = settings.eval.target_accuracy
+                if (
+                    target is not None
+                    and history.bytes_to_target is None
+                    and row["test_accuracy"] >= target
+                ):
+                    history.bytes_to_target = [history.bytes_up, history.bytes_down]
                 for logger in loggers:
                     logger.log_round(row)
             if self.workers.count > 1:
@@ -553,6 +563,7 @@ class FederatedLoop:
             "diverged_at_round": self.history.diverged_at_round,
             "divergence": self.history.divergence,
             "participation": self.history.participation,
+            "bytes_to_target": self.history.bytes_to_target,
             "torch_rng": torch.get_rng_state(),
         }
 
@@ -586,6 +597,7 @@ class FederatedLoop:
             diverged_at_round=diverged,
             divergence=state["divergence"],
             participation=list(state["participation"]),
+            bytes_to_target=state.get("bytes_to_target"),  # absent in older checkpoints
         )
         self.saved_round = self.history.completed_rounds
         torch.set_rng_state(state["torch_rng"])

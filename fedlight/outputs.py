@@ -82,6 +82,18 @@ def write_curves(output_dir: Path, rows: list[MetricsRow]) -> None:
     curves.write_curves(output_dir / "curves.png", [accuracy, loss], width=10, dpi=100)
 
 
+def traffic_summary(bytes_up: int, bytes_to_target: list[int] | None) -> dict[str, Any]:
+    """Upload megabytes of the run, and the megabytes (both ways, and up alone) sent until the first
+    evaluated round reaching eval.target_accuracy (None when no round did): what compression saves
+    shows in the traffic to a given accuracy, not in the traffic per round alone."""
+    up, down = bytes_to_target or (None, None)
+    return {
+        "upload_mb": bytes_up / 1e6,
+        "mb_to_target": None if up is None or down is None else (up + down) / 1e6,
+        "upload_mb_to_target": None if up is None else up / 1e6,
+    }
+
+
 def jain_index(counts: list[int]) -> float | None:
     """Jain's fairness index (Σx)² / (N·Σx²) of the clients' participation counts: 1 when every
     client trained equally often, 1/N when one client did all the training (Jain et al. 1984)."""

@@ -51,6 +51,13 @@ METRIC_TITLES = {
     "malicious": "Malicious participants",
     "rejected": "Rejected updates (NaN/Inf)",
     "aggregation_refused": "Rounds the aggregator refused",
+    "upload_mb": "Upload (MB)",
+}
+# Metrics counted until the first round reaching the target accuracy: "<title> <target>".
+TO_TARGET_TITLES = {
+    "rounds_to_target": "Rounds to",
+    "mb_to_target": "MB (up + down) to",
+    "upload_mb_to_target": "Upload MB to",
 }
 # Decimals of a cell where one is not enough (an index in [1/N, 1]).
 DECIMALS = {"participation_jain": 3}
@@ -421,11 +428,11 @@ def metric_title(metric: str, groups: list[Group]) -> str:
     at_round = ACCURACY_AT.fullmatch(metric)
     if at_round:
         return f"Accuracy at round {at_round.group(1)} (%)"
-    if metric == "rounds_to_target":
+    if metric in TO_TARGET_TITLES:
         targets = {j.target_accuracy for g in groups for j in g.jobs}
         if len(targets) == 1 and None not in targets:
-            return f"Rounds to {100 * float(targets.pop()):g}%"
-        return "Rounds to target"
+            return f"{TO_TARGET_TITLES[metric]} {100 * float(targets.pop()):g}%"
+        return f"{TO_TARGET_TITLES[metric]} target"
     return METRIC_TITLES.get(metric, metric)
 
 

@@ -104,9 +104,18 @@ def build_stages(cfg: DictConfig, choices: dict[str, str]) -> Stages:
             "round after the gather; use fl.exchange=uploads",
         )
     wire: Wire = instantiate_group(cfg, "wire")
+    # Compressors come first in their chain: the wire's casts act on their payload.
     compressor: WireTransform | None = instantiate_group(cfg, "compression")
-    if compressor is not None:  # first in the upload chain: the wire's casts act on its payload
+    if compressor is not None:
         wire = Wire(upload={"compression": compressor, **wire.upload}, download=wire.download)
+    broadcast: WireTransform | None = instantiate_group(cfg, "download_compression")
+    if broadcast is not None:
+        require(
+            not broadcast.sender_state,
+            "download_compression.error_feedback=true: the server sends one model to all clients "
+            "and keeps no residual per client; set download_compression.error_feedback=false",
+        )
+        wire = Wire(upload=wire.upload, download={"compression": broadcast, **wire.download})
     for name, transform in wire.upload.items():
         require(
             exchange != "sums" or not transform.receiver_state,

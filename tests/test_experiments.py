@@ -17,6 +17,8 @@ PRESETS = [
     "selection",
     "lr_schedule",
     "robust",
+    "compression",
+    "compression_scaffold",
 ]
 
 
@@ -69,6 +71,40 @@ def test_each_robust_setting_builds_its_aggregator_against_20_clients_a_round(ma
         assert aggregator.option == option
         assert getattr(aggregator, "f", None) == expected.get(option)
         assert job.settings.fl.clients_per_round == 20
+
+
+def test_each_compression_setting_builds_the_chains_its_label_names(make_job) -> None:
+    """Every option of experiment/compression puts the compressors it is named after on the
+    wire, in the preset's setting; the SCAFFOLD preset sweeps the same settings for both."""
+    expected = {
+        "none": (None, None, None, None),
+        "topk10": ("TopK", 0.1, True, None),
+        "topk5": ("TopK", 0.05, True, None),
+        "topk1": ("TopK", 0.01, True, None),
+        "topk10_no_ef": ("TopK", 0.1, False, None),
+        "topk5_no_ef": ("TopK", 0.05, False, None),
+        "topk1_no_ef": ("TopK", 0.01, False, None),
+        "qsgd4": ("QSGD", 4, False, None),
+        "qsgd8": ("QSGD", 8, False, None),
+        "int8": ("Int8", 0, False, None),
+        "int8_both": ("Int8", 0, False, "Int8"),
+    }
+    assert set(group_options("experiment/compression")) == set(expected)
+    for option, (kind, setting, error_feedback, download) in expected.items():
+        job = make_job(["+experiment=compression", f"+experiment/compression={option}"])
+        upload = job.stages.wire.upload.get("compression")
+        broadcast = job.stages.wire.download.get("compression")
+        assert type(upload).__name__ == (kind or "NoneType")
+        assert type(broadcast).__name__ == (download or "NoneType")
+        if upload is not None:
+            value = getattr(upload, "ratio", getattr(upload, "bits", None))
+            assert (value or getattr(upload, "block_size", None), upload.error_feedback) == (
+                setting,
+                error_feedback,
+            )
+        assert (job.settings.fl.num_clients, job.settings.fl.clients_per_round) == (100, 10)
+    sweep = validate_command_line(["-m", "+experiment=compression_scaffold", "seed=0"])
+    assert len(sweep) == 2 * 4
 
 
 def test_command_line_overrides_replace_the_presets_sweep() -> None:

@@ -11,8 +11,13 @@ is its per-client state (in the client-state store, memory or disk, under keys
 "<namespace>/<key>"); on the server it is the server's (in `ServerState.extras`, same keys). Both
 travel in checkpoints, so a resumed run continues bit-exactly. A transform's randomness comes from
 the round context's generators (stream WIRE, the round, the client), the same on every worker.
+
+A non-empty chain reports its time to the metrics channel, summed over the round's messages:
+`wire.<direction>.encode_seconds` (on the sending side) and `wire.<direction>.decode_seconds`
+(on the receiving side), so a sweep shows what a compressor costs besides what it saves.
 """
 
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -87,10 +92,14 @@ class Wire:
         state: StateDict,
     ) -> tuple[StateDict, StateDict]:
         """The payload of `tensors` through the `direction` chain, and the sender's state."""
-        for name, transform in self.chain(direction).items():
+        chain = self.chain(direction)
+        started = time.perf_counter()
+        for name, transform in chain.items():
             namespace = f"wire.{direction}.{name}"
             tensors, part = transform.encode(ctx, client, tensors, namespace_of(state, namespace))
             state = with_namespace(state, namespace, part)
+        if chain:
+            ctx.metrics.add(f"wire.{direction}.encode_seconds", time.perf_counter() - started)
         return tensors, state
 
     def receive(
@@ -102,10 +111,14 @@ class Wire:
         state: StateDict,
     ) -> tuple[StateDict, StateDict]:
         """`send` undone (the chain in reverse), and the receiver's state."""
-        for name, transform in reversed(self.chain(direction).items()):
+        chain = self.chain(direction)
+        started = time.perf_counter()
+        for name, transform in reversed(chain.items()):
             namespace = f"wire.{direction}.{name}"
             payload, part = transform.decode(ctx, client, payload, namespace_of(state, namespace))
             state = with_namespace(state, namespace, part)
+        if chain:
+            ctx.metrics.add(f"wire.{direction}.decode_seconds", time.perf_counter() - started)
         return payload, state
 
     def chain(self, direction: str) -> dict[str, WireTransform]:
