@@ -1,7 +1,9 @@
 """Sparsifying compressors (`compression=topk`, `randk`): what they keep, the exact bytes they
 send, error feedback's bookkeeping, unbiasedness of random-k, and runs that resume bit-exactly
-with the residuals in the disk client store."""
+with the residuals in the disk client store; SCAFFOLD's two residuals; the compressed broadcast
+(`download_compression`), the traffic in summary.json and the wire's timing columns."""
 
+import json
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -11,6 +13,7 @@ import torch
 
 from fedlight.compression.randk import RandK
 from fedlight.compression.topk import TopK, index_dtype
+from fedlight.config import ConfigError
 from fedlight.context import Federation
 from fedlight.experiment import Job, run_job
 from fedlight.tensors import StateDict, nbytes
@@ -133,3 +136,59 @@ def test_compressed_runs_count_the_payload_and_resume_bit_exactly_from_the_disk_
     run_job(make_job(TINY), plain)
     up = [int(r["bytes_up"]) for r in read_rows(tmp_path / "full")]
     assert all(0 < u < 0.1 * int(r["bytes_up"]) for u, r in zip(up, read_rows(plain), strict=True))
+
+
+def test_scaffold_compresses_delta_y_and_delta_c_each_with_its_own_residual(
+    make_job: Callable[[list[str]], Job], tmp_path: Path
+) -> None:
+    """Both parts of SCAFFOLD's upload go through top-k; each key keeps its own residual in the
+    client's state, checkpointed with it."""
+    run_job(make_job([*TINY, "algo=scaffold", "compression=topk"]), tmp_path)
+    checkpoint = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
+    trained = [state for state in checkpoint["client_states"].values() if state]
+    assert trained
+    prefix = "wire.upload.compression/"
+    for state in trained:
+        residuals = {key.removeprefix(prefix): t for key, t in state.items() if prefix in key}
+        delta_y = {key for key in residuals if key.startswith("delta_y/")}
+        delta_c = {key for key in residuals if key.startswith("delta_c/")}
+        assert {k.removeprefix("delta_y/") for k in delta_y} == {
+            k.removeprefix("delta_c/") for k in delta_c
+        }
+        assert delta_y and len(residuals) == 2 * len(delta_y)
+        for key in delta_y:
+            twin = "delta_c/" + key.removeprefix("delta_y/")
+            assert residuals[key].abs().sum() > 0 and residuals[twin].abs().sum() > 0
+            assert not torch.equal(residuals[key], residuals[twin])
+
+
+def test_the_broadcast_model_is_quantized_and_traffic_and_codec_time_are_reported(
+    make_job: Callable[[list[str]], Job], tmp_path: Path
+) -> None:
+    """download_compression=int8 sends about a quarter of the float32 model; summary.json has
+    upload MB and the MB spent until the target accuracy; the wire's encode and decode seconds
+    are in metrics.csv for each direction with a chain."""
+    target = [*TINY, "eval.target_accuracy=0.01"]
+    plain, both = tmp_path / "plain", tmp_path / "both"
+    run_job(make_job(target), plain)
+    run_job(make_job([*target, "compression=int8", "download_compression=int8"]), both)
+    rows = read_rows(both)
+    for plain_row, row in zip(read_rows(plain), rows, strict=True):
+        assert 0.25 < int(row["bytes_down"]) / int(plain_row["bytes_down"]) < 0.26
+        assert 0.25 < int(row["bytes_up"]) / int(plain_row["bytes_up"]) < 0.26
+        for direction in ("upload", "download"):
+            for side in ("encode", "decode"):
+                assert float(row[f"wire.{direction}.{side}_seconds"]) > 0
+    assert not any("seconds" in c and c.startswith("wire.") for c in read_rows(plain)[0])
+    summary = json.loads((both / "summary.json").read_text())
+    first = rows[0]  # above 1% from the first round on
+    assert summary["mb_to_target"] == (int(first["bytes_up"]) + int(first["bytes_down"])) / 1e6
+    assert summary["upload_mb_to_target"] == int(first["bytes_up"]) / 1e6
+    assert summary["upload_mb"] == sum(int(r["bytes_up"]) for r in rows) / 1e6
+
+
+def test_a_download_compressor_with_error_feedback_is_refused_in_one_line(
+    make_job: Callable[[list[str]], Job],
+) -> None:
+    with pytest.raises(ConfigError, match=r"^download_compression.error_feedback=true: .*=false$"):
+        make_job([*TINY, "download_compression=int8", "+download_compression.error_feedback=true"])

@@ -1,6 +1,7 @@
 """The quantizing upload compressors: bit packing, QSGD (unbiased, levels in range, seeded by
-(seed, round, client)), int8 (error within half a step, constant blocks exact), the exact bytes of
-their payloads, error feedback that loses nothing over rounds, and untouched non-float32 entries."""
+(seed, round, client)), int8 (error within half a step, constant blocks exact), scaled sign, the
+exact bytes of their payloads, error feedback that loses nothing over rounds, and untouched
+non-float32 entries."""
 
 import math
 
@@ -10,6 +11,7 @@ import torch
 from fedlight.compression.int8 import Int8
 from fedlight.compression.packing import pack_bits, packed_size, unpack_bits
 from fedlight.compression.qsgd import QSGD
+from fedlight.compression.sign import Sign
 from fedlight.config import ConfigError
 from fedlight.context import Federation, RoundContext
 from fedlight.tensors import StateDict, nbytes
@@ -175,7 +177,22 @@ def test_int8_refuses_a_negative_block_size() -> None:
         Int8(block_size=-1)
 
 
-# Both: bytes, error feedback, other dtypes, the metric, the wire ---------------------------------
+# Scaled sign -----------------------------------------------------------------------------------
+
+
+def test_sign_sends_the_mean_magnitude_with_each_sign_and_zero_as_plus() -> None:
+    v = torch.tensor([[0.5, -1.5], [0.0, -2.0]])
+    payload, decoded = round_trip(Sign(), {"w": v})
+    assert torch.equal(decoded["w"], torch.tensor([[1.0, -1.0], [1.0, -1.0]]))
+    assert float(payload["w.scale"]) == 1.0
+    # the decoded tensor has the input's ℓ1 norm
+    w = torch.randn(7, 5)
+    assert float(round_trip(Sign(), {"w": w})[1]["w"].abs().sum()) == pytest.approx(
+        float(w.abs().sum()), rel=1e-6
+    )
+
+
+# All: bytes, error feedback, other dtypes, the metric, the wire ---------------------------------
 
 
 @pytest.mark.parametrize(
@@ -186,6 +203,7 @@ def test_int8_refuses_a_negative_block_size() -> None:
         (QSGD(bits=3), 4 + 125 + 375 + 8),
         (Int8(), 1000 + 4 + 4 + 8),
         (Int8(block_size=64), 1000 + 4 * 16 + 4 * 16 + 8),
+        (Sign(), 4 + math.ceil(1000 / 8) + 8),
     ],
 )
 def test_the_counted_bytes_are_the_serialized_bytes(
@@ -214,7 +232,7 @@ def test_the_bytes_of_odd_sizes_and_several_tensors() -> None:
 
 
 @pytest.mark.parametrize(
-    "transform", [QSGD(bits=2, error_feedback=True), Int8(error_feedback=True)]
+    "transform", [QSGD(bits=2, error_feedback=True), Int8(error_feedback=True), Sign()]
 )
 def test_error_feedback_loses_nothing_over_rounds(transform: WireTransform) -> None:
     """e_T = Σ_t v_t − Σ_t decoded_t: what did not arrive yet is exactly the residual."""
@@ -233,13 +251,13 @@ def test_error_feedback_loses_nothing_over_rounds(transform: WireTransform) -> N
     assert torch.allclose(arrived + state["w"].double(), total, atol=1e-5)
 
 
-@pytest.mark.parametrize("transform", [QSGD(), Int8(block_size=8)])
+@pytest.mark.parametrize("transform", [QSGD(), Int8(block_size=8), Sign(error_feedback=False)])
 def test_without_error_feedback_no_state_is_kept(transform: WireTransform) -> None:
     assert not transform.sender_state
     assert transform.encode(context(), 0, {"w": torch.randn(5)}, None)[1] is None
 
 
-@pytest.mark.parametrize("transform", [QSGD(), Int8(block_size=4)])
+@pytest.mark.parametrize("transform", [QSGD(), Int8(block_size=4), Sign()])
 def test_non_float32_entries_travel_unchanged(transform: WireTransform) -> None:
     tensors = {
         "steps": torch.tensor(17),
@@ -255,7 +273,11 @@ def test_non_float32_entries_travel_unchanged(transform: WireTransform) -> None:
 
 @pytest.mark.parametrize(
     ("transform", "metric"),
-    [(QSGD(), "compression.qsgd.sq_error"), (Int8(block_size=5), "compression.int8.sq_error")],
+    [
+        (QSGD(), "compression.qsgd.sq_error"),
+        (Int8(block_size=5), "compression.int8.sq_error"),
+        (Sign(), "compression.sign.sq_error"),
+    ],
 )
 def test_the_squared_error_of_the_round_is_reported(transform: WireTransform, metric: str) -> None:
     ctx = context()

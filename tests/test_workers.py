@@ -40,9 +40,16 @@ VARIANTS = {
     "poisson": ["selection=poisson"],
     # most of 5,000 clients hold none of the digits: rounds of few or no participants
     "clients_without_data": ["partition=iid", "fl.num_clients=5000"],
+    # a compressor's residuals in the disk store, written by whichever worker trained the client,
+    # and a quantized broadcast
+    "topk_disk": [
+        "algo=scaffold",
+        "compression=topk",
+        "compression.ratio=0.05",
+        "fl.client_state=disk",
+        "download_compression=int8",
+    ],
     # attacks: after the gather (the same forgery on every worker), on the data, on the upload
-    # a compressor's residuals in the disk store, written by whichever worker trained the client
-    "topk_disk": ["compression=topk", "compression.ratio=0.05", "fl.client_state=disk"],
     "alie_median": ["attack=alie", "aggregator=median"],
     "label_flip_krum": ["attack=label_flip", "aggregator=krum"],
     "not_finite_rejected": [
