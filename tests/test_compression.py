@@ -17,6 +17,8 @@ from fedlight.config import ConfigError
 from fedlight.context import Federation
 from fedlight.experiment import Job, run_job
 from fedlight.tensors import StateDict, nbytes
+from fedlight.wire.base import UPLOAD, Wire
+from fedlight.wire.fp16 import FP16
 
 from .conftest import TINY, rows_without_timings, run_killed_in_round
 from .test_pipeline import read_rows
@@ -192,3 +194,23 @@ def test_a_download_compressor_with_error_feedback_is_refused_in_one_line(
 ) -> None:
     with pytest.raises(ConfigError, match=r"^download_compression.error_feedback=true: .*=false$"):
         make_job([*TINY, "download_compression=int8", "+download_compression.error_feedback=true"])
+
+
+def test_a_compressor_chains_with_the_wire_cast_that_follows_it() -> None:
+    """compression=topk wire=fp16: top-k's float32 values travel as float16 (their positions and
+    shapes as they are), and the receiver undoes the chain in reverse."""
+    ctx = FEDERATION.round(1)
+    tensors = update()
+    alone, _ = TopK(ratio=0.1).encode(ctx, 0, tensors, None)
+    wire = Wire(upload={"compression": TopK(ratio=0.1), "fp16": FP16()})
+    payload, _ = wire.send(UPLOAD, ctx, 0, tensors, {})
+    assert payload["w.values"].dtype == torch.float16
+    assert nbytes(payload) == serialized_length(payload)
+    assert nbytes(alone) - nbytes(payload) == 2 * (alone["w.values"].numel() + 1)  # w and v
+    decoded, _ = wire.receive(UPLOAD, ctx, 0, payload, {})
+    expected, _ = TopK(ratio=0.1).decode(ctx, 0, alone, None)
+    for name, t in expected.items():
+        if t.dtype == torch.float32:
+            assert torch.equal(decoded[name], t.half().float())
+        else:
+            assert torch.equal(decoded[name], t)
