@@ -246,8 +246,11 @@ def test_a_stage_reported_metric_reaches_metrics_csv_wandb_and_summary(
     wandb.teardown()
     rows = read_rows(tmp_path / "run")
     name = "wire.float16.sq_error"
-    # the fixed columns, then the reported ones in sorted order (the loop's among them)
-    assert list(rows[0]) == [*METRIC_COLUMNS, *sorted([name, "participants", "rejected"])]
+    # the fixed columns, then the reported ones in sorted order (the loop's and the upload
+    # chain's timings among them)
+    timings = ["wire.upload.decode_seconds", "wire.upload.encode_seconds"]
+    reported = sorted([name, "participants", "rejected", *timings])
+    assert list(rows[0]) == [*METRIC_COLUMNS, *reported]
     errors = [float(row[name]) for row in rows]
     assert all(0 < e < 1e-3 for e in errors)
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
