@@ -1,0 +1,1 @@
+"""Differential privacy: clipping on the clients, noise on the server, ε from an accountant."""
