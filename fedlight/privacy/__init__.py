@@ -1,1 +1,0 @@
-"""Differential privacy: clipping on the clients, noise on the server, ε from an accountant."""
