@@ -50,12 +50,14 @@ def build_job(cfg: DictConfig, choices: dict[str, str], sweep_group: str | None 
         OmegaConf.structured(RunSettings), OmegaConf.masked_copy(cfg, list(SETTING_KEYS))
     )
     settings: RunSettings = OmegaConf.to_object(settings_node)  # type: ignore[assignment]
+    stages = build_stages(cfg, choices)
+    stages.privacy.check(settings, choices, stages.algorithm)
     return Job(
         settings=settings,
         data=instantiate_group(cfg, "data"),
         model=instantiate_group(cfg, "model"),
         partition=instantiate_group(cfg, "partition"),
-        stages=build_stages(cfg, choices),
+        stages=stages,
         loggers=[instantiate_group(cfg, f"logger.{name}") for name in cfg.logger],
         choices=choices,
         config=config,  # type: ignore[arg-type]

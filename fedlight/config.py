@@ -250,6 +250,7 @@ CONFIG_GROUPS: dict[str, str] = {
     "wire": "how downloads and uploads are encoded and counted (fedlight/wire)",
     "compression": "how uploads are compressed, before the wire (fedlight/compression)",
     "download_compression": "how the broadcast model is compressed (fedlight/compression)",
+    "privacy": "differential privacy: clipping, noise, accounting (fedlight/privacy)",
     "logger": "where metrics go besides metrics.csv (fedlight/loggers)",
 }
 SETTING_KEYS = ("seed", "fl", "local", "optim", "eval", "checkpoint", "device", "resume")

@@ -61,6 +61,7 @@ RESUME_FREE_KEYS = (
     "fl.backend",
     "fl.rounds",
     "checkpoint.every",
+    "privacy.target_epsilon",  # the budget: the noise a run calibrated is in its checkpoint
 )
 # Paths compared as the place they name: `data.root=../data/` is `data.root=../data`.
 PATH_KEYS = ("data.root",)
@@ -253,6 +254,7 @@ def run_worker(workers: Workers, job: Job, output_dir: Path) -> dict[str, Any]:
         workers,
         job.stages.wire,
         job.stages.attack,
+        job.stages.privacy,
     )
     if checkpoint is not None:
         loop.load_state_dict(checkpoint, Path(str(settings.resume)))
@@ -301,6 +303,7 @@ def write_summary(
         | participation_summary(history.participation)
         | traffic_summary(history.bytes_up, history.bytes_to_target)
         | {"diverged_at_round": history.diverged_at_round, "divergence": history.divergence}
+        | ({"stopped": history.stopped} if history.stopped else {})
     )
     (output_dir / SUMMARY_NAME).write_text(json.dumps(summary, indent=2, allow_nan=False))
     write_curves(output_dir, history.rows)

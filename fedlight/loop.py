@@ -54,10 +54,12 @@ from fedlight.client_states import (
 from fedlight.config import RunSettings
 from fedlight.context import Federation, RoundContext, RoundMetrics
 from fedlight.data.base import TensorDataset
-from fedlight.engines import LocalTask, first_optimizer, make_engine
+from fedlight.engines import Engine, LocalTask, first_optimizer, make_engine
 from fedlight.evaluation import ACCURACY, LOSS, Evaluator
 from fedlight.loggers.base import MetricsRow, RoundLogger
 from fedlight.lr_schedules.base import LRSchedule
+from fedlight.privacy.base import STATE_PREFIX as PRIVACY_STATE
+from fedlight.privacy.base import Privacy, Trained
 from fedlight.selection.base import (
     REPORTED_NUMBER_BYTES,
     ClientPool,
@@ -105,6 +107,7 @@ class Outcome:
     bytes_down: int
     metrics: dict[str, float] = field(default_factory=dict)  # reported by client-side stages
     reports: dict[str, float] = field(default_factory=dict)  # sent to the selector
+    private_reports: dict[str, float] = field(default_factory=dict)  # sent to the privacy stage
     rejected: bool = False  # its (streamed) upload was not finite: left out of the aggregates
 
 
@@ -135,6 +138,7 @@ class History:
     participation: list[int] = field(default_factory=list)  # rounds each client trained in
     # [bytes up, bytes down] sent until the first evaluated round reaching eval.target_accuracy
     bytes_to_target: list[int] | None = None
+    stopped: str | None = None  # why the run ended before fl.rounds (the privacy budget)
 
 
 # What a checkpoint holds besides the caller's meta data (`FederatedLoop.state_dict`).
@@ -186,9 +190,11 @@ class FederatedLoop:
         workers: Workers | None = None,
         wire: Wire | None = None,
         attack: Attack | None = None,
+        privacy: Privacy | None = None,
     ) -> None:
         """`client_states` defaults to a memory store on the client module's device, `workers`
-        to this process alone, `wire` to sending everything as it is, `attack` to none."""
+        to this process alone, `wire` to sending everything as it is, `attack` and `privacy` to
+        none."""
         self.settings = settings
         self.data = data
         self.client_indices = client_indices
@@ -198,6 +204,7 @@ class FederatedLoop:
         self.lr_schedule = lr_schedule
         self.wire = Wire() if wire is None else wire
         self.attack = Attack() if attack is None else attack
+        self.privacy = Privacy() if privacy is None else privacy
         self.malicious = self.attack.malicious_clients(settings.fl.num_clients, settings.seed)
         self.told: set[str] = set()  # the once-per-run console notes already printed
         self.base_lrs = [
@@ -218,6 +225,10 @@ class FederatedLoop:
             SELECTION_STATE,
             selection.init_state(self.federation),
         )
+        privacy_state = self.privacy.init_state(
+            settings, self.federation, [len(indices) for indices in client_indices]
+        )
+        self.server = with_stage_state(self.server, PRIVACY_STATE, privacy_state)
         self.workers = OneWorker(device) if workers is None else workers
         self.client_states = (
             MemoryClientStates(device)
@@ -226,7 +237,7 @@ class FederatedLoop:
         )
         self.history = History(participation=[0] * settings.fl.num_clients)
         self.saved_round = 0  # the rounds the last checkpoint holds
-        self.engine = make_engine(module, data, settings)
+        self.engine = self.build_engine()
         self.evaluator = Evaluator(module, settings.eval.batch_size)
         self.client_pool = ClientPool(client_indices, self.quality_on)
 
@@ -238,6 +249,7 @@ class FederatedLoop:
         pool = self.client_pool
         pool.reset()
         selection_state = stage_state(self.server.extras, SELECTION_STATE)
+        privacy_state = stage_state(self.server.extras, PRIVACY_STATE)
         seen = Population(selection_state, pool, self.server.weights)
         clients = self.selection.select(before, fl.clients_per_round, seen)
         lrs = tuple(self.lr_schedule(before, base) for base in self.base_lrs)
@@ -261,7 +273,9 @@ class FederatedLoop:
             ctx.metrics.report("malicious", sum(1 for c, _ in participants if c in malicious))
         download = algorithm.download(ctx, self.server)
         share = self.workers.share([len(indices) for _, indices in participants])
-        aggregation = algorithm.start_aggregation([len(i) for _, i in participants])
+        aggregation = self.privacy.start_aggregation(
+            ctx, privacy_state, algorithm, [len(i) for _, i in participants]
+        )
         server_extras = self.server.extras  # the upload chain's receiver state lives here
         # Whether this worker aggregates each of its uploads at once (alone, or exchanging sums)
         # rather than handing the encoded uploads to every worker (and to an attack that forges
@@ -301,6 +315,7 @@ class FederatedLoop:
             if client in malicious:
                 keys = algorithm.model_update_keys(client_ctx, upload.tensors)
                 upload = self.attack.corrupt_upload(client_ctx, upload, keys)
+            upload, private_reports = self.privacy.clip_upload(client_ctx, privacy_state, upload)
             payload, state = wire.send(UPLOAD, client_ctx, client, upload.tensors, got.state)
             encoded = replace(upload, tensors=payload)
             if new_own is not None and new_own is not own:
@@ -319,10 +334,11 @@ class FederatedLoop:
                     local.train_loss,
                     local.num_samples,
                     seconds + pool.seconds - pool_seconds,
-                    nbytes(payload) + REPORTED_NUMBER_BYTES * len(reports),
+                    nbytes(payload) + REPORTED_NUMBER_BYTES * (len(reports) + len(private_reports)),
                     got.bytes_down,
                     client_metrics.pop(client).values,
                     reports,
+                    private_reports,
                     rejected,
                 )
             )
@@ -389,6 +405,17 @@ class FederatedLoop:
             self.history.participation[client] += 1
         rejected = set(aggregation.rejected)  # their loss says nothing of the global model
         kept = [o for o in outcomes if o.upload.client_id not in rejected]
+        trained = [
+            Trained(
+                o.upload.client_id,
+                o.upload.num_steps,
+                o.private_reports,
+                o.upload.client_id not in rejected,
+            )
+            for o in outcomes
+        ]
+        privacy_state = self.privacy.finish_round(ctx, privacy_state, trained)
+        self.server = with_stage_state(self.server, PRIVACY_STATE, privacy_state)
         samples = sum(o.num_samples for o in kept)
         return RoundStats(
             train_loss=(
@@ -484,14 +511,23 @@ class FederatedLoop:
                 logger.log_round(row)
         started = time.perf_counter() - history.wall_seconds
         first_round = history.completed_rounds + 1
+        described = self.privacy.describe(self.privacy_state())
+        if described is not None and first_round <= settings.fl.rounds:
+            self.tell_once("privacy", described)
+        if first_round <= settings.fl.rounds:
+            history.stopped = self.privacy.budget_refusal(self.privacy_state(), first_round)
         for round_index in range(first_round, settings.fl.rounds + 1):
+            if history.stopped:
+                break
             stats = self.run_round(round_index)
             history.completed_rounds = round_index
             history.bytes_up += stats.bytes_up
             history.bytes_down += stats.bytes_down
             history.client_seconds += stats.client_seconds
             history.wall_seconds = time.perf_counter() - started
-            last = round_index == settings.fl.rounds
+            if round_index < settings.fl.rounds:  # the next round must stay within the budget
+                history.stopped = self.privacy.budget_refusal(self.privacy_state(), round_index + 1)
+            last = round_index == settings.fl.rounds or history.stopped is not None
             diverged = None if history.diverged_at_round else not_finite(stats, self.server.weights)
             evaluated_round = last or round_index % settings.eval.every == 0 or diverged
             if self.workers.main and evaluated_round:
@@ -518,7 +554,18 @@ class FederatedLoop:
                 self.save_checkpoint(checkpoint_path, checkpoint_meta)
         if first_round > settings.fl.rounds:  # resumed a finished run: its checkpoint, here too
             self.save_checkpoint(checkpoint_path, checkpoint_meta)
+        if history.stopped:
+            self.tell_once("stopped", history.stopped)
         return history
+
+    def privacy_state(self) -> StateDict:
+        return stage_state(self.server.extras, PRIVACY_STATE)
+
+    def build_engine(self) -> Engine:
+        """The engine of local training: the privacy mechanism's, if it has one, else
+        `fl.engine`'s."""
+        engine = self.privacy.engine(self.module, self.data, self.settings, self.privacy_state())
+        return make_engine(self.module, self.data, self.settings) if engine is None else engine
 
     def evaluated_row(self, round_index: int, stats: RoundStats, started: float) -> MetricsRow:
         """The round's row of metrics: the fixed columns, then the test metrics beyond accuracy
@@ -601,6 +648,8 @@ class FederatedLoop:
         )
         self.saved_round = self.history.completed_rounds
         torch.set_rng_state(state["torch_rng"])
+        self.engine.close()
+        self.engine = self.build_engine()  # a mechanism's engine reads the restored state
 
 
 def stage_state(extras: StateDict, prefix: str, keep: bool = False) -> StateDict:

@@ -19,6 +19,7 @@ from fedlight.algorithms.base import Algorithm
 from fedlight.attacks.base import Attack
 from fedlight.config import ConfigError, require
 from fedlight.lr_schedules.base import LRSchedule
+from fedlight.privacy.base import Privacy
 from fedlight.selection.base import Selection
 from fedlight.wire.base import Wire, WireTransform
 
@@ -35,6 +36,7 @@ class Stages:
     lr_schedule: LRSchedule
     wire: Wire
     attack: Attack = dataclasses.field(default_factory=Attack)
+    privacy: Privacy = dataclasses.field(default_factory=Privacy)
 
 
 def instantiate_group(cfg: DictConfig, group: str, **injected: Any) -> Any:
@@ -130,4 +132,5 @@ def build_stages(cfg: DictConfig, choices: dict[str, str]) -> Stages:
         lr_schedule=instantiate_group(cfg, "lr_schedule"),
         wire=wire,
         attack=attack,
+        privacy=instantiate_group(cfg, "privacy"),
     )

@@ -93,3 +93,8 @@ class Engine(ABC):
         rates `lrs`. A result's weights are valid until the next result is requested. `tasks`
         may be lazy: an engine that trains one client at a time takes the next task only after
         the previous result was used, so a round never holds every client's task at once."""
+
+    def close(self) -> None:
+        """Undo what the engine did to the client module (hooks), before another engine trains
+        it."""
+        return None

@@ -1,0 +1,139 @@
+"""The `privacy` config group: differential privacy as stages of the round.
+
+A mechanism acts at up to four points of a round, each a hook of `Privacy` that does nothing by
+default (`privacy=none`):
+- `engine`: local training itself (DP-SGD's per-example clipping and noise);
+- `clip_upload`: the client side, after the algorithm's upload (and an attack) and before the
+  wire, so compression acts on the clipped update (user-level DP-FedAvg's clipping);
+- `start_aggregation`: the server side, how the decoded uploads are combined (a clipped, noised
+  sum over the expected number of participants);
+- `finish_round`: after the server update, the mechanism's own state (an adaptive clip norm, the
+  steps each client took) and the privacy spent, `epsilon`, reported to the metrics channel.
+
+Its state lives in the server extras under "privacy/" (checkpointed, the same on every worker, so
+a resumed run continues bit-exactly with its accountant), and its noise comes from the derived
+generators of stream PRIVACY. ε always comes from the accountant library (`accountant.py`).
+`budget_refusal` is asked before every round: a run with `privacy.target_epsilon` stops with a
+message, its checkpoint intact, instead of running a round that would exceed the budget.
+"""
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pytorch_lightning as pl
+import torch
+from torch import Tensor
+
+from fedlight.aggregation.base import RoundAggregation
+from fedlight.algorithms.base import Algorithm, ClientUpload
+from fedlight.config import RunSettings
+from fedlight.context import Federation, RoundContext
+from fedlight.data.base import TensorDataset
+from fedlight.engines.base import Engine
+from fedlight.tensors import StateDict
+
+STATE_PREFIX = "privacy/"
+
+
+@dataclass(frozen=True)
+class Trained:
+    """What the server learns of one participant that trained this round."""
+
+    client: int
+    num_steps: int
+    reports: dict[str, float]  # the numbers its `clip_upload` sent besides the upload
+    accepted: bool  # False: its upload had NaN/Inf entries and was left out of the aggregates
+
+
+class Privacy:
+    """No privacy mechanism: every hook leaves the round as it is."""
+
+    @property
+    def option(self) -> str:
+        """The option's name in the `privacy` group (its module's)."""
+        return type(self).__module__.rsplit(".", 1)[-1]
+
+    def check(self, settings: RunSettings, choices: dict[str, str], algorithm: Algorithm) -> None:
+        """Refuse (ConfigError) what the mechanism cannot guarantee with, before any work;
+        `choices` maps each config group to its option."""
+        return None
+
+    def init_state(
+        self, settings: RunSettings, federation: Federation, client_sizes: Sequence[int]
+    ) -> StateDict:
+        """The mechanism's server state before round 1 (e.g. a calibrated noise multiplier)."""
+        return {}
+
+    def describe(self, state: StateDict) -> str | None:
+        """One line stating the guarantee being run (printed at the start), or None."""
+        return None
+
+    def engine(
+        self,
+        module: pl.LightningModule,
+        data: TensorDataset,
+        settings: RunSettings,
+        state: StateDict,
+    ) -> Engine | None:
+        """The engine of local training when the mechanism changes it (built again from the
+        state a resumed run restores); None: `fl.engine`'s."""
+        return None
+
+    def clip_upload(
+        self, ctx: RoundContext, state: StateDict, upload: ClientUpload
+    ) -> tuple[ClientUpload, dict[str, float]]:
+        """The upload as the client sends it, and the numbers it reports besides (each counted
+        as 4 bytes up)."""
+        return upload, {}
+
+    def start_aggregation(
+        self,
+        ctx: RoundContext,
+        state: StateDict,
+        algorithm: Algorithm,
+        sample_counts: Sequence[int],
+    ) -> RoundAggregation:
+        """The round's aggregation of the decoded uploads: the algorithm's own."""
+        return algorithm.start_aggregation(sample_counts)
+
+    def finish_round(
+        self, ctx: RoundContext, state: StateDict, trained: Sequence[Trained]
+    ) -> StateDict:
+        """The state after the round (`trained`: its participants, in order); reports the
+        privacy spent to `ctx.metrics`."""
+        return state
+
+    def budget_refusal(self, state: StateDict, round_index: int) -> str | None:
+        """Why round `round_index` must not run (it would exceed the budget); None: it may."""
+        return None
+
+
+def update_norm(tensors: StateDict) -> Tensor:
+    """The L2 norm of every floating-point entry of an update together, in float64."""
+    norms = [torch.linalg.vector_norm(t, dtype=torch.float64) for t in tensors.values()]
+    return (
+        torch.linalg.vector_norm(torch.stack(norms))
+        if norms
+        else torch.zeros((), dtype=torch.float64)
+    )
+
+
+def clip_factor(norm: float, clip: float) -> float:
+    """min(1, clip / norm): the scale that brings an update of `norm` within `clip`."""
+    return min(1.0, clip / norm) if norm > 0 else 1.0
+
+
+def scaled(tensors: StateDict, factor: float) -> StateDict:
+    """The floating-point entries times `factor` (others as they are); the same dict if 1."""
+    if factor == 1.0:
+        return tensors
+    return {name: t * factor if t.is_floating_point() else t for name, t in tensors.items()}
+
+
+def scalar(state: StateDict, key: str) -> float:
+    return float(state[key])
+
+
+def as_state(**values: float) -> StateDict:
+    """Scalars as float64 0-d tensors (how a mechanism's numbers sit in the server extras)."""
+    return {key: torch.tensor(value, dtype=torch.float64) for key, value in values.items()}

@@ -1,0 +1,249 @@
+"""User-level DP-FedAvg of McMahan et al., "Learning Differentially Private Recurrent Language
+Models", ICLR 2018 (Algorithm 1, the fixed-denominator estimator with uniform client weights).
+
+Each participant's whole upload (every part the server aggregates: the model update, and with
+SCAFFOLD the control-variate update) is clipped to L2 norm C on the client, before compression.
+The server sums the decoded uploads, each projected again to norm ≤ C (a no-op for a lossless wire;
+it keeps the sensitivity at C when a compressor such as QSGD or int8 lengthens an update), adds
+N(0, (z·C)²) to every entry of the sum, and divides by the expected number of participants qN
+(not the realized one, which would leak who took part), then the server optimizer steps. With
+Poisson sampling of clients at rate q = K/N (`selection=poisson`) each round is the subsampled
+Gaussian mechanism that the accountant composes; one client's data is the unit of privacy, and
+δ defaults to 1/N.
+
+Not covered by the guarantee, as in the paper's simulation: the training loss and counts the
+loop reports (metrics.csv), and an empty round (no participant: the model is kept, no noise).
+"""
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+import torch
+
+from fedlight.aggregation.base import Accumulator, Aggregator, RoundAggregation, all_finite
+from fedlight.aggregation.mean import RunningMean
+from fedlight.algorithms.base import Algorithm, ClientUpload
+from fedlight.config import RunSettings, require
+from fedlight.context import Federation, RoundContext
+from fedlight.privacy.accountant import calibrate_noise, epsilon
+from fedlight.privacy.base import (
+    Privacy,
+    Trained,
+    as_state,
+    clip_factor,
+    scalar,
+    scaled,
+    update_norm,
+)
+from fedlight.rng import Stream
+from fedlight.tensors import StateDict
+
+
+@dataclass
+class OverExpected(Aggregator):
+    """Σ_i w_i u_i / E, E the expected number of participants, whatever the weights' total."""
+
+    expected: float = 1.0
+
+    def accumulator(self, total_weight: float, count: int) -> Accumulator:
+        return RunningMean(self.expected)
+
+
+class PrivateAggregation(RoundAggregation):
+    """Every part of each accepted upload projected (all parts together) to norm ≤ `clip`, added
+    with weight 1 over `expected`; `results` adds N(0, noise_std²/expected²) to every
+    floating-point entry, drawn from `generator` part by part and tensor by tensor in order, so
+    every worker draws the same noise."""
+
+    def __init__(
+        self,
+        algorithm: Algorithm,
+        sample_counts: Sequence[int],
+        expected: float,
+        clip: float,
+        noise_std: float,
+        generator: torch.Generator,
+    ) -> None:
+        rule = OverExpected(expected=expected)
+        super().__init__(algorithm, rule, rule, sample_counts)
+        self.expected, self.clip, self.noise_std = expected, clip, noise_std
+        self.generator = generator
+
+    def add(self, ctx: RoundContext, upload: ClientUpload) -> bool:
+        parts = self.algorithm.split(ctx, upload)
+        if not all_finite(parts):
+            self.reject(upload)
+            return False
+        self.contributors.append((upload.client_id, upload.num_samples, upload.num_steps))
+        joint = {f"{name}/{key}": t for name, part in parts.items() for key, t in part.items()}
+        factor = clip_factor(float(update_norm(joint)), self.clip)
+        for name, update in parts.items():
+            self.accumulators[name].add(update, factor)
+        return True
+
+    def reject(self, upload: ClientUpload) -> None:
+        """Counted, never renormalized for: the denominator is the expected count."""
+        self.rejected.append(upload.client_id)
+
+    def results(self) -> Mapping[str, StateDict | None]:
+        std = self.noise_std / self.expected
+        noised: dict[str, StateDict | None] = {}
+        for name, mean in super().results().items():
+            noised[name] = None if mean is None else self.with_noise(mean, std)
+        return noised
+
+    def with_noise(self, mean: StateDict, std: float) -> StateDict:
+        if std == 0:
+            return mean
+        noisy: StateDict = {}
+        for key, t in mean.items():
+            if not t.is_floating_point():
+                noisy[key] = t
+                continue
+            noise = torch.randn(t.shape, generator=self.generator, dtype=torch.float64)
+            noisy[key] = t + (noise * std).to(device=t.device, dtype=t.dtype)
+        return noisy
+
+
+@dataclass
+class DPFedAvg(Privacy):
+    """`privacy=dp_fedavg`: see the module docstring."""
+
+    clip: float = 1.0  # C: the L2 norm every client's upload is clipped to
+    noise_multiplier: float | None = 1.0  # z: noise std on the sum is z·C; null: calibrated
+    target_epsilon: float | None = None  # calibrate z for fl.rounds rounds; stop at the budget
+    delta: float | None = None  # δ; null: 1/N
+
+    def __post_init__(self) -> None:
+        require(self.clip > 0, f"privacy.clip={self.clip} must be > 0; use e.g. privacy.clip=1.0")
+        require(
+            (self.noise_multiplier is None) != (self.target_epsilon is None),
+            f"privacy.noise_multiplier={self.noise_multiplier} and privacy.target_epsilon="
+            f"{self.target_epsilon}: give exactly one (privacy.noise_multiplier=null to calibrate "
+            "the noise for a target ε)",
+        )
+        require(
+            self.noise_multiplier is None or self.noise_multiplier >= 0,
+            f"privacy.noise_multiplier={self.noise_multiplier} must be >= 0",
+        )
+        require(
+            self.target_epsilon is None or self.target_epsilon > 0,
+            f"privacy.target_epsilon={self.target_epsilon} must be > 0",
+        )
+        require(
+            self.delta is None or 0 < self.delta < 1,
+            f"privacy.delta={self.delta} must lie in (0, 1); null means 1/N",
+        )
+
+    def check(self, settings: RunSettings, choices: dict[str, str], algorithm: Algorithm) -> None:
+        name = self.option
+        selection = choices.get("selection", "random")
+        require(
+            selection == "poisson",
+            f"privacy={name} accounts for Poisson sampling of clients (each takes part with "
+            f"probability q = K/N), which selection={selection} is not; use selection=poisson",
+        )
+        require(
+            bool(algorithm.parts),
+            f"privacy={name} does not apply to algo={choices.get('algo')}: it aggregates no "
+            "client updates; use an algorithm that does (e.g. algo=fedavg)",
+        )
+        aggregator = choices.get("aggregator", "mean")
+        require(
+            aggregator == "mean",
+            f"privacy={name} sums the clipped updates itself; aggregator={aggregator} would be "
+            "bypassed; leave aggregator=mean",
+        )
+
+    def sampling_rate(self, settings: RunSettings) -> float:
+        return settings.fl.clients_per_round / settings.fl.num_clients
+
+    def init_state(
+        self, settings: RunSettings, federation: Federation, client_sizes: Sequence[int]
+    ) -> StateDict:
+        rate = self.sampling_rate(settings)
+        delta = 1.0 / federation.num_clients if self.delta is None else self.delta
+        if self.target_epsilon is None:
+            assert self.noise_multiplier is not None  # one of the two is set
+            noise = self.noise_multiplier
+        else:
+            noise = calibrate_noise(rate, federation.rounds, self.target_epsilon, delta)
+        return as_state(
+            noise_multiplier=noise,
+            clip=self.clip,
+            delta=delta,
+            sampling_rate=rate,
+            expected=float(settings.fl.clients_per_round),
+        )
+
+    def describe(self, state: StateDict) -> str | None:
+        noise = scalar(state, "noise_multiplier")
+        how = (
+            f"calibrated for privacy.target_epsilon={self.target_epsilon}"
+            if self.target_epsilon is not None
+            else "privacy.noise_multiplier"
+        )
+        default = " (1/N)" if self.delta is None else ""
+        return (
+            f"privacy={self.option}: user-level DP, q={scalar(state, 'sampling_rate'):.4g}, "
+            f"noise multiplier {noise:.4g} ({how}), clip {scalar(state, 'clip'):.4g}, "
+            f"delta={scalar(state, 'delta'):.3g}{default}"
+        )
+
+    def clip_upload(
+        self, ctx: RoundContext, state: StateDict, upload: ClientUpload
+    ) -> tuple[ClientUpload, dict[str, float]]:
+        factor = clip_factor(float(update_norm(upload.tensors)), scalar(state, "clip"))
+        ctx.metrics.add("privacy.clipped", float(factor < 1.0))
+        return replace(upload, tensors=scaled(upload.tensors, factor)), {}
+
+    def update_noise_multiplier(self, state: StateDict) -> float:
+        """z of the noise on the updates' sum."""
+        return scalar(state, "noise_multiplier")
+
+    def start_aggregation(
+        self,
+        ctx: RoundContext,
+        state: StateDict,
+        algorithm: Algorithm,
+        sample_counts: Sequence[int],
+    ) -> RoundAggregation:
+        clip = scalar(state, "clip")
+        return PrivateAggregation(
+            algorithm,
+            sample_counts,
+            expected=scalar(state, "expected"),
+            clip=clip,
+            noise_std=self.update_noise_multiplier(state) * clip,
+            generator=ctx.torch_generator(Stream.PRIVACY),
+        )
+
+    def spent(self, state: StateDict, rounds: int) -> float:
+        """ε(δ) after `rounds` rounds of the run's mechanism."""
+        return epsilon(
+            scalar(state, "sampling_rate"),
+            scalar(state, "noise_multiplier"),
+            rounds,
+            scalar(state, "delta"),
+        )
+
+    def finish_round(
+        self, ctx: RoundContext, state: StateDict, trained: Sequence[Trained]
+    ) -> StateDict:
+        ctx.metrics.report("epsilon", self.spent(state, ctx.round_index))
+        ctx.metrics.report("privacy.delta", scalar(state, "delta"))
+        ctx.metrics.report("privacy.noise_multiplier", scalar(state, "noise_multiplier"))
+        ctx.metrics.report("privacy.clip", scalar(state, "clip"))
+        return state
+
+    def budget_refusal(self, state: StateDict, round_index: int) -> str | None:
+        if self.target_epsilon is None:
+            return None
+        reached = self.spent(state, round_index)
+        if reached <= self.target_epsilon:
+            return None
+        return (
+            f"round {round_index} would spend epsilon={reached:.4g} > privacy.target_epsilon="
+            f"{self.target_epsilon} (delta={scalar(state, 'delta'):.3g}); the run stops after "
+            f"round {round_index - 1} with its checkpoint"
+        )

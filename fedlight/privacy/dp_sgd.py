@@ -1,0 +1,259 @@
+"""Example-level DP-SGD inside each client's local training: Abadi et al., "Deep Learning with
+Differential Privacy", CCS 2016 (Algorithm 1), through Opacus.
+
+Every local step takes a Poisson sample of the client's examples at rate q = B/n (B =
+`local.batch_size`, n the client's examples; E·⌈n/B⌉ steps a round, as without privacy), Opacus
+computes per-example gradients, clips each to L2 norm `clip` and adds N(0, (z·clip)²) to their sum
+before the client's optimizer steps (`DPOptimizer`). The noise comes from the derived generator
+(seed, PRIVACY, round, client). One example is the unit of privacy: a client's ε after s steps is
+the accountant's for (q, z, s, δ); the reported ε is the largest over the clients, from the steps
+each actually took, and δ defaults to 1/n of the largest client (so it is below 1/n for every
+client). The server aggregates as configured: the result of DP training is post-processed.
+
+`privacy.target_epsilon` calibrates z for a client that takes part in every one of the fl.rounds
+rounds (the bound that holds for any selection); with K of N clients a round the ε reached is
+smaller, and the summary shows it. Not covered by the guarantee: the sample counts and training
+loss a client reports (use `aggregator.weighting=uniform` to keep the counts out of the model).
+"""
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+
+import pytorch_lightning as pl
+import torch
+from opacus import GradSampleModule
+from opacus.optimizers import DPOptimizer
+from opacus.validators import ModuleValidator
+
+from fedlight.algorithms.base import Algorithm, LocalResult
+from fedlight.config import ConfigError, RunSettings, require
+from fedlight.context import Federation, RoundContext
+from fedlight.data.base import TensorDataset
+from fedlight.engines.base import (
+    Engine,
+    LocalTask,
+    first_optimizer,
+    local_seed,
+    num_local_steps,
+)
+from fedlight.engines.sequential import SequentialEngine, training_loss
+from fedlight.privacy.accountant import calibrate_noise, epsilon
+from fedlight.privacy.base import Privacy, Trained, as_state, scalar
+from fedlight.rng import Stream, derive_seed
+from fedlight.tensors import StateDict
+
+
+@cache
+def client_epsilon(rate: float, noise: float, steps: int, delta: float) -> float:
+    return epsilon(rate, noise, steps, delta)
+
+
+class DPSGDEngine(SequentialEngine):
+    """The sequential engine with Poisson-sampled batches and Opacus's DP optimizer."""
+
+    def __init__(
+        self,
+        module: pl.LightningModule,
+        data: TensorDataset,
+        settings: RunSettings,
+        noise_multiplier: float,
+        clip: float,
+    ) -> None:
+        super().__init__(module, data, settings)
+        errors = ModuleValidator.validate(module, strict=False)
+        if errors:
+            raise ConfigError(
+                f"privacy=dp_sgd: the model is not Opacus-compatible ({str(errors[0]).strip()}); "
+                "use a model without BatchNorm or running statistics (e.g. model=mlp or "
+                "model=simple_cnn)"
+            )
+        self.noise_multiplier, self.clip = noise_multiplier, clip
+        # Hooks on the module's layers record per-example gradients (`grad_sample`).
+        self.per_example = GradSampleModule(module, loss_reduction="mean")
+
+    def close(self) -> None:
+        self.per_example.to_standard_module()
+
+    def train_one(self, task: LocalTask, round_index: int, lrs: Sequence[float]) -> LocalResult:
+        if task.callbacks:
+            raise ConfigError(
+                "privacy=dp_sgd trains with Opacus's optimizer, which replaces the gradients an "
+                "algorithm's local corrections act on; use an algorithm without them (e.g. "
+                "algo=fedavg)"
+            )
+        module, data, local = self.module, self.data, self.settings.local
+        module.load_state_dict(task.start)
+        module.train()
+        n = len(task.indices)
+        rate = min(1.0, local.batch_size / n)
+        device = task.indices.device
+        seed = local_seed(self.settings.seed, round_index, task.client)
+        generator = torch.Generator().manual_seed(seed)
+        torch.manual_seed(seed)
+        noise = torch.Generator(device).manual_seed(
+            derive_seed(self.settings.seed, Stream.PRIVACY, round_index, task.client)
+        )
+        inner = first_optimizer(module.configure_optimizers())
+        for group, lr in zip(inner.param_groups, lrs, strict=True):
+            group["lr"] = lr
+        optimizer = DPOptimizer(
+            inner,
+            noise_multiplier=self.noise_multiplier,
+            max_grad_norm=self.clip,
+            expected_batch_size=round(rate * n),
+            loss_reduction="mean",
+            generator=noise,
+        )
+        params = [p for p in module.parameters() if p.requires_grad]
+        losses: list[torch.Tensor] = []
+        steps = num_local_steps(n, local.epochs, local.batch_size)
+        for step in range(steps):
+            taken = torch.rand(n, generator=generator) < rate
+            indices = task.indices[taken.nonzero().squeeze(1).to(device)]
+            optimizer.zero_grad(set_to_none=True)
+            if len(indices) == 0:  # the step adds noise only
+                for p in params:
+                    p.grad_sample = torch.zeros((0, *p.shape), device=p.device, dtype=p.dtype)
+            else:
+                x, y = data.train_x[indices], data.train_y[indices]
+                if task.label_map is not None:
+                    y = task.label_map[y]
+                if data.augment is not None:
+                    x = data.augment(x, generator)
+                loss = training_loss(module.training_step((x, y), step))
+                loss.backward()
+                losses.append(loss.detach())
+            optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return LocalResult(
+            client_id=task.client,
+            weights=module.state_dict(),
+            num_samples=n,
+            num_steps=steps,
+            lr=lrs[0],
+            train_loss=torch.stack(losses).mean().item() if losses else 0.0,
+        )
+
+
+@dataclass
+class DPSGD(Privacy):
+    """`privacy=dp_sgd`: see the module docstring."""
+
+    clip: float = 1.0  # the L2 norm each example's gradient is clipped to
+    noise_multiplier: float | None = 1.0  # z; null together with target_epsilon
+    target_epsilon: float | None = None  # calibrate z for fl.rounds rounds of every client
+    delta: float | None = None  # δ; null: 1/n of the largest client
+
+    def __post_init__(self) -> None:
+        require(self.clip > 0, f"privacy.clip={self.clip} must be > 0; use e.g. privacy.clip=1.0")
+        require(
+            (self.noise_multiplier is None) != (self.target_epsilon is None),
+            f"privacy.noise_multiplier={self.noise_multiplier} and privacy.target_epsilon="
+            f"{self.target_epsilon}: give exactly one (privacy.noise_multiplier=null to calibrate "
+            "the noise for a target ε)",
+        )
+        require(
+            self.noise_multiplier is None or self.noise_multiplier >= 0,
+            f"privacy.noise_multiplier={self.noise_multiplier} must be >= 0",
+        )
+        require(
+            self.target_epsilon is None or self.target_epsilon > 0,
+            f"privacy.target_epsilon={self.target_epsilon} must be > 0",
+        )
+        require(
+            self.delta is None or 0 < self.delta < 1,
+            f"privacy.delta={self.delta} must lie in (0, 1); null means 1/n of the largest client",
+        )
+
+    def check(self, settings: RunSettings, choices: dict[str, str], algorithm: Algorithm) -> None:
+        require(
+            settings.fl.engine != "vectorized",
+            "privacy=dp_sgd trains clients one at a time with Opacus; fl.engine=vectorized "
+            "cannot run it; use fl.engine=auto",
+        )
+
+    def init_state(
+        self, settings: RunSettings, federation: Federation, client_sizes: Sequence[int]
+    ) -> StateDict:
+        local = settings.local
+        sizes = torch.tensor(client_sizes, dtype=torch.float64)
+        rates = (local.batch_size / sizes.clamp(min=1)).clamp(max=1.0)
+        per_round = torch.tensor(
+            [num_local_steps(n, local.epochs, local.batch_size) for n in client_sizes]
+        )
+        delta = 1.0 / max(max(client_sizes), 1) if self.delta is None else self.delta
+        if self.target_epsilon is None:
+            assert self.noise_multiplier is not None  # one of the two is set
+            noise = self.noise_multiplier
+        else:
+            target = self.target_epsilon
+            noise = max(
+                calibrate_noise(rate, steps * federation.rounds, target, delta)
+                for rate, steps in {
+                    (float(r), int(s)) for r, s in zip(rates, per_round, strict=True) if s > 0
+                }
+            )
+        return as_state(noise_multiplier=noise, clip=self.clip, delta=delta) | {
+            "sampling_rates": rates,
+            "steps_per_round": per_round,
+            "steps": torch.zeros(federation.num_clients, dtype=torch.int64),
+        }
+
+    def describe(self, state: StateDict) -> str | None:
+        how = (
+            f"calibrated for privacy.target_epsilon={self.target_epsilon} with every client in "
+            "every round"
+            if self.target_epsilon is not None
+            else "privacy.noise_multiplier"
+        )
+        default = " (1/n of the largest client)" if self.delta is None else ""
+        return (
+            f"privacy=dp_sgd: example-level DP-SGD, noise multiplier "
+            f"{scalar(state, 'noise_multiplier'):.4g} ({how}), clip {self.clip:.4g} per "
+            f"example, delta={scalar(state, 'delta'):.3g}{default}"
+        )
+
+    def engine(
+        self,
+        module: pl.LightningModule,
+        data: TensorDataset,
+        settings: RunSettings,
+        state: StateDict,
+    ) -> Engine | None:
+        return DPSGDEngine(module, data, settings, scalar(state, "noise_multiplier"), self.clip)
+
+    def largest_epsilon(self, state: StateDict, steps: torch.Tensor) -> float:
+        """The largest ε(δ) over the clients, each after its `steps`."""
+        noise, delta = scalar(state, "noise_multiplier"), scalar(state, "delta")
+        rates = state["sampling_rates"].tolist()
+        spent = [
+            client_epsilon(rate, noise, count, delta)
+            for rate, count in zip(rates, steps.tolist(), strict=True)
+            if count > 0
+        ]
+        return max(spent, default=0.0)
+
+    def finish_round(
+        self, ctx: RoundContext, state: StateDict, trained: Sequence[Trained]
+    ) -> StateDict:
+        steps = state["steps"].clone()
+        for participant in trained:
+            steps[participant.client] += participant.num_steps
+        ctx.metrics.report("epsilon", self.largest_epsilon(state, steps))
+        ctx.metrics.report("privacy.delta", scalar(state, "delta"))
+        ctx.metrics.report("privacy.noise_multiplier", scalar(state, "noise_multiplier"))
+        ctx.metrics.report("privacy.clip", self.clip)
+        return state | {"steps": steps}
+
+    def budget_refusal(self, state: StateDict, round_index: int) -> str | None:
+        if self.target_epsilon is None:
+            return None
+        worst = self.largest_epsilon(state, state["steps"] + state["steps_per_round"])
+        if worst <= self.target_epsilon:
+            return None
+        return (
+            f"round {round_index} could spend epsilon={worst:.4g} > privacy.target_epsilon="
+            f"{self.target_epsilon} (delta={scalar(state, 'delta'):.3g}) for a client taking part "
+            f"in it; the run stops after round {round_index - 1} with its checkpoint"
+        )
