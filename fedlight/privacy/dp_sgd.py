@@ -10,12 +10,15 @@ the accountant's for (q, z, s, δ); the reported ε is the largest over the clie
 each actually took, and δ defaults to 1/n of the largest client (so it is below 1/n for every
 client). The server aggregates as configured: the result of DP training is post-processed.
 
-`privacy.target_epsilon` calibrates z for a client that takes part in every one of the fl.rounds
-rounds (the bound that holds for any selection); with K of N clients a round the ε reached is
-smaller, and the summary shows it. Not covered by the guarantee: the sample counts and training
-loss a client reports (use `aggregator.weighting=uniform` to keep the counts out of the model).
+`privacy.target_epsilon` calibrates z for a client that takes part in `privacy.rounds_per_client`
+rounds (default fl.rounds: the bound that holds for any selection; with K of N clients a round
+far fewer suffice, and the ε reached, from the steps each client took, shows it); a run stops
+before a round in which a client could exceed the budget. Not covered by the guarantee: the
+sample counts and training loss a client reports (`aggregator.weighting=uniform` keeps the counts
+out of the model).
 """
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -69,6 +72,9 @@ class DPSGDEngine(SequentialEngine):
                 "model=simple_cnn)"
             )
         self.noise_multiplier, self.clip = noise_multiplier, clip
+        # Opacus's hooks fire on the first layer, whose input (the data) needs no gradient:
+        # expected, and said by torch once per process otherwise.
+        warnings.filterwarnings("ignore", message="Full backward hook is firing")
         # Hooks on the module's layers record per-example gradients (`grad_sample`).
         self.per_example = GradSampleModule(module, loss_reduction="mean")
 
@@ -142,7 +148,8 @@ class DPSGD(Privacy):
 
     clip: float = 1.0  # the L2 norm each example's gradient is clipped to
     noise_multiplier: float | None = 1.0  # z; null together with target_epsilon
-    target_epsilon: float | None = None  # calibrate z for fl.rounds rounds of every client
+    target_epsilon: float | None = None  # calibrate z for rounds_per_client rounds per client
+    rounds_per_client: int | None = None  # the rounds a client may take part in; null: fl.rounds
     delta: float | None = None  # δ; null: 1/n of the largest client
 
     def __post_init__(self) -> None:
@@ -164,6 +171,10 @@ class DPSGD(Privacy):
         require(
             self.delta is None or 0 < self.delta < 1,
             f"privacy.delta={self.delta} must lie in (0, 1); null means 1/n of the largest client",
+        )
+        require(
+            self.rounds_per_client is None or self.rounds_per_client > 0,
+            f"privacy.rounds_per_client={self.rounds_per_client} must be > 0; null means fl.rounds",
         )
 
     def check(self, settings: RunSettings, choices: dict[str, str], algorithm: Algorithm) -> None:
@@ -188,8 +199,9 @@ class DPSGD(Privacy):
             noise = self.noise_multiplier
         else:
             target = self.target_epsilon
+            rounds = self.rounds_per_client or federation.rounds
             noise = max(
-                calibrate_noise(rate, steps * federation.rounds, target, delta)
+                calibrate_noise(rate, steps * rounds, target, delta)
                 for rate, steps in {
                     (float(r), int(s)) for r, s in zip(rates, per_round, strict=True) if s > 0
                 }
@@ -202,8 +214,8 @@ class DPSGD(Privacy):
 
     def describe(self, state: StateDict) -> str | None:
         how = (
-            f"calibrated for privacy.target_epsilon={self.target_epsilon} with every client in "
-            "every round"
+            f"calibrated for privacy.target_epsilon={self.target_epsilon} over "
+            f"{self.rounds_per_client or 'every'} round(s) per client"
             if self.target_epsilon is not None
             else "privacy.noise_multiplier"
         )
