@@ -52,6 +52,10 @@ VARIANTS = {
     # attacks: after the gather (the same forgery on every worker), on the data, on the upload
     "alie_median": ["attack=alie", "aggregator=median"],
     "label_flip_krum": ["attack=label_flip", "aggregator=krum"],
+    # privacy: the server's noise and adaptive clip drawn alike on every worker; DP-SGD's per
+    # client, by whichever worker trains it
+    "adaptive_clip": ["selection=poisson", "privacy=adaptive_clip", "privacy.count_noise=2"],
+    "dp_sgd": ["privacy=dp_sgd"],
     "not_finite_rejected": [
         "attack=label_flip",
         "attack._target_=tests.user_attack.NotFiniteUpdates",

@@ -49,3 +49,22 @@ class EvaluatingModule(RecordingModule):
         top2 = logits.topk(2, dim=1).indices
         self.log("test_accuracy", (top2 == y.unsqueeze(1)).any(dim=1).float().mean())
         self.log_dict({"mean_max_logit": logits.max(dim=1).values.mean()})
+
+
+class BatchNormModule(pl.LightningModule):
+    """A model with BatchNorm, whose running statistics mix examples: not Opacus-compatible."""
+
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, **optim: Any) -> None:
+        super().__init__()
+        features = int(torch.tensor(input_shape).prod())
+        self.net = nn.Sequential(nn.Flatten(), nn.BatchNorm1d(features), nn.Linear(features, 10))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.net(x)
+
+    def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
+        x, y = batch
+        return F.cross_entropy(self(x), y)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.1)

@@ -1,0 +1,293 @@
+"""Differential privacy on the round: clipping bounds every contribution, the server's noise has
+the stated std, ε in metrics.csv is the accountant library's, target-ε calibration inverts it, the
+budget stops a run with its checkpoint intact, resume is bit-exact, and settings that would void
+the guarantee are refused in one line."""
+
+import csv
+import json
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+from opacus.accountants import RDPAccountant
+
+from fedlight.algorithms.base import ClientUpload
+from fedlight.algorithms.fedavg import UPDATE, FedAvg
+from fedlight.algorithms.scaffold import Scaffold
+from fedlight.config import ConfigError
+from fedlight.context import Federation
+from fedlight.engines.base import Engine, LocalTask
+from fedlight.engines.sequential import SequentialEngine
+from fedlight.experiment import Job, run_job
+from fedlight.privacy.accountant import CALIBRATION_TOLERANCE, ORDERS
+from fedlight.privacy.adaptive_clip import AdaptiveClip
+from fedlight.privacy.base import Trained, as_state, update_norm
+from fedlight.privacy.dp_fedavg import DPFedAvg, PrivateAggregation
+from fedlight.privacy.dp_sgd import DPSGDEngine
+from fedlight.tensors import detached_copy
+from tests.conftest import TINY, rows_without_timings, run_killed_in_round
+
+USER_LEVEL = [*TINY, "selection=poisson", "privacy=dp_fedavg"]
+FEDERATION = Federation(num_clients=100, trainable=frozenset({"w", "b"}))
+
+
+def read_rows(run_dir: Path) -> list[dict[str, str]]:
+    with (run_dir / "metrics.csv").open() as f:
+        return list(csv.DictReader(f))
+
+
+def random_upload(client: int, scale: float) -> ClientUpload:
+    generator = torch.Generator().manual_seed(client)
+    tensors = {
+        "w": scale * torch.randn(30, 20, generator=generator),
+        "b": scale * torch.randn(20, generator=generator),
+    }
+    return ClientUpload(client, 10 + client, 3, tensors)
+
+
+def test_every_contribution_is_clipped_to_the_clip_norm_on_the_client_and_the_server() -> None:
+    """Long updates are scaled to norm C, short ones kept; the server's sum (no noise) over the
+    expected count is Σ clipped / E, and each upload alone adds at most C / E to it, also when a
+    lossy wire lengthened it after the client clipped."""
+    privacy = DPFedAvg(clip=0.5, noise_multiplier=0.0)
+    state = as_state(clip=0.5, noise_multiplier=0.0, expected=4.0)
+    ctx = FEDERATION.round(1, (0, 1, 2, 3), (0.1,))
+    uploads = [random_upload(c, scale) for c, scale in enumerate((0.001, 0.01, 1.0, 10.0))]
+    clipped = [privacy.clip_upload(ctx, state, upload)[0] for upload in uploads]
+    for upload, sent in zip(uploads, clipped, strict=True):
+        norm = float(update_norm(upload.tensors))
+        assert float(update_norm(sent.tensors)) == pytest.approx(min(norm, 0.5), rel=1e-6)
+    assert ctx.metrics.values["privacy.clipped"] == 2  # the two long ones
+
+    def aggregate(sent: list[ClientUpload]) -> torch.Tensor:
+        generator = torch.Generator().manual_seed(0)
+        aggregation = PrivateAggregation(FedAvg(), [10] * len(sent), 4.0, 0.5, 0.0, generator)
+        for upload in sent:
+            aggregation.add(ctx, upload)
+        update = aggregation.results()[UPDATE]
+        assert update is not None
+        return torch.cat([update["w"].flatten(), update["b"].flatten()])
+
+    expected = sum(torch.cat([u.tensors["w"].flatten(), u.tensors["b"].flatten()]) for u in clipped)
+    assert torch.allclose(aggregate(clipped), expected / 4.0, atol=1e-7)
+    lengthened = ClientUpload(9, 10, 3, {k: 3 * t for k, t in clipped[3].tensors.items()})
+    assert float(aggregate([lengthened]).norm()) <= 0.5 / 4.0 * (1 + 1e-6)
+
+
+def test_the_server_noise_has_std_z_clip_over_the_expected_participants() -> None:
+    """N(0, (z·C)²) on the sum, divided by E: over 200,000 entries the sample std is within 1% of
+    z·C/E (its own std is about 0.16%) and the mean within 5 standard errors of the true mean;
+    the noise is the round's: the same generator seed gives the same noise."""
+    ctx = FEDERATION.round(3, (0, 1), (0.1,))
+    zeros = ClientUpload(0, 5, 1, {"w": torch.zeros(200_000), "b": torch.zeros(1)})
+
+    def noised(seed: int) -> torch.Tensor:
+        generator = torch.Generator().manual_seed(seed)
+        aggregation = PrivateAggregation(FedAvg(), [5, 5], 10.0, 0.5, 2.0 * 0.5, generator)
+        aggregation.add(ctx, zeros)
+        aggregation.add(ctx, zeros)
+        update = aggregation.results()[UPDATE]
+        assert update is not None
+        return update["w"]
+
+    noise = noised(0)
+    std = 2.0 * 0.5 / 10.0
+    assert abs(float(noise.std()) / std - 1) < 0.01
+    assert abs(float(noise.mean())) < 5 * std / math.sqrt(noise.numel())
+    assert torch.equal(noised(0), noise) and not torch.equal(noised(1), noise)
+
+
+def test_scaffold_clips_and_noises_both_parts_of_its_upload_as_one_vector() -> None:
+    """The unit of privacy is the whole upload: Δy and Δc are clipped together to C."""
+    federation = Federation(num_clients=10, trainable=frozenset({"w"}))
+    ctx = federation.round(1, (0,), (0.1,))
+    algorithm = Scaffold()
+    long = ClientUpload(0, 10, 3, {"delta_y/w": torch.full((4,), 3.0), "delta_c/w": torch.ones(4)})
+    aggregation = PrivateAggregation(
+        algorithm, [10], 1.0, 1.0, 0.0, torch.Generator().manual_seed(0)
+    )
+    aggregation.add(ctx, long)
+    parts = aggregation.results()
+    joint = torch.cat([t.flatten() for part in parts.values() if part for t in part.values()])
+    assert float(joint.norm()) == pytest.approx(1.0, rel=1e-6)
+
+
+def test_adaptive_clipping_moves_the_clip_norm_geometrically_toward_the_quantile() -> None:
+    """Andrew et al. 2021: with every update clipped (b̄ = 0) C grows by exp(η_C·γ); with none
+    clipped it shrinks by exp(−η_C·(1 − γ)) (count noise 10⁻⁹: the arithmetic, not the noise);
+    the updates' noise multiplier is (z⁻² − (2σ_b)⁻²)^(−1/2)."""
+    privacy = AdaptiveClip(clip=0.1, noise_multiplier=1.0, count_noise=1e-9)
+    state = as_state(clip=0.1, noise_multiplier=1.0, expected=4.0, count_noise=1e-9) | as_state(
+        delta=0.01, sampling_rate=0.1
+    )
+    ctx = FEDERATION.round(1, (0, 1, 2, 3), (0.1,))
+    clipped_all = [Trained(c, 3, {"unclipped": 0.0}, True) for c in range(4)]
+    grown = privacy.finish_round(ctx, state, clipped_all)
+    assert float(grown["clip"]) == pytest.approx(0.1 * math.exp(0.2 * 0.5), rel=1e-6)
+    kept_all = [Trained(c, 3, {"unclipped": 1.0}, True) for c in range(4)]
+    shrunk = privacy.finish_round(ctx, state, kept_all)
+    assert float(shrunk["clip"]) == pytest.approx(0.1 * math.exp(-0.2 * 0.5), rel=1e-6)
+    assert ctx.metrics.values["privacy.unclipped_fraction"] == pytest.approx(1.0)
+    wide = as_state(noise_multiplier=1.0, count_noise=2.0)
+    assert privacy.update_noise_multiplier(wide) == pytest.approx((1 - 1 / 16) ** -0.5)
+    _, reports = privacy.clip_upload(ctx, as_state(clip=0.1), random_upload(0, 10.0))
+    assert reports == {"unclipped": 0.0}
+    _, reports = privacy.clip_upload(ctx, as_state(clip=0.1), random_upload(0, 1e-4))
+    assert reports == {"unclipped": 1.0}
+
+
+def test_epsilon_per_round_is_the_librarys_and_delta_defaults_to_one_over_n(
+    make_job: Callable[[list[str]], Job], tmp_path: Path
+) -> None:
+    run_job(make_job([*USER_LEVEL, "privacy.noise_multiplier=1.3"]), tmp_path)
+    rows = read_rows(tmp_path)
+    accountant = RDPAccountant()
+    for row in rows:
+        accountant.step(noise_multiplier=1.3, sample_rate=4 / 10)
+        library = accountant.get_epsilon(1 / 10, alphas=list(ORDERS))
+        assert float(row["epsilon"]) == pytest.approx(max(0.0, library), rel=1e-12)
+        assert float(row["privacy.delta"]) == 0.1
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["epsilon"] == float(rows[-1]["epsilon"])
+    assert summary["privacy.noise_multiplier"] == 1.3
+
+
+def test_target_epsilon_is_met_by_the_calibrated_noise_and_the_budget_stops_a_longer_run(
+    make_job: Callable[[list[str]], Job], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Calibrated for 4 rounds, the run ends at ε just below the target; resumed with 8 rounds it
+    keeps its noise, refuses round 5 (it would exceed the budget) and stops with its checkpoint
+    as it was, saying why on the console and in summary.json."""
+    budget = [*USER_LEVEL, "privacy.noise_multiplier=null", "privacy.target_epsilon=3"]
+    run_job(make_job(budget), tmp_path / "run")
+    final = float(read_rows(tmp_path / "run")[-1]["epsilon"])
+    assert 3 - CALIBRATION_TOLERANCE <= final <= 3
+    checkpoint = (tmp_path / "run" / "checkpoint.pt").read_bytes()
+    longer = make_job([*budget, "fl.rounds=8", f"resume={tmp_path / 'run'}"])
+    summary = run_job(longer, tmp_path / "run")
+    assert summary["rounds"] == 4 and "round 5 would spend epsilon=" in summary["stopped"]
+    assert f"fedlight: {summary['stopped']}" in capsys.readouterr().err.splitlines()
+    assert (tmp_path / "run" / "checkpoint.pt").read_bytes() == checkpoint
+    assert len(read_rows(tmp_path / "run")) == 4
+
+
+@pytest.mark.parametrize(
+    "mechanism",
+    [
+        ["privacy=adaptive_clip", "privacy.count_noise=1"],
+        ["privacy=dp_fedavg", "algo=scaffold", "compression=int8"],
+    ],
+)
+def test_a_killed_private_run_resumes_bit_exactly_with_its_accountant_and_clip_norm(
+    make_job: Callable[[list[str]], Job],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    mechanism: list[str],
+) -> None:
+    private = [*TINY, "selection=poisson", *mechanism]
+    run_job(make_job(private), tmp_path / "full")
+    run_killed_in_round(make_job(private), tmp_path / "killed", 3, monkeypatch)
+    run_job(make_job([*private, f"resume={tmp_path / 'killed'}"]), tmp_path / "resumed")
+    full = rows_without_timings(tmp_path / "full")
+    assert rows_without_timings(tmp_path / "resumed") == full
+    assert len({row["privacy.clip"] for row in full}) == (4 if "adaptive" in mechanism[0] else 1)
+
+
+def test_dp_sgd_clips_each_examples_gradient_and_without_clip_or_noise_is_sgd(
+    make_job: Callable[[list[str]], Job],
+) -> None:
+    """One full-batch step (B ≥ n: rate 1) of lr 1: with per-example clip C and no noise the
+    model moves by at most C; with a clip no gradient reaches and no noise it is plain SGD's
+    step."""
+    job = make_job([*TINY, "privacy=dp_sgd", "local.batch_size=1000", "optim.lr=1.0"])
+    data = job.data.load()
+    module = job.model(input_shape=data.input_shape, num_classes=data.num_classes)
+    start = detached_copy(module.state_dict())
+    task = LocalTask(0, torch.arange(50), start, [])
+
+    def moved(engine: Engine) -> dict[str, torch.Tensor]:
+        (result,) = engine.train([task], 1, [1.0])
+        step = {name: result.weights[name] - start[name] for name in start}
+        engine.close()
+        return step
+
+    clipped = moved(DPSGDEngine(module, data, job.settings, 0.0, 1e-4))
+    assert 0 < float(update_norm(clipped)) <= 1e-4 * (1 + 1e-5)
+    unclipped = moved(DPSGDEngine(module, data, job.settings, 0.0, 1e6))
+    plain = moved(SequentialEngine(module, data, job.settings))
+    assert float(update_norm(plain)) > 1e-2
+    assert all(torch.allclose(unclipped[k], plain[k], atol=1e-6) for k in plain)
+
+
+def test_dp_sgd_reports_the_largest_client_epsilon_and_resumes_bit_exactly(
+    make_job: Callable[[list[str]], Job], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ε is the library's for the client that spent the most (its steps at rate B/n, δ = 1/n of
+    the largest client); a killed run resumes bit-exactly, its steps per client included."""
+    private = [*TINY, "privacy=dp_sgd", "privacy.noise_multiplier=1.1"]
+    run_job(make_job(private), tmp_path / "full")
+    state = torch.load(tmp_path / "full" / "checkpoint.pt", weights_only=True)["server_extras"]
+    steps, rates = state["privacy/steps"], state["privacy/sampling_rates"]
+    delta = float(state["privacy/delta"])
+    worst = 0.0
+    for client in range(10):
+        if steps[client] > 0:
+            accountant = RDPAccountant()
+            accountant.history = [(1.1, float(rates[client]), int(steps[client]))]
+            worst = max(worst, accountant.get_epsilon(delta, alphas=list(ORDERS)))
+    assert float(read_rows(tmp_path / "full")[-1]["epsilon"]) == pytest.approx(worst, rel=1e-12)
+    run_killed_in_round(make_job(private), tmp_path / "killed", 3, monkeypatch)
+    run_job(make_job([*private, f"resume={tmp_path / 'killed'}"]), tmp_path / "resumed")
+    assert rows_without_timings(tmp_path / "resumed") == rows_without_timings(tmp_path / "full")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            ["privacy=dp_fedavg"],
+            r"^privacy=dp_fedavg accounts for Poisson .*; use selection=poisson$",
+        ),
+        (
+            ["privacy=dp_fedavg", "selection=poisson", "aggregator=median"],
+            r"^privacy=dp_fedavg sums .* aggregator=median .*; leave aggregator=mean$",
+        ),
+        (
+            ["privacy=dp_fedavg", "selection=poisson", "algo=central"],
+            r"^privacy=dp_fedavg does not apply to algo=central: .*algo=fedavg\)$",
+        ),
+        (
+            ["privacy=dp_fedavg", "selection=poisson", "privacy.target_epsilon=1"],
+            r"^privacy.noise_multiplier=1.0 and privacy.target_epsilon=1: give exactly one",
+        ),
+        (["privacy=dp_sgd", "fl.engine=vectorized"], r"^privacy=dp_sgd .*use fl.engine=auto$"),
+    ],
+)
+def test_settings_that_would_void_the_guarantee_are_refused_in_one_line(
+    make_job: Callable[[list[str]], Job], overrides: list[str], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        make_job([*TINY, *overrides])
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            ["selection=poisson", "privacy=adaptive_clip"],
+            r"^privacy.noise_multiplier=1 must be below 2·σ_b=0.4 .*privacy=dp_fedavg$",
+        ),
+        (
+            ["privacy=dp_sgd", "model._target_=tests.user_module.BatchNormModule"],
+            r"^privacy=dp_sgd: the model is not Opacus-compatible \(.*BatchNorm.*simple_cnn\)$",
+        ),
+        (["privacy=dp_sgd", "algo=fedprox"], r"^privacy=dp_sgd trains with Opacus's optimizer, "),
+    ],
+)
+def test_what_shows_only_once_the_run_starts_is_refused_in_one_line_before_training(
+    make_job: Callable[[list[str]], Job], tmp_path: Path, overrides: list[str], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        run_job(make_job([*TINY, *overrides]), tmp_path)
