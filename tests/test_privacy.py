@@ -18,6 +18,7 @@ from fedlight.algorithms.fedavg import UPDATE, FedAvg
 from fedlight.algorithms.scaffold import Scaffold
 from fedlight.config import ConfigError
 from fedlight.context import Federation
+from fedlight.data.base import TensorDataset
 from fedlight.engines.base import Engine, LocalTask
 from fedlight.engines.sequential import SequentialEngine
 from fedlight.experiment import Job, run_job
@@ -291,3 +292,29 @@ def test_what_shows_only_once_the_run_starts_is_refused_in_one_line_before_train
 ) -> None:
     with pytest.raises(ConfigError, match=message):
         run_job(make_job([*TINY, *overrides]), tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("model", "shape"),
+    [
+        ("fedlight.models.mlp.MLP", (1, 28, 28)),
+        ("fedlight.models.cnn.CNN", (1, 28, 28)),
+        ("fedlight.models.simple_cnn.SimpleCNN", (1, 28, 28)),
+        ("fedlight.models.cifar_cnn.CifarCNN", (3, 32, 32)),
+    ],
+)
+def test_dp_sgd_trains_every_built_in_model(
+    make_job: Callable[[list[str]], Job], model: str, shape: tuple[int, ...]
+) -> None:
+    """Opacus accepts each built-in model and one noisy step changes every parameter."""
+    job = make_job([*TINY, "privacy=dp_sgd", f"model._target_={model}"])
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(8, *shape, generator=generator)
+    y = torch.arange(8) % 10
+    data = TensorDataset(x, y, x, y, 10)
+    module = job.model(input_shape=shape, num_classes=10)
+    start = detached_copy(module.state_dict())
+    engine = DPSGDEngine(module, data, job.settings, 1.0, 1.0)
+    (result,) = engine.train([LocalTask(0, torch.arange(8), start, [])], 1, [0.1])
+    engine.close()
+    assert all(not torch.equal(result.weights[k], start[k]) for k in start)

@@ -19,6 +19,7 @@ message, its checkpoint intact, instead of running a round that would exceed the
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 import pytorch_lightning as pl
 import torch
@@ -26,7 +27,7 @@ from torch import Tensor
 
 from fedlight.aggregation.base import RoundAggregation
 from fedlight.algorithms.base import Algorithm, ClientUpload
-from fedlight.config import RunSettings
+from fedlight.config import RunSettings, require
 from fedlight.context import Federation, RoundContext
 from fedlight.data.base import TensorDataset
 from fedlight.engines.base import Engine
@@ -106,6 +107,46 @@ class Privacy:
     def budget_refusal(self, state: StateDict, round_index: int) -> str | None:
         """Why round `round_index` must not run (it would exceed the budget); None: it may."""
         return None
+
+
+@dataclass
+class GaussianMechanism(Privacy):
+    """The settings of a mechanism that clips to `clip` and adds Gaussian noise of multiplier z:
+    z given, or calibrated for `target_epsilon` (exactly one of the two), at `delta`."""
+
+    clip: float = 1.0
+    noise_multiplier: float | None = 1.0  # z; null together with target_epsilon
+    target_epsilon: float | None = None  # calibrate z for the planned rounds; stop at the budget
+    delta: float | None = None  # δ; null: the option's default (`default_delta`)
+    default_delta: ClassVar[str] = "1/N"
+
+    def __post_init__(self) -> None:
+        require(self.clip > 0, f"privacy.clip={self.clip} must be > 0; use e.g. privacy.clip=1.0")
+        require(
+            (self.noise_multiplier is None) != (self.target_epsilon is None),
+            f"privacy.noise_multiplier={self.noise_multiplier} and privacy.target_epsilon="
+            f"{self.target_epsilon}: give exactly one (privacy.noise_multiplier=null to calibrate "
+            "the noise for a target ε)",
+        )
+        require(
+            self.noise_multiplier is None or self.noise_multiplier >= 0,
+            f"privacy.noise_multiplier={self.noise_multiplier} must be >= 0",
+        )
+        require(
+            self.target_epsilon is None or self.target_epsilon > 0,
+            f"privacy.target_epsilon={self.target_epsilon} must be > 0",
+        )
+        require(
+            self.delta is None or 0 < self.delta < 1,
+            f"privacy.delta={self.delta} must lie in (0, 1); null means {self.default_delta}",
+        )
+
+    def report(self, ctx: RoundContext, state: StateDict, spent: float) -> None:
+        """The privacy spent after this round and the mechanism's settings, to the metrics."""
+        ctx.metrics.report("epsilon", spent)
+        ctx.metrics.report("privacy.delta", scalar(state, "delta"))
+        ctx.metrics.report("privacy.noise_multiplier", scalar(state, "noise_multiplier"))
+        ctx.metrics.report("privacy.clip", scalar(state, "clip"))
 
 
 def update_norm(tensors: StateDict) -> Tensor:

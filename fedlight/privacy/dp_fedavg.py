@@ -27,7 +27,7 @@ from fedlight.config import RunSettings, require
 from fedlight.context import Federation, RoundContext
 from fedlight.privacy.accountant import calibrate_noise, epsilon
 from fedlight.privacy.base import (
-    Privacy,
+    GaussianMechanism,
     Trained,
     as_state,
     clip_factor,
@@ -106,34 +106,8 @@ class PrivateAggregation(RoundAggregation):
 
 
 @dataclass
-class DPFedAvg(Privacy):
-    """`privacy=dp_fedavg`: see the module docstring."""
-
-    clip: float = 1.0  # C: the L2 norm every client's upload is clipped to
-    noise_multiplier: float | None = 1.0  # z: noise std on the sum is z·C; null: calibrated
-    target_epsilon: float | None = None  # calibrate z for fl.rounds rounds; stop at the budget
-    delta: float | None = None  # δ; null: 1/N
-
-    def __post_init__(self) -> None:
-        require(self.clip > 0, f"privacy.clip={self.clip} must be > 0; use e.g. privacy.clip=1.0")
-        require(
-            (self.noise_multiplier is None) != (self.target_epsilon is None),
-            f"privacy.noise_multiplier={self.noise_multiplier} and privacy.target_epsilon="
-            f"{self.target_epsilon}: give exactly one (privacy.noise_multiplier=null to calibrate "
-            "the noise for a target ε)",
-        )
-        require(
-            self.noise_multiplier is None or self.noise_multiplier >= 0,
-            f"privacy.noise_multiplier={self.noise_multiplier} must be >= 0",
-        )
-        require(
-            self.target_epsilon is None or self.target_epsilon > 0,
-            f"privacy.target_epsilon={self.target_epsilon} must be > 0",
-        )
-        require(
-            self.delta is None or 0 < self.delta < 1,
-            f"privacy.delta={self.delta} must lie in (0, 1); null means 1/N",
-        )
+class DPFedAvg(GaussianMechanism):
+    """`privacy=dp_fedavg`: see the module docstring; `clip` is C, the noise on the sum z·C."""
 
     def check(self, settings: RunSettings, choices: dict[str, str], algorithm: Algorithm) -> None:
         name = self.option
@@ -230,10 +204,7 @@ class DPFedAvg(Privacy):
     def finish_round(
         self, ctx: RoundContext, state: StateDict, trained: Sequence[Trained]
     ) -> StateDict:
-        ctx.metrics.report("epsilon", self.spent(state, ctx.round_index))
-        ctx.metrics.report("privacy.delta", scalar(state, "delta"))
-        ctx.metrics.report("privacy.noise_multiplier", scalar(state, "noise_multiplier"))
-        ctx.metrics.report("privacy.clip", scalar(state, "clip"))
+        self.report(ctx, state, self.spent(state, ctx.round_index))
         return state
 
     def budget_refusal(self, state: StateDict, round_index: int) -> str | None:

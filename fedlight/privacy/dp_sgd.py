@@ -22,6 +22,7 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
+from typing import ClassVar
 
 import pytorch_lightning as pl
 import torch
@@ -42,7 +43,7 @@ from fedlight.engines.base import (
 )
 from fedlight.engines.sequential import SequentialEngine, training_loss
 from fedlight.privacy.accountant import calibrate_noise, epsilon
-from fedlight.privacy.base import Privacy, Trained, as_state, scalar
+from fedlight.privacy.base import GaussianMechanism, Trained, as_state, scalar
 from fedlight.rng import Stream, derive_seed
 from fedlight.tensors import StateDict
 
@@ -143,35 +144,14 @@ class DPSGDEngine(SequentialEngine):
 
 
 @dataclass
-class DPSGD(Privacy):
-    """`privacy=dp_sgd`: see the module docstring."""
+class DPSGD(GaussianMechanism):
+    """`privacy=dp_sgd`: see the module docstring; `clip` bounds each example's gradient."""
 
-    clip: float = 1.0  # the L2 norm each example's gradient is clipped to
-    noise_multiplier: float | None = 1.0  # z; null together with target_epsilon
-    target_epsilon: float | None = None  # calibrate z for rounds_per_client rounds per client
-    rounds_per_client: int | None = None  # the rounds a client may take part in; null: fl.rounds
-    delta: float | None = None  # δ; null: 1/n of the largest client
+    rounds_per_client: int | None = None  # the rounds target_epsilon is planned for; null: all
+    default_delta: ClassVar[str] = "1/n of the largest client"
 
     def __post_init__(self) -> None:
-        require(self.clip > 0, f"privacy.clip={self.clip} must be > 0; use e.g. privacy.clip=1.0")
-        require(
-            (self.noise_multiplier is None) != (self.target_epsilon is None),
-            f"privacy.noise_multiplier={self.noise_multiplier} and privacy.target_epsilon="
-            f"{self.target_epsilon}: give exactly one (privacy.noise_multiplier=null to calibrate "
-            "the noise for a target ε)",
-        )
-        require(
-            self.noise_multiplier is None or self.noise_multiplier >= 0,
-            f"privacy.noise_multiplier={self.noise_multiplier} must be >= 0",
-        )
-        require(
-            self.target_epsilon is None or self.target_epsilon > 0,
-            f"privacy.target_epsilon={self.target_epsilon} must be > 0",
-        )
-        require(
-            self.delta is None or 0 < self.delta < 1,
-            f"privacy.delta={self.delta} must lie in (0, 1); null means 1/n of the largest client",
-        )
+        super().__post_init__()
         require(
             self.rounds_per_client is None or self.rounds_per_client > 0,
             f"privacy.rounds_per_client={self.rounds_per_client} must be > 0; null means fl.rounds",
@@ -252,10 +232,7 @@ class DPSGD(Privacy):
         steps = state["steps"].clone()
         for participant in trained:
             steps[participant.client] += participant.num_steps
-        ctx.metrics.report("epsilon", self.largest_epsilon(state, steps))
-        ctx.metrics.report("privacy.delta", scalar(state, "delta"))
-        ctx.metrics.report("privacy.noise_multiplier", scalar(state, "noise_multiplier"))
-        ctx.metrics.report("privacy.clip", self.clip)
+        self.report(ctx, state, self.largest_epsilon(state, steps))
         return state | {"steps": steps}
 
     def budget_refusal(self, state: StateDict, round_index: int) -> str | None:
