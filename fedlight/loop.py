@@ -3,14 +3,14 @@
 select → download (algorithm, then the wire: encode, count, decode) → local training by the client
 engine (`fl.engine`, see `fedlight.engines`; a malicious client may train on flipped labels) →
 upload (algorithm, a malicious client's attack, the privacy mechanism's clip, then the wire) →
-aggregate as the uploads arrive (the algorithm's parts through the aggregator, or DP-FedAvg's
-noised sum; an upload with NaN/Inf entries is rejected) → server update (algorithm, server
-optimizer) → the privacy accountant → then, in `run`: evaluate → metrics (csv, W&B, console) →
-divergence check → checkpoint → the privacy budget for the next round. Selected clients without data are left out (a round of
-only such clients keeps the global model); a round whose training loss or weights are not finite
-ends the run (`fl.on_divergence=stop`) before its checkpoint, so the last checkpoint is the last
-good round. An attack that forges from the benign updates (`attack=alie`) acts after the gather,
-so such a round aggregates once every upload is in, as with several workers.
+aggregate as the uploads arrive (the algorithm's parts through the aggregator, or DP-FedAvg's noised
+sum; an upload with NaN/Inf entries is rejected) → server update (algorithm, server optimizer) → the
+privacy accountant → then, in `run`: evaluate → metrics (csv, W&B, console) → divergence check →
+checkpoint → the privacy budget for the next round. Selected clients without data are left out (a
+round of only such clients keeps the global model); a round whose training loss or weights are not
+finite ends the run (`fl.on_divergence=stop`) before its checkpoint, so the last checkpoint is the
+last good round. An attack that forges from the benign updates (`attack=alie`) acts after the
+gather, so such a round aggregates once every upload is in, as with several workers.
 
 Every stage is handed the round's `RoundContext`. The loop describes each participant's local
 training as a task, made only when the engine asks for it; the engine yields results one by one and
