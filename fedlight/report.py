@@ -52,6 +52,9 @@ METRIC_TITLES = {
     "rejected": "Rejected updates (NaN/Inf)",
     "aggregation_refused": "Rounds the aggregator refused",
     "upload_mb": "Upload (MB)",
+    "epsilon": "ε reached",
+    "privacy.noise_multiplier": "Noise multiplier z",
+    "privacy.clip": "Clip norm",
 }
 # Metrics counted until the first round reaching the target accuracy: "<title> <target>".
 TO_TARGET_TITLES = {

@@ -1,6 +1,7 @@
 """Experiment presets: each composes, declares the sweep of its table, and runs through the CLI."""
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ PRESETS = [
     "robust",
     "compression",
     "compression_scaffold",
+    "privacy",
 ]
 
 
@@ -105,6 +107,28 @@ def test_each_compression_setting_builds_the_chains_its_label_names(make_job) ->
         assert (job.settings.fl.num_clients, job.settings.fl.clients_per_round) == (100, 10)
     sweep = validate_command_line(["-m", "+experiment=compression_scaffold", "seed=0"])
     assert len(sweep) == 2 * 4
+
+
+def test_each_privacy_setting_composes_the_mechanism_and_federation_its_label_names() -> None:
+    """Composed as the sweep composes them (the preset after its cell): each cell of
+    experiment/privacy gets its mechanism, its N and K = N/10, and its noise or target ε."""
+    mechanisms = {"none": "NoPrivacy", "fedavg": "DPFedAvg", "dpsgd": "DPSGD"}
+    targets = {"inf": (0.0, None), "eps10": (None, 10), "eps1": (None, 1), "eps01": (None, 0.1)}
+    seen = set()
+    for job in validate_command_line(["-m", "+experiment=privacy", "seed=0"]):
+        cfg = compose_config(job)
+        option = cfg.hydra.runtime.choices["experiment/privacy"]
+        seen.add(option)
+        named = re.fullmatch(r"(none|fedavg|dpsgd)_?(\d+)(?:_(\w+))?", option)
+        assert named, option
+        kind, clients, budget = named[1], int(named[2]), named[3]
+        assert (cfg.fl.num_clients, cfg.fl.clients_per_round) == (clients, clients // 10), option
+        assert cfg.privacy._target_.endswith(mechanisms[kind]), option
+        assert (cfg.local.batch_size, cfg.hydra.runtime.choices.selection) == (16, "poisson")
+        if budget is not None:
+            noise = (cfg.privacy.noise_multiplier, cfg.privacy.target_epsilon)
+            assert noise == targets[budget], option
+    assert seen == set(group_options("experiment/privacy")) and len(seen) == 14
 
 
 def test_command_line_overrides_replace_the_presets_sweep() -> None:
