@@ -34,6 +34,7 @@ from fedlight.outputs import (
     traffic_summary,
     write_curves,
     write_label_histogram,
+    write_local_accuracies,
     write_participation,
 )
 from fedlight.partitions.base import Partition
@@ -231,14 +232,23 @@ def run_worker(workers: Workers, job: Job, output_dir: Path) -> dict[str, Any]:
     data = job.data.load().to(device)
 
     labels = data.train_y.cpu().numpy()
-    client_sets = job.partition(
-        labels, settings.fl.num_clients, numpy_generator(settings.seed, Stream.PARTITION)
+    client_sets, client_test_sets = job.partition.hold_out(
+        job.partition(
+            labels, settings.fl.num_clients, numpy_generator(settings.seed, Stream.PARTITION)
+        ),
+        labels,
+        settings.seed,
     )
     if workers.main:
         histogram = label_histogram(client_sets, labels, data.num_classes)
         write_label_histogram(output_dir, histogram)
         warn_of_empty_clients(client_sets)
     client_indices = [torch.as_tensor(s, dtype=torch.int64, device=device) for s in client_sets]
+    client_test_indices = (
+        None
+        if client_test_sets is None
+        else [torch.as_tensor(s, dtype=torch.int64, device=device) for s in client_test_sets]
+    )
 
     torch.manual_seed(derive_seed(settings.seed, Stream.MODEL_INIT))
     module = job.model(input_shape=data.input_shape, num_classes=data.num_classes).to(device)
@@ -255,6 +265,7 @@ def run_worker(workers: Workers, job: Job, output_dir: Path) -> dict[str, Any]:
         job.stages.wire,
         job.stages.attack,
         job.stages.privacy,
+        client_test_indices,
     )
     if checkpoint is not None:
         loop.load_state_dict(checkpoint, Path(str(settings.resume)))
@@ -308,6 +319,8 @@ def write_summary(
     (output_dir / SUMMARY_NAME).write_text(json.dumps(summary, indent=2, allow_nan=False))
     write_curves(output_dir, history.rows)
     write_participation(output_dir, history.participation)
+    if history.local_accuracies:
+        write_local_accuracies(output_dir, history.local_accuracies)
     for logger in loggers:
         logger.finish(summary)
     return summary

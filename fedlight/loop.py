@@ -140,6 +140,8 @@ class History:
     # [bytes up, bytes down] sent until the first evaluated round reaching eval.target_accuracy
     bytes_to_target: list[int] | None = None
     stopped: str | None = None  # why the run ended before fl.rounds (the privacy budget)
+    # each client's accuracy on its local test set at the last evaluation (nan: no test data)
+    local_accuracies: list[float] = field(default_factory=list)
 
 
 # What a checkpoint holds besides the caller's meta data (`FederatedLoop.state_dict`).
@@ -157,6 +159,7 @@ STATE_KEYS = (
     "divergence",
     "participation",
     "bytes_to_target",
+    "local_accuracies",
     "torch_rng",
 )
 
@@ -192,13 +195,16 @@ class FederatedLoop:
         wire: Wire | None = None,
         attack: Attack | None = None,
         privacy: Privacy | None = None,
+        client_test_indices: Sequence[Tensor] | None = None,
     ) -> None:
         """`client_states` defaults to a memory store on the client module's device, `workers`
         to this process alone, `wire` to sending everything as it is, `attack` and `privacy` to
-        none."""
+        none; `client_test_indices` (into the training pool) are the clients' local test sets,
+        None without them."""
         self.settings = settings
         self.data = data
         self.client_indices = client_indices
+        self.client_test_indices = client_test_indices
         self.module = module
         self.algorithm = algorithm
         self.selection = selection
@@ -480,7 +486,25 @@ class FederatedLoop:
         count = len(results)
         names = list(dict.fromkeys(name for result in results for name in result))
         mean = {name: sum(r[name] for r in results) / count for name in names}
-        return mean | {"test_accuracy_std": accuracies.std(correction=0).item()}
+        spread = {"test_accuracy_std": accuracies.std(correction=0).item()}
+        if self.client_test_indices is None:
+            return mean | spread
+        self.history.local_accuracies = self.local_accuracies(states)
+        return mean | spread | local_accuracy_summary(self.history.local_accuracies)
+
+    def local_accuracies(self, states: "AlgorithmStates") -> list[float]:
+        """Each client's accuracy, with the model it would use, on its local test set (nan for a
+        client without test data); one client's model at a time, so a disk store streams."""
+        assert self.client_test_indices is not None
+        data, accuracies = self.data, []
+        for client, indices in enumerate(self.client_test_indices):
+            if len(indices) == 0:
+                accuracies.append(math.nan)
+                continue
+            weights = self.algorithm.model_of_client(self.federation, self.server, states, client)
+            tested = self.evaluator.evaluate(weights, data.train_x[indices], data.train_y[indices])
+            accuracies.append(tested[ACCURACY])
+        return accuracies
 
     def quality_on(self, weights: StateDict, indices: Tensor) -> ModelQuality:
         """Loss and accuracy of `weights` on the training examples `indices` (a client's)."""
@@ -612,6 +636,7 @@ class FederatedLoop:
             "divergence": self.history.divergence,
             "participation": self.history.participation,
             "bytes_to_target": self.history.bytes_to_target,
+            "local_accuracies": self.history.local_accuracies,
             "torch_rng": torch.get_rng_state(),
         }
 
@@ -646,6 +671,7 @@ class FederatedLoop:
             divergence=state["divergence"],
             participation=list(state["participation"]),
             bytes_to_target=state.get("bytes_to_target"),  # absent in older checkpoints
+            local_accuracies=list(state.get("local_accuracies", [])),
         )
         self.saved_round = self.history.completed_rounds
         torch.set_rng_state(state["torch_rng"])
@@ -694,3 +720,16 @@ class AlgorithmStates(Mapping[int, StateDict]):
 
     def __contains__(self, client: object) -> bool:
         return client in self.states and algorithm_part(self.states[client]) is not None
+
+
+def local_accuracy_summary(accuracies: Sequence[float]) -> dict[str, float]:
+    """Mean, 10th percentile (linear interpolation) and population std of the clients' local test
+    accuracies, over the clients that have local test data."""
+    tested = torch.tensor([a for a in accuracies if not math.isnan(a)], dtype=torch.float64)
+    if not len(tested):
+        return {}
+    return {
+        "local_accuracy_mean": tested.mean().item(),
+        "local_accuracy_p10": torch.quantile(tested, 0.1).item(),
+        "local_accuracy_std": tested.std(correction=0).item(),
+    }

@@ -128,3 +128,32 @@ def write_participation(output_dir: Path, counts: list[int]) -> None:
     histogram.set_xlabel("rounds trained")
     histogram.set_ylabel("clients")
     fig.savefig(output_dir / "participation.png", dpi=100)
+
+
+def write_local_accuracies(output_dir: Path, accuracies: list[float]) -> None:
+    """local_accuracy.json ({"accuracies": {client id: accuracy or null}}) and local_accuracy.png:
+    the histogram of the clients' accuracies on their local test sets at the last evaluation,
+    with their mean and 10th percentile marked."""
+    tested = [a for a in accuracies if not np.isnan(a)]
+    (output_dir / "local_accuracy.json").write_text(
+        json.dumps(
+            {
+                "accuracies": {
+                    str(client): None if np.isnan(a) else a for client, a in enumerate(accuracies)
+                }
+            }
+        )
+    )
+    fig = Figure(figsize=(6, 3.5))
+    ax = fig.subplots()
+    fig.subplots_adjust(bottom=0.15)
+    ax.hist(tested, bins=20, range=(0.0, 1.0))
+    for value, style, label in (
+        (float(np.mean(tested)), "-", "mean"),
+        (float(np.percentile(tested, 10)), "--", "10th percentile"),
+    ):
+        ax.axvline(value, color="black", linestyle=style, label=f"{label} {value:.3f}")
+    ax.set_xlabel("accuracy on the client's local test set")
+    ax.set_ylabel("clients")
+    ax.legend()
+    fig.savefig(output_dir / "local_accuracy.png", dpi=100)

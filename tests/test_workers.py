@@ -56,6 +56,8 @@ VARIANTS = {
     # client, by whichever worker trains it
     "adaptive_clip": ["selection=poisson", "privacy=adaptive_clip", "privacy.count_noise=2"],
     "dp_sgd": ["privacy=dp_sgd"],
+    # local test sets, each client's own model read from the disk store as it is evaluated
+    "local_test_disk": ["algo=local", "fl.client_state=disk", "partition.client_test_fraction=0.3"],
     "not_finite_rejected": [
         "attack=label_flip",
         "attack._target_=tests.user_attack.NotFiniteUpdates",

@@ -222,3 +222,14 @@ class Algorithm(ABC):
         loop evaluates them one at a time as they are produced, so an iterator can stream many.
         `client_states` holds the algorithm's own client states."""
         return [server.weights]
+
+    def model_of_client(
+        self,
+        federation: Federation,
+        server: ServerState,
+        client_states: Mapping[int, StateDict],
+        client: int,
+    ) -> StateDict:
+        """The model client `client` would use, evaluated on its local test set: the global
+        model, unless the method keeps a model of the client's own."""
+        return server.weights

@@ -47,4 +47,14 @@ class Local(Algorithm):
         Yielded one at a time, so a disk store reads each model as it is evaluated instead of
         holding all N."""
         for client in range(federation.num_clients):
-            yield client_states.get(client, server.weights)
+            yield self.model_of_client(federation, server, client_states, client)
+
+    def model_of_client(
+        self,
+        federation: Federation,
+        server: ServerState,
+        client_states: Mapping[int, StateDict],
+        client: int,
+    ) -> StateDict:
+        """Its own model; the initial one if it never trained."""
+        return client_states.get(client, server.weights)

@@ -10,16 +10,18 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedlight.config import ConfigError, require
+from fedlight.partitions.base import Partition
 
 MAX_ATTEMPTS = 1000
 
 
 @dataclass
-class Dirichlet:
+class Dirichlet(Partition):
     alpha: float = 0.5
     min_samples: int = 10
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         require(self.alpha > 0, f"partition.alpha={self.alpha} must be > 0 (e.g. 0.1 or 0.5)")
         require(self.min_samples >= 0, f"partition.min_samples={self.min_samples} must be >= 0")
 

@@ -4,9 +4,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedlight.partitions.base import Partition
+
 
 @dataclass
-class IID:
+class IID(Partition):
     def __call__(
         self, labels: np.ndarray, num_clients: int, rng: np.random.Generator
     ) -> list[np.ndarray]:

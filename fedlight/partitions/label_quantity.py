@@ -10,13 +10,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedlight.config import require
+from fedlight.partitions.base import Partition
 
 
 @dataclass
-class LabelQuantity:
+class LabelQuantity(Partition):
     classes_per_client: int = 2
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         require(
             self.classes_per_client >= 1,
             f"partition.classes_per_client={self.classes_per_client} must be >= 1",

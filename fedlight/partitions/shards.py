@@ -10,13 +10,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedlight.config import ConfigError, require
+from fedlight.partitions.base import Partition
 
 
 @dataclass
-class Shards:
+class Shards(Partition):
     shards_per_client: int = 2
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         require(
             self.shards_per_client >= 1,
             f"partition.shards_per_client={self.shards_per_client} must be >= 1",
