@@ -109,11 +109,13 @@ def split_parameters(tensors: StateDict, trainable: frozenset[str]) -> dict[str,
 
 def add_buffer_deltas(weights: StateDict, moved: StateDict, buffers: StateDict) -> StateDict:
     """`moved` parameters, and each buffer plus its mean delta (integer buffers rounded back), in
-    the order of `weights`."""
+    the order of `weights`; entries that nobody uploaded (a method's personal layers) stay."""
     updated: StateDict = {}
     for name, current in weights.items():
         if name in moved:
             updated[name] = moved[name]
+        elif name not in buffers:
+            updated[name] = current
         elif current.is_floating_point():
             updated[name] = current + buffers[name].to(current.dtype)
         else:
