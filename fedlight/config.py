@@ -168,9 +168,14 @@ class EvalSettings:
     every: int = 1
     target_accuracy: float | None = None
     batch_size: int = 1000
+    finetune_epochs: int = 0  # local epochs on a client's model before its local evaluation
 
     def __post_init__(self) -> None:
         require(self.every >= 1, f"eval.every={self.every} must be >= 1")
+        require(
+            self.finetune_epochs >= 0,
+            f"eval.finetune_epochs={self.finetune_epochs} must be >= 0 (0: no fine-tuning)",
+        )
         require(
             self.target_accuracy is None or 0 < self.target_accuracy <= 1,
             f"eval.target_accuracy={self.target_accuracy} must be a fraction in (0, 1], e.g. 0.8",

@@ -61,6 +61,7 @@ from fedlight.loggers.base import MetricsRow, RoundLogger
 from fedlight.lr_schedules.base import LRSchedule
 from fedlight.privacy.base import STATE_PREFIX as PRIVACY_STATE
 from fedlight.privacy.base import Privacy, Trained
+from fedlight.rng import Stream
 from fedlight.selection.base import (
     REPORTED_NUMBER_BYTES,
     ClientPool,
@@ -245,6 +246,7 @@ class FederatedLoop:
         self.history = History(participation=[0] * settings.fl.num_clients)
         self.saved_round = 0  # the rounds the last checkpoint holds
         self.engine = self.build_engine()
+        self.finetune_engine = self.build_finetune_engine()
         self.evaluator = Evaluator(module, settings.eval.batch_size)
         self.client_pool = ClientPool(client_indices, self.quality_on)
 
@@ -493,8 +495,9 @@ class FederatedLoop:
         return mean | spread | local_accuracy_summary(self.history.local_accuracies)
 
     def local_accuracies(self, states: "AlgorithmStates") -> list[float]:
-        """Each client's accuracy, with the model it would use, on its local test set (nan for a
-        client without test data); one client's model at a time, so a disk store streams."""
+        """Each client's accuracy, with the model it would use (fine-tuned on its training part
+        for `eval.finetune_epochs` first, if set), on its local test set (nan for a client without
+        test data); one client's model at a time, so a disk store streams."""
         assert self.client_test_indices is not None
         data, accuracies = self.data, []
         for client, indices in enumerate(self.client_test_indices):
@@ -502,9 +505,30 @@ class FederatedLoop:
                 accuracies.append(math.nan)
                 continue
             weights = self.algorithm.model_of_client(self.federation, self.server, states, client)
+            if self.finetune_engine is not None:
+                weights = self.fine_tuned(client, weights)
             tested = self.evaluator.evaluate(weights, data.train_x[indices], data.train_y[indices])
             accuracies.append(tested[ACCURACY])
         return accuracies
+
+    def build_finetune_engine(self) -> Engine | None:
+        """The engine of evaluation-time fine-tuning: `fl.engine`'s, for `eval.finetune_epochs`,
+        its batches drawn from stream FINE_TUNING (so training never sees its draws); None
+        without fine-tuning."""
+        settings = self.settings
+        epochs = settings.eval.finetune_epochs
+        if not epochs or self.client_test_indices is None:
+            return None
+        tuning = replace(settings, local=replace(settings.local, epochs=epochs))
+        return make_engine(self.module, self.data, tuning, Stream.FINE_TUNING)
+
+    def fine_tuned(self, client: int, weights: StateDict) -> StateDict:
+        """A copy of `weights` after the client's fine-tuning epochs on its training part at the
+        configured learning rates (the global model and the client's state are not touched)."""
+        assert self.finetune_engine is not None
+        task = LocalTask(client, self.client_indices[client], weights, [])
+        (tuned,) = self.finetune_engine.train([task], self.history.completed_rounds, self.base_lrs)
+        return detached_copy(tuned.weights)
 
     def quality_on(self, weights: StateDict, indices: Tensor) -> ModelQuality:
         """Loss and accuracy of `weights` on the training examples `indices` (a client's)."""

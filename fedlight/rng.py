@@ -22,6 +22,7 @@ class Stream(IntEnum):
     ATTACK = 6  # which clients are malicious (round 0), and their random forgeries
     PRIVACY = 7  # differential privacy's noise (the server's per round, DP-SGD's per client)
     LOCAL_TEST = 8  # which of a client's examples are held out as its local test set
+    FINE_TUNING = 9  # the batches of evaluation-time fine-tuning (eval.finetune_epochs)
 
 
 def derive_seed(seed: int, stream: Stream, round_index: int = 0, client: int = 0) -> int:

@@ -20,6 +20,7 @@ from fedlight.data.base import TensorDataset
 from fedlight.engines.base import Engine, LocalTask, first_optimizer
 from fedlight.engines.sequential import SequentialEngine
 from fedlight.engines.vectorized import VectorizedEngine
+from fedlight.rng import Stream
 
 ENGINES: dict[str, type[Engine]] = {
     "sequential": SequentialEngine,
@@ -36,7 +37,13 @@ def resolve_engine(setting: str, device: torch.device) -> str:
     return AUTO_ENGINE.get(device.type, "sequential") if setting == "auto" else setting
 
 
-def make_engine(module: pl.LightningModule, data: TensorDataset, settings: RunSettings) -> Engine:
-    """The engine of `fl.engine` for the data's device; it refuses what it cannot train."""
+def make_engine(
+    module: pl.LightningModule,
+    data: TensorDataset,
+    settings: RunSettings,
+    stream: Stream = Stream.LOCAL_TRAINING,
+) -> Engine:
+    """The engine of `fl.engine` for the data's device, drawing its batches from `stream`; it
+    refuses what it cannot train."""
     name = resolve_engine(settings.fl.engine, data.train_x.device)
-    return ENGINES[name](module, data, settings)
+    return ENGINES[name](module, data, settings, stream)

@@ -52,11 +52,6 @@ def first_optimizer(configured: Any) -> torch.optim.Optimizer:
     )
 
 
-def local_seed(seed: int, round_index: int, client: int) -> int:
-    """The seed of one client's local training in one round."""
-    return derive_seed(seed, Stream.LOCAL_TRAINING, round_index, client)
-
-
 def num_local_steps(num_examples: int, epochs: int, batch_size: int) -> int:
     """Steps of `epochs` passes over `num_examples` in batches of `batch_size` (the last one
     partial); a client without data takes none."""
@@ -79,11 +74,22 @@ class Engine(ABC):
     """Runs the local training of a round's participants on one client module's architecture."""
 
     def __init__(
-        self, module: pl.LightningModule, data: TensorDataset, settings: RunSettings
+        self,
+        module: pl.LightningModule,
+        data: TensorDataset,
+        settings: RunSettings,
+        stream: Stream = Stream.LOCAL_TRAINING,
     ) -> None:
+        """`stream`: the purpose whose generators draw the batches (evaluation-time fine-tuning
+        has its own)."""
         self.module = module
         self.data = data
         self.settings = settings
+        self.stream = stream
+
+    def seed_of(self, round_index: int, client: int) -> int:
+        """The seed of one client's local training in one round."""
+        return derive_seed(self.settings.seed, self.stream, round_index, client)
 
     @abstractmethod
     def train(

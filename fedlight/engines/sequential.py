@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from fedlight.algorithms.base import LocalResult
-from fedlight.engines.base import Engine, LocalTask, batch_indices, first_optimizer, local_seed
+from fedlight.engines.base import Engine, LocalTask, batch_indices, first_optimizer
 
 
 def training_loss(output: Tensor | dict[str, Tensor]) -> Tensor:
@@ -43,7 +43,7 @@ class SequentialEngine(Engine):
         optimizer = first_optimizer(module.configure_optimizers())
         for group, lr in zip(optimizer.param_groups, lrs, strict=True):
             group["lr"] = lr
-        seed = local_seed(self.settings.seed, round_index, task.client)
+        seed = self.seed_of(round_index, task.client)
         generator = torch.Generator().manual_seed(seed)
         torch.manual_seed(seed)  # for the module's own randomness, e.g. dropout
         augment = data.augment

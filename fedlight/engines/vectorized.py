@@ -47,10 +47,10 @@ from fedlight.engines.base import (
     LocalTask,
     batch_indices,
     first_optimizer,
-    local_seed,
     num_local_steps,
 )
 from fedlight.models.classifier import Classifier
+from fedlight.rng import Stream
 from fedlight.tensors import StateDict
 
 USE_SEQUENTIAL = "use fl.engine=sequential"
@@ -172,9 +172,13 @@ class VectorizedEngine(Engine):
     """Trains the round's clients in lockstep on stacked weights; see the module docstring."""
 
     def __init__(
-        self, module: pl.LightningModule, data: TensorDataset, settings: RunSettings
+        self,
+        module: pl.LightningModule,
+        data: TensorDataset,
+        settings: RunSettings,
+        stream: Stream = Stream.LOCAL_TRAINING,
     ) -> None:
-        super().__init__(module, data, settings)
+        super().__init__(module, data, settings, stream)
         check_classifier(module)
         self.sgd = sgd_settings(module)
         self.client_step = vmap(grad_and_value(self.client_loss))
@@ -213,8 +217,7 @@ class VectorizedEngine(Engine):
         }
         momentum: StateDict = {}
         generators = [
-            torch.Generator().manual_seed(local_seed(self.settings.seed, round_index, task.client))
-            for task in tasks
+            torch.Generator().manual_seed(self.seed_of(round_index, task.client)) for task in tasks
         ]
         label_maps = stacked_label_maps(tasks, self.data.num_classes, device)
         streams = [

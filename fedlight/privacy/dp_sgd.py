@@ -38,7 +38,6 @@ from fedlight.engines.base import (
     Engine,
     LocalTask,
     first_optimizer,
-    local_seed,
     num_local_steps,
 )
 from fedlight.engines.sequential import SequentialEngine, training_loss
@@ -95,7 +94,7 @@ class DPSGDEngine(SequentialEngine):
         n = len(task.indices)
         rate = min(1.0, local.batch_size / n)
         device = task.indices.device
-        seed = local_seed(self.settings.seed, round_index, task.client)
+        seed = self.seed_of(round_index, task.client)
         generator = torch.Generator().manual_seed(seed)
         torch.manual_seed(seed)
         noise = torch.Generator(device).manual_seed(
