@@ -136,6 +136,8 @@ class Algorithm(ABC):
     aggregator: Aggregator = Mean()
     # Set where `server_opt` and `aggregator` cannot be chosen: why (the config refuses them).
     fixed_server: ClassVar[str | None] = None
+    # True where every client uses a model of its own: all N are evaluated (`evaluated_models`).
+    per_client_models: ClassVar[bool] = False
 
     def init_server(self, weights: StateDict, federation: Federation) -> ServerState:
         """Server state for the initial global model."""
@@ -218,10 +220,17 @@ class Algorithm(ABC):
     def evaluated_models(
         self, federation: Federation, server: ServerState, client_states: Mapping[int, StateDict]
     ) -> Iterable[StateDict]:
-        """The models whose test metrics are reported (mean and spread): the global model. The
-        loop evaluates them one at a time as they are produced, so an iterator can stream many.
-        `client_states` holds the algorithm's own client states."""
-        return [server.weights]
+        """The models whose test metrics are reported (mean and spread): the global model, or
+        with `per_client_models` all N clients' models (O(N) by definition, since the metric is
+        their mean). The loop evaluates them one at a time as they are produced, so a disk store
+        reads each model as it is evaluated instead of holding all N. `client_states` holds the
+        algorithm's own client states."""
+        if not self.per_client_models:
+            return [server.weights]
+        return (
+            self.model_of_client(federation, server, client_states, client)
+            for client in range(federation.num_clients)
+        )
 
     def model_of_client(
         self,

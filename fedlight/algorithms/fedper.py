@@ -9,8 +9,9 @@ local test set and on the global test set (the reported mean over all N clients,
 is the global shared layers with its own personal ones.
 """
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from fedlight.algorithms.base import ClientUpload, LocalResult, ServerState
 from fedlight.algorithms.fedavg import FedAvg
@@ -29,6 +30,8 @@ class FedPer(FedAvg):
     # The personal layers by name (e.g. ["net.5"]); empty: the last `personal_last` layers.
     personal_layers: list[str] = field(default_factory=list)
     personal_last: int = 1
+    # evaluated: every client's model (the global model alone has no personal layers of its own)
+    per_client_models: ClassVar[bool] = True
 
     def personal_of(self, layers: list[str]) -> list[str]:
         """The personal layers among the model's `layers` (in order)."""
@@ -108,10 +111,3 @@ class FedPer(FedAvg):
         client: int,
     ) -> StateDict:
         return self.with_own(federation, server.weights, client_states.get(client))
-
-    def evaluated_models(
-        self, federation: Federation, server: ServerState, client_states: Mapping[int, StateDict]
-    ) -> Iterator[StateDict]:
-        """Every client's model, one at a time (the global model alone has no head of its own)."""
-        for client in range(federation.num_clients):
-            yield self.model_of_client(federation, server, client_states, client)

@@ -8,7 +8,7 @@ The reported test metrics are the mean over all N client models on the global te
 that has not trained yet counts with the initial model), and `test_accuracy_std` is their spread.
 """
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -20,6 +20,7 @@ from fedlight.tensors import StateDict, detached_copy
 @dataclass
 class Local(Algorithm):
     fixed_server: ClassVar[str | None] = "it trains no global model and aggregates nothing"
+    per_client_models: ClassVar[bool] = True
 
     def download(self, ctx: RoundContext, server: ServerState) -> StateDict:
         return {}
@@ -39,15 +40,6 @@ class Local(Algorithm):
         return ClientUpload(local.client_id, local.num_samples, local.num_steps, {}), detached_copy(
             local.weights
         )
-
-    def evaluated_models(
-        self, federation: Federation, server: ServerState, client_states: Mapping[int, StateDict]
-    ) -> Iterator[StateDict]:
-        """All N client models: O(N) by definition, since the reported metric is their mean.
-        Yielded one at a time, so a disk store reads each model as it is evaluated instead of
-        holding all N."""
-        for client in range(federation.num_clients):
-            yield self.model_of_client(federation, server, client_states, client)
 
     def model_of_client(
         self,
