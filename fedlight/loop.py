@@ -94,6 +94,7 @@ class Received:
     download: StateDict
     state: StateDict  # every namespace of the client's state
     bytes_down: int
+    task: LocalTask  # its local training, as the engine was given it
 
 
 @dataclass
@@ -246,7 +247,11 @@ class FederatedLoop:
         self.history = History(participation=[0] * settings.fl.num_clients)
         self.saved_round = 0  # the rounds the last checkpoint holds
         self.engine = self.build_engine()
-        self.finetune_engine = self.build_finetune_engine()
+        self.personal_engine = self.side_engine(algorithm.personal_epochs, Stream.PERSONAL_TRAINING)
+        tested = client_test_indices is not None
+        self.finetune_engine = self.side_engine(
+            settings.eval.finetune_epochs if tested else 0, Stream.FINE_TUNING
+        )
         self.evaluator = Evaluator(module, settings.eval.batch_size)
         self.client_pool = ClientPool(client_indices, self.quality_on)
 
@@ -305,12 +310,13 @@ class FederatedLoop:
                 state = self.client_states.get(client) or {}
                 payload, _ = wire.send(DOWNLOAD, client_ctx, client, download, server_extras)
                 decoded, state = wire.receive(DOWNLOAD, client_ctx, client, payload, state)
-                received[client] = Received(decoded, state, nbytes(payload))
                 own = algorithm_part(state)
                 start = algorithm.start_weights(client_ctx, decoded, own)
                 callbacks = algorithm.local_callbacks(client_ctx, decoded, own)
                 labels = label_map if client in malicious else None
-                yield LocalTask(client, indices, start, callbacks, labels)
+                task = LocalTask(client, indices, start, callbacks, labels)
+                received[client] = Received(decoded, state, nbytes(payload), task)
+                yield task
 
         mine: list[Outcome] = []
         for local, seconds in timed(self.engine.train(tasks(), round_index, list(lrs))):
@@ -321,6 +327,10 @@ class FederatedLoop:
             pool_seconds = pool.seconds
             reports = self.selection.client_report(client_ctx, client, local.weights, pool)
             upload, new_own = algorithm.upload(client_ctx, got.download, local, own)
+            if self.personal_engine is not None:
+                started = time.perf_counter()
+                new_own = self.train_personal(client_ctx, got, own if new_own is None else new_own)
+                seconds += time.perf_counter() - started
             if client in malicious:
                 keys = algorithm.model_update_keys(client_ctx, upload.tensors)
                 upload = self.attack.corrupt_upload(client_ctx, upload, keys)
@@ -511,16 +521,25 @@ class FederatedLoop:
             accuracies.append(tested[ACCURACY])
         return accuracies
 
-    def build_finetune_engine(self) -> Engine | None:
-        """The engine of evaluation-time fine-tuning: `fl.engine`'s, for `eval.finetune_epochs`,
-        its batches drawn from stream FINE_TUNING (so training never sees its draws); None
-        without fine-tuning."""
-        settings = self.settings
-        epochs = settings.eval.finetune_epochs
-        if not epochs or self.client_test_indices is None:
+    def side_engine(self, epochs: int, stream: Stream) -> Engine | None:
+        """An engine of `fl.engine`'s kind for a training beside the round's (a personal model's,
+        evaluation-time fine-tuning): `epochs` per call, batches drawn from `stream` (so the
+        round's training never sees its draws); None for 0 epochs."""
+        if not epochs:
             return None
-        tuning = replace(settings, local=replace(settings.local, epochs=epochs))
-        return make_engine(self.module, self.data, tuning, Stream.FINE_TUNING)
+        settings = self.settings
+        side = replace(settings, local=replace(settings.local, epochs=epochs))
+        return make_engine(self.module, self.data, side, stream)
+
+    def train_personal(self, ctx: RoundContext, got: Received, own: StateDict | None) -> StateDict:
+        """A participant's second local training (Ditto's personal model), right after its
+        upload was computed, on the personal engine: one client at a time, on the same examples
+        (and labels) as its first; returns its new algorithm state."""
+        assert self.personal_engine is not None
+        start, callbacks = self.algorithm.personal_training(ctx, got.download, own)
+        task = replace(got.task, start=start, callbacks=callbacks)
+        (trained,) = self.personal_engine.train([task], ctx.round_index, list(ctx.lrs))
+        return self.algorithm.keep_personal(ctx, trained, own)
 
     def fine_tuned(self, client: int, weights: StateDict) -> StateDict:
         """A copy of `weights` after the client's fine-tuning epochs on its training part at the

@@ -61,6 +61,7 @@ def summarize(
         "rounds_to_target": reached[0] if reached else None,
         "target_accuracy": target_accuracy,
         "comm_mb": total_bytes / 1e6,
+        "comm_mb_per_round": total_bytes / 1e6 / max(rounds, 1),
         "wall_seconds": wall_seconds,
         "client_seconds_per_round": client_seconds / max(rounds, 1),
         "rounds": rounds,

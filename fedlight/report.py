@@ -43,6 +43,10 @@ METRIC_TITLES = {
     "final_accuracy": "Final accuracy (%)",
     "best_accuracy": "Best accuracy (%)",
     "comm_mb": "Communication (MB)",
+    "comm_mb_per_round": "MB per round",
+    "local_accuracy_mean": "Local accuracy, mean (%)",
+    "local_accuracy_p10": "Local accuracy, 10th percentile (%)",
+    "local_accuracy_std": "Local accuracy, std (%)",
     "wall_seconds": "Wall time (s)",
     "client_seconds_per_round": "Client compute (s/round)",
     "participation_jain": "Jain's index of participation",
@@ -424,7 +428,12 @@ def metric_values(group: Group, metric: str) -> list[float]:
 
 
 def is_accuracy(metric: str) -> bool:
-    return metric in ("final_accuracy", "best_accuracy") or bool(ACCURACY_AT.fullmatch(metric))
+    """Whether the metric is a fraction shown in percent."""
+    return (
+        metric in ("final_accuracy", "best_accuracy")
+        or metric.startswith("local_accuracy_")
+        or bool(ACCURACY_AT.fullmatch(metric))
+    )
 
 
 def metric_title(metric: str, groups: list[Group]) -> str:

@@ -23,6 +23,7 @@ class Stream(IntEnum):
     PRIVACY = 7  # differential privacy's noise (the server's per round, DP-SGD's per client)
     LOCAL_TEST = 8  # which of a client's examples are held out as its local test set
     FINE_TUNING = 9  # the batches of evaluation-time fine-tuning (eval.finetune_epochs)
+    PERSONAL_TRAINING = 10  # the batches of a client's second, personal training (Ditto)
 
 
 def derive_seed(seed: int, stream: Stream, round_index: int = 0, client: int = 0) -> int:

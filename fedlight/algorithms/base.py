@@ -138,6 +138,9 @@ class Algorithm(ABC):
     fixed_server: ClassVar[str | None] = None
     # True where every client uses a model of its own: all N are evaluated (`evaluated_models`).
     per_client_models: ClassVar[bool] = False
+    # Epochs of a second local training of each participant, of a model it keeps (Ditto's
+    # personal model), after its upload; 0: none (`personal_training`).
+    personal_epochs: int = 0
 
     def init_server(self, weights: StateDict, federation: Federation) -> ServerState:
         """Server state for the initial global model."""
@@ -178,6 +181,20 @@ class Algorithm(ABC):
         client_state: StateDict | None,
     ) -> tuple[ClientUpload, StateDict | None]:
         """What the client sends, and its new persistent state (None for stateless methods)."""
+
+    def personal_training(
+        self, ctx: RoundContext, received: StateDict, client_state: StateDict | None
+    ) -> tuple[StateDict, list[LocalCallback]]:
+        """Start weights and callbacks of a participant's second local training (with
+        `personal_epochs` > 0), given its state after `upload`."""
+        raise NotImplementedError
+
+    def keep_personal(
+        self, ctx: RoundContext, trained: LocalResult, client_state: StateDict | None
+    ) -> StateDict:
+        """The client's state after its second local training produced `trained` (whose weights
+        the engine reuses: copy what is kept)."""
+        raise NotImplementedError
 
     def split(self, ctx: RoundContext, upload: ClientUpload) -> dict[str, StateDict]:
         """The server's view of one decoded upload: each of `parts`' tensors."""

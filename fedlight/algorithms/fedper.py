@@ -32,6 +32,8 @@ class FedPer(FedAvg):
     personal_last: int = 1
     # evaluated: every client's model (the global model alone has no personal layers of its own)
     per_client_models: ClassVar[bool] = True
+    # the personal entries, worked out once per run (the model does not change)
+    personal_entries: frozenset[str] | None = field(default=None, init=False, repr=False)
 
     def personal_of(self, layers: list[str]) -> list[str]:
         """The personal layers among the model's `layers` (in order)."""
@@ -42,6 +44,8 @@ class FedPer(FedAvg):
     def personal_keys(self, federation: Federation) -> frozenset[str]:
         """The state-dict entries that stay on the client; a name the model lacks, or a split
         that leaves nothing to share or nothing personal, is refused in one line."""
+        if self.personal_entries is not None:
+            return self.personal_entries
         weights = federation.initial_weights
         layers = [layer for layer in layers_in_order(weights) if layer]
         personal = self.personal_of(layers)
@@ -56,7 +60,8 @@ class FedPer(FedAvg):
                 f"{self.option_setting()} keeps {len(personal)} of the model's {len(layers)} "
                 "layers on the client; keep at least one and share at least one"
             )
-        return frozenset(k for k in weights if k.rpartition(".")[0] in personal)
+        self.personal_entries = frozenset(k for k in weights if k.rpartition(".")[0] in personal)
+        return self.personal_entries
 
     def option_setting(self) -> str:
         if self.personal_layers:

@@ -75,13 +75,26 @@ class DPSGDEngine(SequentialEngine):
         # Opacus's hooks fire on the first layer, whose input (the data) needs no gradient:
         # expected, and said by torch once per process otherwise.
         warnings.filterwarnings("ignore", message="Full backward hook is firing")
-        # Hooks on the module's layers record per-example gradients (`grad_sample`).
+        # Hooks on the module's layers record per-example gradients (`grad_sample`), enabled
+        # only while this engine trains: another engine training the same module (a personal
+        # model's, fine-tuning) neither pays for them nor leaves per-example gradients behind.
         self.per_example = GradSampleModule(module, loss_reduction="mean")
+        self.per_example.disable_hooks()
 
     def close(self) -> None:
         self.per_example.to_standard_module()
 
     def train_one(self, task: LocalTask, round_index: int, lrs: Sequence[float]) -> LocalResult:
+        self.per_example.enable_hooks()
+        try:
+            return self.train_privately(task, round_index, lrs)
+        finally:
+            self.per_example.disable_hooks()
+
+    def train_privately(
+        self, task: LocalTask, round_index: int, lrs: Sequence[float]
+    ) -> LocalResult:
+        """DP-SGD's local epochs: Poisson-sampled batches, per-example clipping, noise."""
         if task.callbacks:
             raise ConfigError(
                 "privacy=dp_sgd trains with Opacus's optimizer, which replaces the gradients an "
