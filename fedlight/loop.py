@@ -2,7 +2,8 @@
 
 select → download (algorithm, then the wire: encode, count, decode) → local training by the client
 engine (`fl.engine`, see `fedlight.engines`; a malicious client may train on flipped labels) →
-upload (algorithm, a malicious client's attack, the privacy mechanism's clip, then the wire) →
+upload (algorithm; a second, personal training where the algorithm keeps one, e.g. Ditto; a
+malicious client's attack; the privacy mechanism's clip; then the wire) →
 aggregate as the uploads arrive (the algorithm's parts through the aggregator, or DP-FedAvg's noised
 sum; an upload with NaN/Inf entries is rejected) → server update (algorithm, server optimizer) → the
 privacy accountant → then, in `run`: evaluate → metrics (csv, W&B, console) → divergence check →

@@ -21,6 +21,7 @@ PRESETS = [
     "compression",
     "compression_scaffold",
     "privacy",
+    "personalization",
 ]
 
 
@@ -129,6 +130,33 @@ def test_each_privacy_setting_composes_the_mechanism_and_federation_its_label_na
             noise = (cfg.privacy.noise_multiplier, cfg.privacy.target_epsilon)
             assert noise == targets[budget], option
     assert seen == set(group_options("experiment/privacy")) and len(seen) == 14
+
+
+def test_each_personalization_setting_composes_the_method_its_label_names() -> None:
+    """Composed as the sweep composes them: every cell on the same federation (100 clients, 2
+    classes each, 20% held out per client), differing only in the method."""
+    methods = {
+        "fedavg": ("FedAvg", {}, 0),
+        "fedavg_finetune": ("FedAvg", {}, 1),
+        "fedper_last1": ("FedPer", {"personal_last": 1}, 0),
+        "fedper_last2": ("FedPer", {"personal_last": 2}, 0),
+        "lg_fedavg": ("LGFedAvg", {"global_last": 1}, 0),
+        "ditto": ("Ditto", {"lam": 0.1}, 0),
+        "ditto_lam1": ("Ditto", {"lam": 1.0}, 0),
+        "local": ("Local", {}, 0),
+    }
+    seen = set()
+    for job in validate_command_line(["-m", "+experiment=personalization", "seed=0"]):
+        cfg = compose_config(job)
+        option = cfg.hydra.runtime.choices["experiment/personalization"]
+        seen.add(option)
+        algorithm, settings, finetune = methods[option]
+        assert cfg.algo._target_.endswith(f".{algorithm}"), option
+        assert {k: cfg.algo[k] for k in settings} == settings, option
+        assert cfg.eval.finetune_epochs == finetune, option
+        assert (cfg.fl.num_clients, cfg.fl.clients_per_round) == (100, 10)
+        assert cfg.partition.classes_per_client == 2 and cfg.partition.client_test_fraction == 0.2
+    assert seen == set(methods) == set(group_options("experiment/personalization"))
 
 
 def test_command_line_overrides_replace_the_presets_sweep() -> None:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from omegaconf import OmegaConf
 
-from fedlight.report import accuracy_curve, group_jobs, load_jobs, main
+from fedlight.report import accuracy_curve, format_cell, group_jobs, load_jobs, main
 
 from .conftest import REPO, TINY, run_cli
 
@@ -593,3 +593,8 @@ def test_report_of_a_real_sweep_through_the_cli(tmp_path: Path) -> None:
     )
     assert module_run.stdout.splitlines()[0] == str(sweep / "report.md")
     assert (sweep / "curves.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_local_accuracies_are_shown_in_percent_and_mb_per_round_as_is() -> None:
+    assert format_cell([0.9, 0.8], 2, "local_accuracy_p10") == "85.0 ± 7.1"
+    assert format_cell([0.5, 0.5], 2, "comm_mb_per_round") == "0.5 ± 0.0"

@@ -59,7 +59,8 @@ VARIANTS = {
     # local test sets, each client's own model read from the disk store as it is evaluated
     "local_test_disk": ["algo=local", "fl.client_state=disk", "partition.client_test_fraction=0.3"],
     "fedper_disk": ["algo=fedper", "fl.client_state=disk", "partition.client_test_fraction=0.3"],
-    "lg_fedavg": ["algo=lg_fedavg"],
+    # a second, personal training per participant, its state on the disk store
+    "ditto_disk": ["algo=ditto", "fl.client_state=disk", "partition.client_test_fraction=0.3"],
     "not_finite_rejected": [
         "attack=label_flip",
         "attack._target_=tests.user_attack.NotFiniteUpdates",
