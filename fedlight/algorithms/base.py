@@ -259,3 +259,17 @@ class Algorithm(ABC):
         """The model client `client` would use, evaluated on its local test set: the global
         model, unless the method keeps a model of the client's own."""
         return server.weights
+
+
+class OwnModel:
+    """For algorithms whose client state is the client's whole model (local training, Ditto's
+    personal model): that is the model it uses, the global one until it has trained."""
+
+    def model_of_client(
+        self,
+        federation: Federation,
+        server: ServerState,
+        client_states: Mapping[int, StateDict],
+        client: int,
+    ) -> StateDict:
+        return client_states.get(client, server.weights)

@@ -14,19 +14,18 @@ Reported: the global test accuracy is the global model's (Ditto trains one); eac
 accuracy is its personal model's (the global model for a client that never trained).
 """
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
-from fedlight.algorithms.base import LocalCallback, LocalResult, ServerState
+from fedlight.algorithms.base import LocalCallback, LocalResult, OwnModel
 from fedlight.algorithms.fedavg import FedAvg
 from fedlight.algorithms.fedprox import ProximalTerm
 from fedlight.config import require
-from fedlight.context import Federation, RoundContext
+from fedlight.context import RoundContext
 from fedlight.tensors import StateDict, detached_copy
 
 
 @dataclass
-class Ditto(FedAvg):
+class Ditto(OwnModel, FedAvg):
     lam: float = 0.1  # λ, the pull of the personal model towards the global one
     personal_epochs: int = 1
 
@@ -49,12 +48,3 @@ class Ditto(FedAvg):
         self, ctx: RoundContext, trained: LocalResult, client_state: StateDict | None
     ) -> StateDict:
         return detached_copy(trained.weights)
-
-    def model_of_client(
-        self,
-        federation: Federation,
-        server: ServerState,
-        client_states: Mapping[int, StateDict],
-        client: int,
-    ) -> StateDict:
-        return client_states.get(client, server.weights)

@@ -8,17 +8,16 @@ The reported test metrics are the mean over all N client models on the global te
 that has not trained yet counts with the initial model), and `test_accuracy_std` is their spread.
 """
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
-from fedlight.algorithms.base import Algorithm, ClientUpload, LocalResult, ServerState
-from fedlight.context import Federation, RoundContext
+from fedlight.algorithms.base import Algorithm, ClientUpload, LocalResult, OwnModel, ServerState
+from fedlight.context import RoundContext
 from fedlight.tensors import StateDict, detached_copy
 
 
 @dataclass
-class Local(Algorithm):
+class Local(OwnModel, Algorithm):
     fixed_server: ClassVar[str | None] = "it trains no global model and aggregates nothing"
     per_client_models: ClassVar[bool] = True
 
@@ -40,13 +39,3 @@ class Local(Algorithm):
         return ClientUpload(local.client_id, local.num_samples, local.num_steps, {}), detached_copy(
             local.weights
         )
-
-    def model_of_client(
-        self,
-        federation: Federation,
-        server: ServerState,
-        client_states: Mapping[int, StateDict],
-        client: int,
-    ) -> StateDict:
-        """Its own model; the initial one if it never trained."""
-        return client_states.get(client, server.weights)
