@@ -1,7 +1,8 @@
 """Several workers (`fl.workers`): the numbers do not depend on how many there are (metrics.csv of
-2 workers equals that of 1 for every algorithm, SCAFFOLD's disk store and a killed and resumed
-run included), bad settings and failing workers stop the run with one line, and the CLI spawns
-them itself. Worker processes use one torch thread each, like the 1-worker runs here."""
+2 workers equals that of 1 for each kind of algorithm and stage, SCAFFOLD's disk store and a
+killed and resumed run included), bad settings and failing workers stop the run with one line,
+and the CLI spawns them itself. Worker processes use one torch thread each, like the 1-worker
+runs here."""
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -26,15 +27,11 @@ VARIANTS = {
     "scaffold": ["algo=scaffold", "optim.momentum=0.9"],
     "fedprox": ["algo=fedprox"],
     "fednova": ["algo=fednova", "optim.momentum=0.9"],
-    "fedavgm": ["algo=fedavgm"],
-    "fedadam": ["algo=fedadam"],
-    "fedyogi": ["algo=fedyogi"],
-    "fedadagrad": ["algo=fedadagrad"],
+    "fedadam": ["algo=fedadam"],  # the other server optimizers' state is handled alike
     "local": ["algo=local"],
     "central": ["algo=central"],
     "scaffold_disk": ["algo=scaffold", "optim.momentum=0.9", "fl.client_state=disk"],
     # every selector draws and updates its state alike on every worker
-    "round_robin": ["selection=round_robin"],
     "weighted": ["selection=weighted"],
     "power_of_choice": ["selection=power_of_choice", "selection.candidates=8"],
     "poisson": ["selection=poisson"],
@@ -57,7 +54,6 @@ VARIANTS = {
     "adaptive_clip": ["selection=poisson", "privacy=adaptive_clip", "privacy.count_noise=2"],
     "dp_sgd": ["privacy=dp_sgd"],
     # local test sets, each client's own model read from the disk store as it is evaluated
-    "local_test_disk": ["algo=local", "fl.client_state=disk", "partition.client_test_fraction=0.3"],
     "fedper_disk": ["algo=fedper", "fl.client_state=disk", "partition.client_test_fraction=0.3"],
     # a second, personal training per participant, its state on the disk store
     "ditto_disk": ["algo=ditto", "fl.client_state=disk", "partition.client_test_fraction=0.3"],
