@@ -404,6 +404,9 @@ def test_ctrl_c_exits_130_with_the_command_to_go_on(tmp_path: Path) -> None:
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         text=True,
+        # A suite started in the background by a non-interactive shell ignores SIGINT, and the
+        # child would inherit that: Python turns SIGINT into KeyboardInterrupt only from SIG_DFL.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline = time.monotonic() + 120
     while not (run / CHECKPOINT_NAME).exists() and time.monotonic() < deadline:
