@@ -233,11 +233,16 @@ class RoundAggregation:
             self.reject(upload)
             return False
         self.contributors.append((upload.client_id, upload.num_samples, upload.num_steps))
+        self.accumulate(upload, parts)
+        return True
+
+    def accumulate(self, upload: "ClientUpload", parts: Mapping[str, StateDict]) -> None:
+        """Adds an accepted upload's `parts` to their accumulators, each with the client's weight
+        for that part (a mechanism that scales uploads, DP-FedAvg's clip, overrides this)."""
         for name, update in parts.items():
             weight = client_weight(self.weightings[name], upload.num_samples)
             if weight > 0:
                 self.accumulators[name].add(update, weight)
-        return True
 
     def reject(self, upload: "ClientUpload") -> None:
         self.rejected.append(upload.client_id)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from fedlight.aggregation.base import Accumulator, Aggregator, RoundAggregation, all_finite
+from fedlight.aggregation.base import Accumulator, Aggregator, RoundAggregation
 from fedlight.aggregation.mean import RunningMean
 from fedlight.algorithms.base import Algorithm, ClientUpload
 from fedlight.config import RunSettings, require
@@ -69,17 +69,12 @@ class PrivateAggregation(RoundAggregation):
         self.expected, self.clip, self.noise_std = expected, clip, noise_std
         self.generator = generator
 
-    def add(self, ctx: RoundContext, upload: ClientUpload) -> bool:
-        parts = self.algorithm.split(ctx, upload)
-        if not all_finite(parts):
-            self.reject(upload)
-            return False
-        self.contributors.append((upload.client_id, upload.num_samples, upload.num_steps))
+    def accumulate(self, upload: ClientUpload, parts: Mapping[str, StateDict]) -> None:
+        """Every part with weight 1, held jointly to norm ≤ C again."""
         joint = {f"{name}/{key}": t for name, part in parts.items() for key, t in part.items()}
         factor = clip_factor(float(update_norm(joint)), self.clip)
         for name, update in parts.items():
             self.accumulators[name].add(update, factor)
-        return True
 
     def reject(self, upload: ClientUpload) -> None:
         """Counted, never renormalized for: the denominator is the expected count."""
