@@ -256,6 +256,7 @@ CONFIG_GROUPS: dict[str, str] = {
     "compression": "how uploads are compressed, before the wire (fedlight/compression)",
     "download_compression": "how the broadcast model is compressed (fedlight/compression)",
     "privacy": "differential privacy: clipping, noise, accounting (fedlight/privacy)",
+    "system": "client speeds on a virtual clock, deadlines, dropouts (fedlight/system)",
     "logger": "where metrics go besides metrics.csv (fedlight/loggers)",
 }
 SETTING_KEYS = ("seed", "fl", "local", "optim", "eval", "checkpoint", "device", "resume")

@@ -266,6 +266,7 @@ def run_worker(workers: Workers, job: Job, output_dir: Path) -> dict[str, Any]:
         job.stages.attack,
         job.stages.privacy,
         client_test_indices,
+        job.stages.system,
     )
     if checkpoint is not None:
         loop.load_state_dict(checkpoint, Path(str(settings.resume)))

@@ -71,6 +71,7 @@ from fedlight.selection.base import (
     Selection,
 )
 from fedlight.selection.base import STATE_PREFIX as SELECTION_STATE
+from fedlight.system.base import System
 from fedlight.tensors import StateDict, detached_copy, nbytes
 from fedlight.wire.base import DOWNLOAD, UPLOAD, Wire
 from fedlight.workers import OneWorker, Share, Workers
@@ -113,6 +114,8 @@ class Outcome:
     reports: dict[str, float] = field(default_factory=dict)  # sent to the selector
     private_reports: dict[str, float] = field(default_factory=dict)  # sent to the privacy stage
     rejected: bool = False  # its (streamed) upload was not finite: left out of the aggregates
+    virtual_seconds: float = 0.0  # its time on the system's clock (download, training, upload)
+    late: bool = False  # it missed the deadline: its update is lost, its state unchanged
 
 
 @dataclass
@@ -125,6 +128,7 @@ class RoundStats:
     client_seconds: float  # summed local-training time of the round's participants
     metrics: dict[str, float] = field(default_factory=dict)  # the stages' reported numbers
     every_update_rejected: bool = False  # clients trained, and none sent finite numbers
+    virtual_seconds: float = 0.0  # how long the round lasted on the system's clock
 
 
 @dataclass
@@ -145,6 +149,7 @@ class History:
     stopped: str | None = None  # why the run ended before fl.rounds (the privacy budget)
     # each client's accuracy on its local test set at the last evaluation (nan: no test data)
     local_accuracies: list[float] = field(default_factory=list)
+    virtual_time: float = 0.0  # seconds on the system's clock (`system`), all rounds so far
 
 
 # What a checkpoint holds besides the caller's meta data (`FederatedLoop.state_dict`).
@@ -163,6 +168,7 @@ STATE_KEYS = (
     "participation",
     "bytes_to_target",
     "local_accuracies",
+    "virtual_time",
     "torch_rng",
 )
 
@@ -199,11 +205,12 @@ class FederatedLoop:
         attack: Attack | None = None,
         privacy: Privacy | None = None,
         client_test_indices: Sequence[Tensor] | None = None,
+        system: System | None = None,
     ) -> None:
         """`client_states` defaults to a memory store on the client module's device, `workers`
-        to this process alone, `wire` to sending everything as it is, `attack` and `privacy` to
-        none; `client_test_indices` (into the training pool) are the clients' local test sets,
-        None without them."""
+        to this process alone, `wire` to sending everything as it is, `attack`, `privacy` and
+        `system` to none; `client_test_indices` (into the training pool) are the clients' local
+        test sets, None without them."""
         self.settings = settings
         self.data = data
         self.client_indices = client_indices
@@ -215,6 +222,12 @@ class FederatedLoop:
         self.wire = Wire() if wire is None else wire
         self.attack = Attack() if attack is None else attack
         self.privacy = Privacy() if privacy is None else privacy
+        self.system = System() if system is None else system
+        self.speeds = (
+            self.system.speeds(settings.fl.num_clients, settings.seed)
+            if self.system.clocked
+            else None
+        )
         self.malicious = self.attack.malicious_clients(settings.fl.num_clients, settings.seed)
         self.told: set[str] = set()  # the once-per-run console notes already printed
         self.base_lrs = [
@@ -282,6 +295,10 @@ class FederatedLoop:
         if without_data:
             participants = [(client, indices) for client, indices in participants if len(indices)]
             ctx.metrics.report("clients_without_data", without_data)
+        failed = {client for client, _ in participants if self.system.fails(ctx, client)}
+        if self.speeds is not None:  # a failed client trains and sends nothing
+            participants = [(c, indices) for c, indices in participants if c not in failed]
+            ctx.metrics.report("dropped_out", len(failed))
         ctx.metrics.report("participants", len(participants))
         malicious = self.malicious
         if malicious:
@@ -328,24 +345,41 @@ class FederatedLoop:
             pool_seconds = pool.seconds
             reports = self.selection.client_report(client_ctx, client, local.weights, pool)
             upload, new_own = algorithm.upload(client_ctx, got.download, local, own)
+            examples = local.examples
             if self.personal_engine is not None:
                 started = time.perf_counter()
-                new_own = self.train_personal(client_ctx, got, own if new_own is None else new_own)
+                own_before = own if new_own is None else new_own
+                new_own, personal_examples = self.train_personal(client_ctx, got, own_before)
                 seconds += time.perf_counter() - started
+                examples += personal_examples
             if client in malicious:
                 keys = algorithm.model_update_keys(client_ctx, upload.tensors)
                 upload = self.attack.corrupt_upload(client_ctx, upload, keys)
             upload, private_reports = self.privacy.clip_upload(client_ctx, privacy_state, upload)
             payload, state = wire.send(UPLOAD, client_ctx, client, upload.tensors, got.state)
             encoded = replace(upload, tensors=payload)
+            bytes_up = nbytes(payload) + REPORTED_NUMBER_BYTES * (
+                len(reports) + len(private_reports)
+            )
+            virtual_seconds = (
+                0.0
+                if self.speeds is None
+                else self.speeds.seconds(client, got.bytes_down, examples, bytes_up)
+            )
+            late = self.system.late(virtual_seconds)
             if new_own is not None and new_own is not own:
                 state = with_algorithm_part(state, new_own)
-            changed = state is not got.state
+            changed = state is not got.state and not late  # a straggler's work is lost
             written = self.client_states.write(client, round_index, state) if changed else None
             rejected = False
+            if late:  # nothing of it reaches the server in time
+                encoded = replace(encoded, tensors={})
             if streaming:  # aggregated now, nothing of it kept
-                decoded, server_extras = self.decode_upload(ctx, encoded, server_extras)
-                rejected = not aggregation.add(ctx, decoded)
+                if late:
+                    aggregation.drop_late(encoded)
+                else:
+                    decoded, server_extras = self.decode_upload(ctx, encoded, server_extras)
+                    rejected = not aggregation.add(ctx, decoded)
                 encoded = replace(encoded, tensors={})
             mine.append(
                 Outcome(
@@ -354,12 +388,14 @@ class FederatedLoop:
                     local.train_loss,
                     local.num_samples,
                     seconds + pool.seconds - pool_seconds,
-                    nbytes(payload) + REPORTED_NUMBER_BYTES * (len(reports) + len(private_reports)),
+                    bytes_up,
                     got.bytes_down,
                     client_metrics.pop(client).values,
-                    reports,
+                    {} if late else reports,
                     private_reports,
                     rejected,
+                    virtual_seconds,
+                    late,
                 )
             )
 
@@ -374,6 +410,9 @@ class FederatedLoop:
             def decoded_uploads() -> Iterator[ClientUpload]:
                 nonlocal server_extras
                 for outcome in outcomes:
+                    if outcome.late:
+                        aggregation.drop_late(outcome.upload)
+                        continue
                     decoded, server_extras = self.decode_upload(ctx, outcome.upload, server_extras)
                     yield decoded
 
@@ -386,7 +425,12 @@ class FederatedLoop:
         elif self.workers.count > 1:  # one partial sum per worker, combined in rank order
             partials = self.workers.gather(one_per_worker(self.workers), [aggregation.partials()])
             uploads = [outcome.upload for outcome in outcomes]
-            aggregation.combine(partials, uploads, [outcome.rejected for outcome in outcomes])
+            aggregation.combine(
+                partials,
+                uploads,
+                [outcome.rejected for outcome in outcomes],
+                [outcome.late for outcome in outcomes],
+            )
         ctx.metrics.report("rejected", len(aggregation.rejected))
         if aggregation.rejected:
             self.tell_once(
@@ -423,7 +467,8 @@ class FederatedLoop:
         self.server = with_stage_state(self.server, SELECTION_STATE, selection_state)
         for client, _ in participants:
             self.history.participation[client] += 1
-        rejected = set(aggregation.rejected)  # their loss says nothing of the global model
+        # their loss says nothing of the global model
+        rejected = set(aggregation.rejected) | set(aggregation.late)
         kept = [o for o in outcomes if o.upload.client_id not in rejected]
         trained = [
             Trained(
@@ -434,6 +479,13 @@ class FederatedLoop:
             )
             for o in outcomes
         ]
+        round_seconds = 0.0
+        if self.speeds is not None:
+            finished = [o.virtual_seconds for o in outcomes if not o.late]
+            stragglers = len(aggregation.late)
+            round_seconds = self.system.round_seconds(finished, stragglers, len(failed))
+            ctx.metrics.report("stragglers", stragglers)
+            ctx.metrics.report("round_seconds", round_seconds)
         privacy_state = self.privacy.finish_round(ctx, privacy_state, trained)
         self.server = with_stage_state(self.server, PRIVACY_STATE, privacy_state)
         samples = sum(o.num_samples for o in kept)
@@ -444,7 +496,8 @@ class FederatedLoop:
                 else math.nan  # nobody trained, or every update was rejected
             ),
             num_samples=samples,
-            every_update_rejected=bool(outcomes) and not kept,
+            every_update_rejected=bool(outcomes) and not kept and not aggregation.late,
+            virtual_seconds=round_seconds,
             lr=lrs[0],
             bytes_up=sum(outcome.bytes_up for outcome in outcomes) + probe_bytes_up,
             bytes_down=sum(outcome.bytes_down for outcome in outcomes) + probe_bytes_down,
@@ -532,15 +585,17 @@ class FederatedLoop:
         side = replace(settings, local=replace(settings.local, epochs=epochs))
         return make_engine(self.module, self.data, side, stream)
 
-    def train_personal(self, ctx: RoundContext, got: Received, own: StateDict | None) -> StateDict:
+    def train_personal(
+        self, ctx: RoundContext, got: Received, own: StateDict | None
+    ) -> tuple[StateDict, int]:
         """A participant's second local training (Ditto's personal model), right after its
         upload was computed, on the personal engine: one client at a time, on the same examples
-        (and labels) as its first; returns its new algorithm state."""
+        (and labels) as its first; its new algorithm state and the examples it trained on."""
         assert self.personal_engine is not None
         start, callbacks = self.algorithm.personal_training(ctx, got.download, own)
         task = replace(got.task, start=start, callbacks=callbacks)
         (trained,) = self.personal_engine.train([task], ctx.round_index, list(ctx.lrs))
-        return self.algorithm.keep_personal(ctx, trained, own)
+        return self.algorithm.keep_personal(ctx, trained, own), trained.examples
 
     def fine_tuned(self, client: int, weights: StateDict) -> StateDict:
         """A copy of `weights` after the client's fine-tuning epochs on its training part at the
@@ -593,6 +648,7 @@ class FederatedLoop:
             history.bytes_up += stats.bytes_up
             history.bytes_down += stats.bytes_down
             history.client_seconds += stats.client_seconds
+            history.virtual_time += stats.virtual_seconds
             history.wall_seconds = time.perf_counter() - started
             if round_index < settings.fl.rounds:  # the next round must stay within the budget
                 history.stopped = self.privacy.budget_refusal(self.privacy_state(), round_index + 1)
@@ -653,6 +709,8 @@ class FederatedLoop:
             "test_accuracy_std": evaluated.pop("test_accuracy_std"),
             "client_seconds": stats.client_seconds,
         }
+        if self.speeds is not None:
+            row["virtual_time"] = self.history.virtual_time
         row |= {name: evaluated[name] for name in sorted(evaluated)}
         return row | {name: stats.metrics[name] for name in sorted(stats.metrics)}
 
@@ -681,6 +739,7 @@ class FederatedLoop:
             "participation": self.history.participation,
             "bytes_to_target": self.history.bytes_to_target,
             "local_accuracies": self.history.local_accuracies,
+            "virtual_time": self.history.virtual_time,
             "torch_rng": torch.get_rng_state(),
         }
 
@@ -716,6 +775,7 @@ class FederatedLoop:
             participation=list(state["participation"]),
             bytes_to_target=state.get("bytes_to_target"),  # absent in older checkpoints
             local_accuracies=list(state.get("local_accuracies", [])),
+            virtual_time=state.get("virtual_time", 0.0),
         )
         self.saved_round = self.history.completed_rounds
         torch.set_rng_state(state["torch_rng"])

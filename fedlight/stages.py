@@ -21,6 +21,7 @@ from fedlight.config import ConfigError, require
 from fedlight.lr_schedules.base import LRSchedule
 from fedlight.privacy.base import Privacy
 from fedlight.selection.base import Selection
+from fedlight.system.base import System
 from fedlight.wire.base import Wire, WireTransform
 
 CONF_DIR = Path(__file__).resolve().parent / "conf"
@@ -37,6 +38,7 @@ class Stages:
     wire: Wire
     attack: Attack = dataclasses.field(default_factory=Attack)
     privacy: Privacy = dataclasses.field(default_factory=Privacy)
+    system: System = dataclasses.field(default_factory=System)
 
 
 def instantiate_group(cfg: DictConfig, group: str, **injected: Any) -> Any:
@@ -133,4 +135,5 @@ def build_stages(cfg: DictConfig, choices: dict[str, str]) -> Stages:
         wire=wire,
         attack=attack,
         privacy=instantiate_group(cfg, "privacy"),
+        system=instantiate_group(cfg, "system"),
     )

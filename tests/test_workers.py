@@ -57,6 +57,8 @@ VARIANTS = {
     "fedper_disk": ["algo=fedper", "fl.client_state=disk", "partition.client_test_fraction=0.3"],
     # a second, personal training per participant, its state on the disk store
     "ditto_disk": ["algo=ditto", "fl.client_state=disk", "partition.client_test_fraction=0.3"],
+    # the system's clock: dropouts drawn alike, stragglers' updates lost whoever trained them
+    "tiers_deadline": ["system=tiers", "system.deadline=1", "system.dropout=0.2"],
     "not_finite_rejected": [
         "attack=label_flip",
         "attack._target_=tests.user_attack.NotFiniteUpdates",

@@ -224,6 +224,7 @@ class RoundAggregation:
             self.accumulators[name] = rule.accumulator(total, len(sample_counts))
         self.contributors: list[tuple[int, int, int]] = []  # (client, samples, steps) in order
         self.rejected: list[int] = []  # clients whose update was not finite, in order
+        self.late: list[int] = []  # clients whose update missed the round's deadline, in order
 
     def add(self, ctx: "RoundContext", upload: "ClientUpload") -> bool:
         """The server's view of one decoded upload, added to every part; an upload with a NaN or
@@ -245,7 +246,18 @@ class RoundAggregation:
                 self.accumulators[name].add(update, weight)
 
     def reject(self, upload: "ClientUpload") -> None:
+        """An upload with non-finite entries: counted, and left out."""
         self.rejected.append(upload.client_id)
+        self.leave_out(upload)
+
+    def drop_late(self, upload: "ClientUpload") -> None:
+        """An upload that missed the round's deadline (`system.deadline`): counted, left out."""
+        self.late.append(upload.client_id)
+        self.leave_out(upload)
+
+    def leave_out(self, upload: "ClientUpload") -> None:
+        """A participant counted in the weights' total whose upload is not added: means
+        renormalize over the others."""
         for name, accumulator in self.accumulators.items():
             weight = client_weight(self.weightings[name], upload.num_samples)
             if weight > 0:
@@ -264,16 +276,19 @@ class RoundAggregation:
         partials: Sequence[dict[str, StateDict | None]],
         uploads: Sequence["ClientUpload"],
         rejected: Sequence[bool],
+        late: Sequence[bool],
     ) -> None:
         """Every worker's `partials` (rank order) summed into fresh accumulators, and the
         round's contributors as `uploads` (participant order) list them, less those `rejected`
-        (by the worker that aggregated them)."""
+        (by the worker that aggregated them) or `late`."""
         for name, accumulator in self.accumulators.items():
             accumulator.merge([partial[name] for partial in partials])
-        self.contributors, self.rejected = [], []
-        for upload, was_rejected in zip(uploads, rejected, strict=True):
+        self.contributors, self.rejected, self.late = [], [], []
+        for upload, was_rejected, was_late in zip(uploads, rejected, late, strict=True):
             if was_rejected:
                 self.reject(upload)
+            elif was_late:
+                self.drop_late(upload)
             else:
                 self.contributors.append((upload.client_id, upload.num_samples, upload.num_steps))
 

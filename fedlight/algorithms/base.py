@@ -46,6 +46,7 @@ class LocalResult:
     num_steps: int
     lr: float  # the local learning rate of this round (first parameter group)
     train_loss: float
+    examples: int = 0  # examples trained on, over all steps (the work on a system's clock)
 
 
 @dataclass

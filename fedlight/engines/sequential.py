@@ -48,7 +48,7 @@ class SequentialEngine(Engine):
         torch.manual_seed(seed)  # for the module's own randomness, e.g. dropout
         augment = data.augment
         losses: list[Tensor] = []
-        step = 0
+        step = examples = 0
         for indices in batch_indices(task.indices, generator, local.epochs, local.batch_size):
             x, y = data.train_x[indices], data.train_y[indices]
             if task.label_map is not None:
@@ -70,6 +70,7 @@ class SequentialEngine(Engine):
             optimizer.step()
             losses.append(loss.detach())
             step += 1
+            examples += len(indices)
         return LocalResult(
             client_id=task.client,
             weights=module.state_dict(),
@@ -77,4 +78,5 @@ class SequentialEngine(Engine):
             num_steps=step,
             lr=lrs[0],
             train_loss=torch.stack(losses).mean().item() if losses else 0.0,
+            examples=examples,
         )

@@ -247,6 +247,7 @@ class VectorizedEngine(Engine):
                 num_steps=steps[client],
                 lr=lrs[0],
                 train_loss=mean_losses[client],
+                examples=local.epochs * len(task.indices),
             )
             for client, task in enumerate(tasks)
         ]

@@ -76,9 +76,8 @@ class PrivateAggregation(RoundAggregation):
         for name, update in parts.items():
             self.accumulators[name].add(update, factor)
 
-    def reject(self, upload: ClientUpload) -> None:
-        """Counted, never renormalized for: the denominator is the expected count."""
-        self.rejected.append(upload.client_id)
+    def leave_out(self, upload: ClientUpload) -> None:
+        """Never renormalized for: the denominator is the expected count."""
 
     def results(self) -> Mapping[str, StateDict | None]:
         std = self.noise_std / self.expected

@@ -126,6 +126,7 @@ class DPSGDEngine(SequentialEngine):
         )
         params = [p for p in module.parameters() if p.requires_grad]
         losses: list[torch.Tensor] = []
+        examples = 0
         steps = num_local_steps(n, local.epochs, local.batch_size)
         for step in range(steps):
             taken = torch.rand(n, generator=generator) < rate
@@ -143,6 +144,7 @@ class DPSGDEngine(SequentialEngine):
                 loss = training_loss(module.training_step((x, y), step))
                 loss.backward()
                 losses.append(loss.detach())
+                examples += len(indices)
             optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         return LocalResult(
@@ -152,6 +154,7 @@ class DPSGDEngine(SequentialEngine):
             num_steps=steps,
             lr=lrs[0],
             train_loss=torch.stack(losses).mean().item() if losses else 0.0,
+            examples=examples,
         )
 
 
