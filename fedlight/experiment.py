@@ -19,6 +19,7 @@ import pytorch_lightning as pl
 import torch
 
 from fedlight.algorithms.base import Algorithm
+from fedlight.asynchronous import AsynchronousLoop
 from fedlight.checkpoint import CHECKPOINT_NAME, resumable_checkpoint
 from fedlight.client_states import client_state_store
 from fedlight.config import ConfigError, RunSettings, require
@@ -252,7 +253,8 @@ def run_worker(workers: Workers, job: Job, output_dir: Path) -> dict[str, Any]:
 
     torch.manual_seed(derive_seed(settings.seed, Stream.MODEL_INIT))
     module = job.model(input_shape=data.input_shape, num_classes=data.num_classes).to(device)
-    loop = FederatedLoop(
+    driver = AsynchronousLoop if job.stages.algorithm.asynchronous else FederatedLoop
+    loop = driver(
         settings,
         data,
         client_indices,

@@ -128,6 +128,9 @@ def build_stages(cfg: DictConfig, choices: dict[str, str]) -> Stages:
         )
     selection: Selection = instantiate_group(cfg, "selection")
     selection.check(cfg.fl.num_clients, cfg.fl.clients_per_round)
+    system: System = instantiate_group(cfg, "system")
+    if algorithm.asynchronous:
+        check_asynchronous(cfg, choices, system)
     return Stages(
         algorithm=algorithm,
         selection=selection,
@@ -135,5 +138,30 @@ def build_stages(cfg: DictConfig, choices: dict[str, str]) -> Stages:
         wire=wire,
         attack=attack,
         privacy=instantiate_group(cfg, "privacy"),
-        system=instantiate_group(cfg, "system"),
+        system=system,
     )
+
+
+def check_asynchronous(cfg: DictConfig, choices: dict[str, str], system: System) -> None:
+    """What the asynchronous driver (`fedlight.asynchronous`) runs, refused in one line."""
+    algo = choices.get("algo")
+    require(
+        system.clocked,
+        f"algo={algo} runs on the system's virtual clock; choose a system model, e.g. "
+        "system=tiers or system=homogeneous",
+    )
+    require(
+        system.deadline is None and system.dropout == 0,
+        f"algo={algo} has no rounds to set a deadline for or drop clients from; leave "
+        "system.deadline and system.dropout at their defaults",
+    )
+    require(
+        cfg.fl.workers == 1,
+        f"algo={algo} runs its event queue in one process; use fl.workers=1",
+    )
+    for group in ("selection", "attack", "privacy"):
+        require(
+            at_default(cfg, group),
+            f"{group}={choices.get(group)} does not apply to algo={algo}: its clients are drawn "
+            f"uniformly as slots free up; leave {group} at its default",
+        )

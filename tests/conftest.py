@@ -83,10 +83,15 @@ def run_cli(
 
 
 def run_killed_in_round(
-    job: Job, run_dir: Path, kill_round: int, monkeypatch: pytest.MonkeyPatch
+    job: Job,
+    run_dir: Path,
+    kill_round: int,
+    monkeypatch: pytest.MonkeyPatch,
+    driver: type[FederatedLoop] = FederatedLoop,
 ) -> None:
-    """Run a job that is killed (KeyboardInterrupt) as it starts round `kill_round`."""
-    original_round = FederatedLoop.run_round
+    """Run a job that is killed (KeyboardInterrupt) as it starts round `kill_round` (of the
+    `driver` that runs it)."""
+    original_round = driver.run_round
 
     def run_round(self: FederatedLoop, round_index: int):
         if round_index == kill_round:
@@ -94,6 +99,6 @@ def run_killed_in_round(
         return original_round(self, round_index)
 
     with monkeypatch.context() as patch:
-        patch.setattr(FederatedLoop, "run_round", run_round)
+        patch.setattr(driver, "run_round", run_round)
         with pytest.raises(KeyboardInterrupt):
             run_job(job, run_dir)

@@ -139,6 +139,8 @@ class Algorithm(ABC):
     fixed_server: ClassVar[str | None] = None
     # True where every client uses a model of its own: all N are evaluated (`evaluated_models`).
     per_client_models: ClassVar[bool] = False
+    # True for algorithms that run on the asynchronous driver (`fedlight.asynchronous`).
+    asynchronous: ClassVar[bool] = False
     # Epochs of a second local training of each participant, of a model it keeps (Ditto's
     # personal model), after its upload; 0: none (`personal_training`).
     personal_epochs: int = 0

@@ -1,0 +1,218 @@
+"""The asynchronous driver: FedAsync and FedBuff on the system's virtual clock, over the same
+stages as the synchronous loop (algorithm, engine, wire, client-state store, evaluation, metrics,
+checkpoints). Only `run_round` differs: a "round" here is one server update, and its index the
+server version it produces (`server_version` in metrics.csv).
+
+Events. Up to `algo.concurrency` clients train at once. A free slot takes an idle client with
+data, drawn uniformly from (seed, SELECTION, k) for the run's k-th dispatch; the client receives
+the current global model through the wire, trains on the engine (batches from (seed,
+LOCAL_TRAINING, j, client) for its j-th dispatch), computes its upload, sends it through the wire,
+and arrives after its virtual time (`system`: bytes down, examples trained on, bytes up at its
+speeds). Arrivals are taken in order of time, ties by client id; each is decoded by the wire as
+it arrives. A server update takes `arrivals_per_update` arrivals (FedAsync 1, FedBuff K) and
+hands them to the algorithm with their staleness τ = the server's version − the version the
+client started from. Free slots are refilled after an arrival whenever the next arrival lies
+strictly later (so simultaneous arrivals are all taken before anybody is sent a model), and only
+after the server update once the buffer is full: a client always starts from the newest model.
+
+Training happens at dispatch (its result depends only on the model the client received): an
+in-flight client is its start version, arrival time and encoded upload, all in the checkpoint, so
+a killed run resumes bit-exactly with clients in flight. An upload with NaN/Inf entries is
+rejected on arrival (counted in `rejected`), as in a synchronous round.
+"""
+
+import heapq
+import math
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from fedlight.aggregation.base import all_finite
+from fedlight.algorithms.asynchronous import Arrival, AsynchronousFedAvg
+from fedlight.algorithms.base import ClientUpload, ServerState
+from fedlight.client_states import algorithm_part, with_algorithm_part
+from fedlight.engines import LocalTask
+from fedlight.loop import FederatedLoop, RoundStats, stage_state
+from fedlight.rng import Stream, numpy_generator
+from fedlight.tensors import StateDict, nbytes
+from fedlight.wire.base import DOWNLOAD, UPLOAD
+
+
+@dataclass
+class InFlight:
+    """A client that has trained and whose upload has not reached the server yet."""
+
+    arrival: float  # virtual time its upload reaches the server
+    client: int
+    start_version: int
+    start: StateDict  # the global model it received (the server's copy)
+    payload: StateDict  # its upload as encoded for the wire
+    num_samples: int
+    num_steps: int
+    train_loss: float
+    bytes_up: int
+
+    def order(self) -> tuple[float, int]:
+        return self.arrival, self.client
+
+    def __lt__(self, other: "InFlight") -> bool:  # the event queue's order
+        return self.order() < other.order()
+
+    def as_state(self) -> dict[str, Any]:
+        return dict(vars(self))
+
+
+class AsynchronousLoop(FederatedLoop):
+    """`FederatedLoop` whose rounds are the server updates of an asynchronous algorithm."""
+
+    algorithm: AsynchronousFedAvg
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.in_flight: list[InFlight] = []
+        self.dispatches = [0] * self.federation.num_clients  # per client, for its batches
+        self.dispatched = 0  # in the run, for the draw of who is sent a model
+        self.now = 0.0
+
+    def run_round(self, round_index: int) -> RoundStats:
+        """Arrivals until the algorithm updates the model once (version `round_index`)."""
+        algorithm, version = self.algorithm, round_index - 1
+        ctx = self.federation.round(round_index, (), self.lrs_of(round_index))
+        started_at = self.now
+        stats = RoundStats(math.nan, 0, ctx.lrs[0], 0, 0, 0.0)
+        if not self.in_flight:  # the first update of the run
+            self.refill(version, stats)
+        arrivals: list[Arrival] = []
+        losses: list[tuple[float, int]] = []
+        rejected = 0
+        server_extras = self.server.extras
+        while len(arrivals) + rejected < algorithm.arrivals_per_update and self.in_flight:
+            flying = heapq.heappop(self.in_flight)
+            self.now = flying.arrival
+            encoded = ClientUpload(
+                flying.client, flying.num_samples, flying.num_steps, flying.payload
+            )
+            decoded, server_extras = self.decode_upload(ctx, encoded, server_extras)
+            stats.bytes_up += flying.bytes_up
+            if all_finite({"upload": decoded.tensors}):
+                arrivals.append(Arrival(decoded, flying.start, version - flying.start_version))
+                losses.append((flying.train_loss, flying.num_samples))
+            else:
+                rejected += 1
+            filled = len(arrivals) + rejected == algorithm.arrivals_per_update
+            if not filled and self.next_is_later():
+                self.refill(version, stats)
+        if arrivals:
+            updated = algorithm.apply_arrivals(ctx, self.server, arrivals)
+            self.server = ServerState(
+                updated.weights, updated.extras | stage_state(server_extras, "wire.", keep=True)
+            )
+        if self.next_is_later():
+            self.refill(round_index, stats)
+        staleness = [arrival.staleness for arrival in arrivals]
+        samples = sum(n for _, n in losses)
+        stats.train_loss = sum(loss * n for loss, n in losses) / samples if samples else math.nan
+        stats.num_samples = samples
+        stats.every_update_rejected = rejected > 0 and not arrivals
+        stats.virtual_seconds = self.now - started_at
+        ctx.metrics.report("participants", len(arrivals) + rejected)
+        ctx.metrics.report("rejected", rejected)
+        ctx.metrics.report("server_version", round_index)
+        if staleness:
+            ctx.metrics.report("staleness_mean", sum(staleness) / len(staleness))
+            ctx.metrics.report("staleness_max", max(staleness))
+        stats.metrics = ctx.metrics.values
+        return stats
+
+    def lrs_of(self, round_index: int) -> tuple[float, ...]:
+        ctx = self.federation.round(round_index)
+        return tuple(self.lr_schedule(ctx, base) for base in self.base_lrs)
+
+    def next_is_later(self) -> bool:
+        """Whether no arrival is due at the current time (so free slots may be refilled)."""
+        return not self.in_flight or self.in_flight[0].arrival > self.now
+
+    def refill(self, version: int, stats: RoundStats) -> None:
+        """Idle clients with data sent the model of `version` until `concurrency` are in flight."""
+        busy = {flying.client for flying in self.in_flight}
+        idle = [
+            c
+            for c in range(self.federation.num_clients)
+            if c not in busy and len(self.client_indices[c])
+        ]
+        free = min(self.algorithm.concurrency - len(self.in_flight), len(idle))
+        for _ in range(free):
+            generator = numpy_generator(self.settings.seed, Stream.SELECTION, self.dispatched)
+            client = idle.pop(int(generator.integers(len(idle))))
+            self.dispatched += 1
+            heapq.heappush(self.in_flight, self.dispatch(client, version, stats))
+
+    def dispatch(self, client: int, version: int, stats: RoundStats) -> InFlight:
+        """One client's download, local training and upload, starting now from `version`."""
+        algorithm, wire = self.algorithm, self.wire
+        self.dispatches[client] += 1
+        ctx = self.federation.round(version + 1, (client,), self.lrs_of(version + 1))
+        state = self.client_states.get(client) or {}
+        download = algorithm.download(ctx, self.server)
+        payload, _ = wire.send(DOWNLOAD, ctx, client, download, self.server.extras)
+        received, state = wire.receive(DOWNLOAD, ctx, client, payload, state)
+        own = algorithm_part(state)
+        start = algorithm.start_weights(ctx, received, own)
+        callbacks = algorithm.local_callbacks(ctx, received, own)
+        task = LocalTask(client, self.client_indices[client], start, callbacks)
+        began = time.perf_counter()
+        (local,) = self.engine.train([task], self.dispatches[client], list(ctx.lrs))
+        upload, new_own = algorithm.upload(ctx, received, local, own)
+        sent, state = wire.send(UPLOAD, ctx, client, upload.tensors, state)
+        stats.client_seconds += time.perf_counter() - began
+        if new_own is not None and new_own is not own:
+            state = with_algorithm_part(state, new_own)
+        if state:
+            self.client_states.put(client, version + 1, state)
+        bytes_down, bytes_up = nbytes(payload), nbytes(sent)
+        stats.bytes_down += bytes_down
+        assert self.speeds is not None  # asynchronous algorithms need a system model
+        duration = self.speeds.seconds(client, bytes_down, local.examples, bytes_up)
+        return InFlight(
+            self.now + duration,
+            client,
+            version,
+            self.server.weights,
+            sent,
+            upload.num_samples,
+            upload.num_steps,
+            local.train_loss,
+            bytes_up,
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        """The synchronous loop's state, the clients in flight and the dispatch counters."""
+        return super().state_dict() | {
+            "in_flight": [
+                flying.as_state() for flying in sorted(self.in_flight, key=InFlight.order)
+            ],
+            "dispatches": list(self.dispatches),
+            "dispatched": self.dispatched,
+            "now": self.now,
+        }
+
+    def load_state_dict(self, state: dict[str, Any], run_dir: Path) -> None:
+        super().load_state_dict(state, run_dir)
+        device = self.federation.device
+
+        def on_device(tensors: StateDict) -> StateDict:
+            return {name: t.to(device) for name, t in tensors.items()}
+
+        self.in_flight = [
+            replace(
+                InFlight(**flying),
+                start=on_device(flying["start"]),
+                payload=on_device(flying["payload"]),
+            )
+            for flying in state["in_flight"]
+        ]
+        heapq.heapify(self.in_flight)
+        self.dispatches = list(state["dispatches"])
+        self.dispatched = state["dispatched"]
+        self.now = state["now"]

@@ -1,0 +1,170 @@
+"""Asynchronous FL (issue 17, second part): FedAsync and FedBuff on the virtual clock. Staleness
+functions and both server rules by hand, staleness on a scripted arrival order, FedBuff with
+K = N and no staleness is synchronous FedAvg, and a run killed with clients in flight resumes
+bit-exactly."""
+
+import csv
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+
+from fedlight.algorithms.asynchronous import Arrival
+from fedlight.algorithms.base import ClientUpload, ServerState
+from fedlight.algorithms.fedasync import FedAsync
+from fedlight.algorithms.fedbuff import FedBuff
+from fedlight.algorithms.staleness import Staleness
+from fedlight.asynchronous import AsynchronousLoop
+from fedlight.config import ConfigError
+from fedlight.context import Federation
+from fedlight.experiment import Job, run_job
+from tests.conftest import TINY, rows_without_timings, run_killed_in_round
+
+FEDERATION = Federation(num_clients=4, trainable=frozenset({"w"}))
+
+
+def read_rows(run_dir: Path) -> list[dict[str, float]]:
+    with (run_dir / "metrics.csv").open() as f:
+        return [{k: float(v) for k, v in row.items()} for row in csv.DictReader(f)]
+
+
+@pytest.mark.parametrize(
+    ("weights", "expected"),
+    [
+        (Staleness("constant"), [1, 1, 1, 1]),
+        (Staleness("polynomial", a=0.5), [1, 2**-0.5, 3**-0.5, 11**-0.5]),
+        (Staleness("hinge", a=2, b=1), [1, 1, 1 / 3, 1 / 19]),
+        (Staleness("exponential", base=0.9), [1, 0.9, 0.81, 0.9**10]),
+    ],
+)
+def test_staleness_functions_by_hand(weights: Staleness, expected: list[float]) -> None:
+    assert [weights(tau) for tau in (0, 1, 2, 10)] == pytest.approx(expected, rel=1e-12)
+
+
+def test_fedasync_mixes_the_arriving_model_with_alpha_times_its_staleness_weight() -> None:
+    algorithm = FedAsync(alpha=0.5, staleness="exponential", staleness_base=0.5)
+    x = {"w": torch.tensor([1.0, 2.0]), "steps": torch.tensor(3)}
+    start = {"w": torch.tensor([0.0, 0.0]), "steps": torch.tensor(1)}
+    upload = ClientUpload(0, 10, 2, {"w": torch.tensor([4.0, 8.0]), "steps": torch.tensor(5)})
+    ctx = FEDERATION.round(3)
+    mixed = algorithm.apply_arrivals(ctx, ServerState(x), [Arrival(upload, start, staleness=2)])
+    alpha = 0.5 * 0.5**2  # α·s(τ)
+    expected = (1 - alpha) * x["w"] + alpha * (start["w"] + upload.tensors["w"])
+    torch.testing.assert_close(mixed.weights["w"], expected, rtol=0, atol=1e-7)
+    assert mixed.weights["steps"].item() == 3  # integer buffers keep the server's value
+
+
+def test_fedbuff_applies_the_staleness_weighted_mean_of_its_buffer_through_the_server_lr() -> None:
+    algorithm = FedBuff(buffer_size=2, server_lr=2.0, staleness="polynomial", staleness_a=1.0)
+    x = {"w": torch.tensor([1.0, 1.0])}
+    server = algorithm.init_server(x, FEDERATION)
+    deltas = [torch.tensor([1.0, 0.0]), torch.tensor([0.0, 3.0])]
+    arrivals = [
+        Arrival(ClientUpload(0, 30, 1, {"w": deltas[0]}), x, staleness=0),
+        Arrival(ClientUpload(1, 10, 1, {"w": deltas[1]}), x, staleness=2),
+    ]
+    updated = algorithm.apply_arrivals(FEDERATION.round(1), server, arrivals)
+    mean = (30 * 1.0 * deltas[0] + 10 * (1 / 3) * deltas[1]) / 40  # samples × s(τ) = 1/(τ+1)
+    torch.testing.assert_close(updated.weights["w"], x["w"] + 2.0 * mean, rtol=0, atol=1e-7)
+
+
+def test_staleness_is_the_versions_since_the_client_started_on_a_scripted_arrival_order(
+    make_job: Callable[[list[str]], Job], tmp_path: Path
+) -> None:
+    """Two clients, one 3.5× slower: the fast one arrives at d, 2d, 3d (τ = 0 each), the slow
+    one at 3.5d having started from version 0 (τ = 3: three updates since it left, though it
+    never took part before, where the tutorial's code says 0), the fast one at 4d after starting
+    from version 3 (τ = 1), then at 5d (τ = 0)."""
+    overrides = [
+        *TINY,
+        "fl.num_clients=2",
+        "fl.clients_per_round=2",
+        "fl.rounds=6",
+        "algo=fedasync",
+        "algo.concurrency=2",
+        "system=tiers",
+        "system.fraction=0.5",
+        "system.slowdown=3.5",
+    ]
+    run_job(make_job(overrides), tmp_path)
+    rows = read_rows(tmp_path)
+    assert [row["staleness_max"] for row in rows] == [0, 0, 0, 3, 1, 0]
+    assert [row["server_version"] for row in rows] == [1, 2, 3, 4, 5, 6]
+    fast = rows[0]["virtual_time"]
+    slow_arrival = rows[3]["virtual_time"]
+    assert 3 * fast < slow_arrival < 4 * fast
+    assert rows[5]["virtual_time"] == pytest.approx(5 * fast, rel=1e-3)
+
+
+def test_fedbuff_with_every_client_buffered_and_no_staleness_is_synchronous_fedavg(
+    make_job: Callable[[list[str]], Job], tmp_path: Path
+) -> None:
+    """K = N = concurrency and a clock on which every client takes equally long (no compute
+    time, equal bytes): every update waits for all N, which all started from the newest model,
+    with the batches FedAvg's round r draws for each client."""
+    common = [*TINY, "fl.num_clients=4", "fl.rounds=3"]
+    buffered = [
+        "algo=fedbuff",
+        "algo.buffer_size=4",
+        "algo.concurrency=4",
+        "system=homogeneous",
+        "system.seconds_per_example=0",
+    ]
+    run_job(make_job([*common, *buffered]), tmp_path / "fedbuff")
+    run_job(make_job([*common, "fl.clients_per_round=4"]), tmp_path / "fedavg")
+    buff, avg = (
+        torch.load(tmp_path / name / "checkpoint.pt", weights_only=True)["server_weights"]
+        for name in ("fedbuff", "fedavg")
+    )
+    for name, weight in avg.items():
+        torch.testing.assert_close(buff[name], weight, rtol=0, atol=1e-6)
+    assert [row["staleness_max"] for row in read_rows(tmp_path / "fedbuff")] == [0, 0, 0]
+
+
+@pytest.mark.parametrize("algo", ["fedasync", "fedbuff"])
+def test_a_run_killed_with_clients_in_flight_resumes_bit_exactly(
+    make_job: Callable[[list[str]], Job], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, algo: str
+) -> None:
+    overrides = [
+        *TINY,
+        "fl.rounds=5",
+        f"algo={algo}",
+        "algo.concurrency=5",
+        "system=lognormal",
+        "partition=dirichlet",
+    ]
+    if algo == "fedbuff":
+        overrides.append("algo.buffer_size=2")
+    run_job(make_job(overrides), tmp_path / "full")
+    run_killed_in_round(make_job(overrides), tmp_path / "killed", 3, monkeypatch, AsynchronousLoop)
+    killed = torch.load(tmp_path / "killed" / "checkpoint.pt", weights_only=True)
+    assert len(killed["in_flight"]) == 5
+    run_job(make_job([*overrides, f"resume={tmp_path / 'killed'}"]), tmp_path / "resumed")
+    assert rows_without_timings(tmp_path / "resumed") == rows_without_timings(tmp_path / "full")
+    full, resumed = (
+        torch.load(tmp_path / name / "checkpoint.pt", weights_only=True)
+        for name in ("full", "resumed")
+    )
+    for name, weight in full["server_weights"].items():
+        assert torch.equal(resumed["server_weights"][name], weight)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ([], r"^algo=fedasync runs on the system's virtual clock; choose a system model"),
+        (["system=tiers", "fl.workers=2"], r"^algo=fedasync runs its event queue in one process"),
+        (
+            ["system=tiers", "attack=sign_flip"],
+            r"^attack=sign_flip does not apply to algo=fedasync",
+        ),
+        (["system=tiers", "system.deadline=3"], r"^algo=fedasync has no rounds to set a deadline"),
+        (["system=tiers", "algo.staleness=linear"], r"^algo.staleness=linear is not a staleness"),
+    ],
+)
+def test_asynchronous_runs_refuse_what_they_cannot_run_in_one_line(
+    make_job: Callable[[list[str]], Job], overrides: list[str], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        make_job([*TINY, "algo=fedasync", *overrides])
