@@ -73,6 +73,9 @@ class AsynchronousLoop(FederatedLoop):
         self.in_flight: list[InFlight] = []
         self.dispatches = [0] * self.federation.num_clients  # per client, for its batches
         self.dispatched = 0  # in the run, for the draw of who is sent a model
+        # per client, the server version its previous update arrived at (-1: none yet)
+        self.arrived_at = [-1] * self.federation.num_clients
+        self.staleness_counts: list[int] = []  # arrivals of the run so far with each τ
         self.now = 0.0
 
     def run_round(self, round_index: int) -> RoundStats:
@@ -96,7 +99,8 @@ class AsynchronousLoop(FederatedLoop):
             decoded, server_extras = self.decode_upload(ctx, encoded, server_extras)
             stats.bytes_up += flying.bytes_up
             if all_finite({"upload": decoded.tensors}):
-                arrivals.append(Arrival(decoded, flying.start, version - flying.start_version))
+                staleness = self.staleness_of(flying, version)
+                arrivals.append(Arrival(decoded, flying.start, staleness))
                 losses.append((flying.train_loss, flying.num_samples))
             else:
                 rejected += 1
@@ -122,8 +126,21 @@ class AsynchronousLoop(FederatedLoop):
         if staleness:
             ctx.metrics.report("staleness_mean", sum(staleness) / len(staleness))
             ctx.metrics.report("staleness_max", max(staleness))
+        for tau in staleness:
+            self.staleness_counts += [0] * (tau + 1 - len(self.staleness_counts))
+            self.staleness_counts[tau] += 1
+        for name, value in staleness_distribution(self.staleness_counts).items():
+            ctx.metrics.report(name, value)
         stats.metrics = ctx.metrics.values
         return stats
+
+    def staleness_of(self, flying: InFlight, version: int) -> int:
+        """τ of an arrival at server `version`: the versions since the model it trained from, or
+        (`algo.staleness_from=last_arrival`, the tutorial's) since its previous arrival."""
+        previous, self.arrived_at[flying.client] = self.arrived_at[flying.client], version
+        if self.algorithm.staleness_from == "last_arrival":
+            return 0 if previous < 0 else version - previous
+        return version - flying.start_version
 
     def lrs_of(self, round_index: int) -> tuple[float, ...]:
         ctx = self.federation.round(round_index)
@@ -194,6 +211,8 @@ class AsynchronousLoop(FederatedLoop):
             ],
             "dispatches": list(self.dispatches),
             "dispatched": self.dispatched,
+            "arrived_at": list(self.arrived_at),
+            "staleness_counts": list(self.staleness_counts),
             "now": self.now,
         }
 
@@ -215,4 +234,25 @@ class AsynchronousLoop(FederatedLoop):
         heapq.heapify(self.in_flight)
         self.dispatches = list(state["dispatches"])
         self.dispatched = state["dispatched"]
+        self.arrived_at = list(state["arrived_at"])
+        self.staleness_counts = list(state["staleness_counts"])
         self.now = state["now"]
+
+
+def staleness_distribution(counts: list[int]) -> dict[str, float]:
+    """Mean, 90th percentile (the smallest τ with at least 90% of arrivals at or below it) and
+    maximum of the staleness of every arrival so far, from its counts per τ."""
+    total = sum(counts)
+    if not total:
+        return {}
+    cumulative, p90 = 0, 0
+    for tau, count in enumerate(counts):
+        cumulative += count
+        if cumulative >= 0.9 * total:
+            p90 = tau
+            break
+    return {
+        "staleness_run_mean": sum(tau * c for tau, c in enumerate(counts)) / total,
+        "staleness_run_p90": p90,
+        "staleness_run_max": max(tau for tau, c in enumerate(counts) if c),
+    }

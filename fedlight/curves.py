@@ -12,7 +12,7 @@ from matplotlib.ticker import MaxNLocator
 @dataclass
 class Line:
     label: str | None
-    rounds: list[int]
+    rounds: list[int] | list[float]  # the x values: rounds, or virtual seconds
     values: list[float]
     band: tuple[list[float], list[float]] | None = None  # (low, high), drawn shaded
 
@@ -23,6 +23,7 @@ class Panel:
     lines: list[Line] = field(default_factory=list)
     title: str | None = None
     legend_title: str | None = None
+    xlabel: str = "round"  # "round" draws integer ticks
 
 
 def write_curves(path: Path, panels: list[Panel], width: float, dpi: int) -> None:
@@ -36,8 +37,9 @@ def write_curves(path: Path, panels: list[Panel], width: float, dpi: int) -> Non
                 ax.fill_between(
                     line.rounds, low, high, color=drawn.get_color(), alpha=0.2, linewidth=0
                 )
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_xlabel("round")
+        if panel.xlabel == "round":
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel(panel.xlabel)
         ax.set_ylabel(panel.ylabel)
         if panel.title:
             ax.set_title(panel.title)

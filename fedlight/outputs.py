@@ -55,6 +55,12 @@ def summarize(
         for r in rows
         if target_accuracy is not None and r["test_accuracy"] >= target_accuracy
     ]
+    clocked: dict[
+        str, float | None
+    ] = {}  # runs on a system's clock: the virtual seconds to the target too
+    if "virtual_time" in reported:
+        at_target = [float(r["virtual_time"]) for r in rows if reached and r["round"] == reached[0]]
+        clocked["virtual_time_to_target"] = at_target[0] if at_target else None
     return {
         "final_accuracy": accuracies[-1],
         "best_accuracy": max(accuracies),
@@ -68,6 +74,7 @@ def summarize(
         "seed": seed,
         **choices,
         **reported,  # each stage-reported metric's last value
+        **clocked,
     }
 
 

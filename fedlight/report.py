@@ -59,12 +59,19 @@ METRIC_TITLES = {
     "epsilon": "ε reached",
     "privacy.noise_multiplier": "Noise multiplier z",
     "privacy.clip": "Clip norm",
+    "virtual_time": "Virtual time (s)",
+    "staleness_mean": "Staleness, mean (last update)",
+    "staleness_max": "Staleness, max (last update)",
+    "staleness_run_mean": "Staleness, mean",
+    "staleness_run_p90": "Staleness, 90th percentile",
+    "staleness_run_max": "Staleness, max",
 }
 # Metrics counted until the first round reaching the target accuracy: "<title> <target>".
 TO_TARGET_TITLES = {
     "rounds_to_target": "Rounds to",
     "mb_to_target": "MB (up + down) to",
     "upload_mb_to_target": "Upload MB to",
+    "virtual_time_to_target": "Virtual seconds to",
 }
 # Decimals of a cell where one is not enough (an index in [1/N, 1]).
 DECIMALS = {"participation_jain": 3}
@@ -95,6 +102,7 @@ class Layout:
     transpose: bool = False
     labels: dict[str, str] = field(default_factory=dict)
     reference: str | None = None
+    x: str = "round"  # the curves' x axis: round, or virtual_time (seconds on the system clock)
 
     @classmethod
     def from_config(cls, section: dict[str, Any] | None) -> "Layout":
@@ -109,6 +117,7 @@ class Layout:
             transpose=bool(section.get("transpose", False)),
             labels={str(k): str(v) for k, v in (section.get("labels") or {}).items()},
             reference=section.get("reference"),
+            x=str(section.get("x", "round")),
         )
 
 
@@ -667,12 +676,22 @@ def accuracy_curve(group: Group) -> tuple[list[int], list[list[float]]]:
     return rounds, [[acc[r] for acc in per_job] for r in rounds]
 
 
+def mean_virtual_times(group: Group, rounds: list[int]) -> list[float]:
+    """The seeds' mean virtual time (`system`) at each of `rounds`: a curve's x on the clock."""
+    times = [
+        {int(r["round"]): float(r["virtual_time"]) for r in job.rows if "virtual_time" in r}
+        for job in curve_jobs(group)
+    ]
+    return [statistics.fmean(t[r] for t in times) for r in rounds]
+
+
 def write_curves(output_dir: Path, title: str, sections: list[Section]) -> None:
     """Each group's mean accuracy over its seeds, with a ± std band where it has several."""
     lines = []
     for section in sections:
         for group in section.groups:
             rounds, values = accuracy_curve(group)
+            xs = mean_virtual_times(group, rounds) if section.layout.x == "virtual_time" else rounds
             means = [statistics.fmean(v) for v in values]
             band = None
             if len(curve_jobs(group)) >= 2:
@@ -685,10 +704,15 @@ def write_curves(output_dir: Path, title: str, sections: list[Section]) -> None:
             label = section.group_label(group)
             if group.diverged:
                 label += f" ({diverged_marker(group)})"
-            lines.append(Line(label, rounds, means, band))
+            lines.append(Line(label, xs, means, band))
     banded = any(len(curve_jobs(g)) >= 2 for s in sections for g in s.groups)
+    on_clock = any(section.layout.x == "virtual_time" for section in sections)
     panel = Panel(
-        "test accuracy (%)", lines, title, "mean over seeds, band ± std" if banded else None
+        "test accuracy (%)",
+        lines,
+        title,
+        "mean over seeds, band ± std" if banded else None,
+        "virtual time (s), mean over seeds" if on_clock else "round",
     )
     curves.write_curves(output_dir / "curves.png", [panel], width=7, dpi=120)
 

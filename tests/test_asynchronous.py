@@ -69,14 +69,20 @@ def test_fedbuff_applies_the_staleness_weighted_mean_of_its_buffer_through_the_s
     torch.testing.assert_close(updated.weights["w"], x["w"] + 2.0 * mean, rtol=0, atol=1e-7)
 
 
+@pytest.mark.parametrize(
+    ("measure", "expected"),
+    [("start", [0, 0, 0, 3, 1, 0]), ("last_arrival", [0, 1, 1, 0, 2, 1])],
+)
 def test_staleness_is_the_versions_since_the_client_started_on_a_scripted_arrival_order(
-    make_job: Callable[[list[str]], Job], tmp_path: Path
+    make_job: Callable[[list[str]], Job], tmp_path: Path, measure: str, expected: list[int]
 ) -> None:
     """Two clients, one 3.5× slower: the fast one arrives at d, 2d, 3d (τ = 0 each), the slow
-    one at 3.5d having started from version 0 (τ = 3: three updates since it left, though it
-    never took part before, where the tutorial's code says 0), the fast one at 4d after starting
-    from version 3 (τ = 1), then at 5d (τ = 0)."""
+    one at 3.5d having started from version 0 (τ = 3: three updates since it left), the fast
+    one at 4d after starting from version 3 (τ = 1), then at 5d (τ = 0). The tutorial's measure,
+    versions since the client's previous arrival, says 1 for the fresh fast updates and 0 for
+    the slow one's first, three versions stale."""
     overrides = [
+        f"algo.staleness_from={measure}",
         *TINY,
         "fl.num_clients=2",
         "fl.clients_per_round=2",
@@ -89,7 +95,7 @@ def test_staleness_is_the_versions_since_the_client_started_on_a_scripted_arriva
     ]
     run_job(make_job(overrides), tmp_path)
     rows = read_rows(tmp_path)
-    assert [row["staleness_max"] for row in rows] == [0, 0, 0, 3, 1, 0]
+    assert [row["staleness_max"] for row in rows] == expected
     assert [row["server_version"] for row in rows] == [1, 2, 3, 4, 5, 6]
     fast = rows[0]["virtual_time"]
     slow_arrival = rows[3]["virtual_time"]

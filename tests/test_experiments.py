@@ -22,6 +22,7 @@ PRESETS = [
     "compression_scaffold",
     "privacy",
     "personalization",
+    "async",
 ]
 
 
@@ -157,6 +158,24 @@ def test_each_personalization_setting_composes_the_method_its_label_names() -> N
         assert (cfg.fl.num_clients, cfg.fl.clients_per_round) == (100, 10)
         assert cfg.partition.classes_per_client == 2 and cfg.partition.client_test_fraction == 0.2
     assert seen == set(methods) == set(group_options("experiment/personalization"))
+
+
+def test_each_async_setting_does_the_same_client_work_on_the_same_clock() -> None:
+    """Composed as the sweep composes them: 500 local trainings in every cell (rounds × clients
+    per update), all on system=tiers; only fedavg_deadline has a deadline."""
+    seen = set()
+    for job in validate_command_line(["-m", "+experiment=async", "seed=0"]):
+        cfg = compose_config(job)
+        option = cfg.hydra.runtime.choices["experiment/async"]
+        seen.add(option)
+        assert cfg.hydra.runtime.choices.system == "tiers", option
+        algo = cfg.hydra.runtime.choices.algo
+        per_update = {"fedavg": cfg.fl.clients_per_round, "fedasync": 1}.get(algo)
+        if algo == "fedbuff":
+            per_update = cfg.algo.buffer_size
+        assert cfg.fl.rounds * per_update == 500, option
+        assert (cfg.system.deadline is not None) == (option == "fedavg_deadline"), option
+    assert seen == set(group_options("experiment/async")) and len(seen) == 8
 
 
 def test_command_line_overrides_replace_the_presets_sweep() -> None:

@@ -4,7 +4,10 @@ version it downloaded, and hands the server the arrivals of one server update at
 
 An arrival's staleness τ is the server's version when it arrives minus the version its client
 started from; `algo.staleness` (with `staleness_a`, `staleness_b`, `staleness_base`) is the
-function s(τ) that discounts it (`fedlight.algorithms.staleness`).
+function s(τ) that discounts it (`fedlight.algorithms.staleness`). `algo.staleness_from=
+last_arrival` measures τ as the FedAvg tutorial's code does instead, to show what that costs:
+the versions since the client's previous update arrived (0 at its first), which says nothing of
+how old the model it trained from is.
 """
 
 from abc import abstractmethod
@@ -36,6 +39,7 @@ class AsynchronousFedAvg(FedAvg):
     staleness_a: float = 0.5
     staleness_b: int = 4
     staleness_base: float = 0.9
+    staleness_from: str = "start"  # start (the model it trained from) | last_arrival (tutorial)
     weight_of: Staleness = field(init=False, repr=False)
 
     asynchronous: ClassVar[bool] = True
@@ -45,6 +49,12 @@ class AsynchronousFedAvg(FedAvg):
     def __post_init__(self) -> None:
         super().__post_init__()
         require(self.concurrency >= 1, f"algo.concurrency={self.concurrency} must be >= 1")
+        require(
+            self.staleness_from in ("start", "last_arrival"),
+            f"algo.staleness_from={self.staleness_from} is not a staleness measure; use start "
+            "(versions since the model the client trained from) or last_arrival (the FedAvg "
+            "tutorial's: versions since its previous update arrived)",
+        )
         self.weight_of = Staleness(
             self.staleness, self.staleness_a, self.staleness_b, self.staleness_base
         )
