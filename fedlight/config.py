@@ -169,9 +169,14 @@ class EvalSettings:
     target_accuracy: float | None = None
     batch_size: int = 1000
     finetune_epochs: int = 0  # local epochs on a client's model before its local evaluation
+    every_seconds: float | None = None  # evaluate each time the virtual clock passes a multiple
 
     def __post_init__(self) -> None:
         require(self.every >= 1, f"eval.every={self.every} must be >= 1")
+        require(
+            self.every_seconds is None or self.every_seconds > 0,
+            f"eval.every_seconds={self.every_seconds} must be > 0 (null: every eval.every rounds)",
+        )
         require(
             self.finetune_epochs >= 0,
             f"eval.finetune_epochs={self.finetune_epochs} must be >= 0 (0: no fine-tuning)",

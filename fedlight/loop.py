@@ -654,7 +654,7 @@ class FederatedLoop:
                 history.stopped = self.privacy.budget_refusal(self.privacy_state(), round_index + 1)
             last = round_index == settings.fl.rounds or history.stopped is not None
             diverged = None if history.diverged_at_round else not_finite(stats, self.server.weights)
-            evaluated_round = last or round_index % settings.eval.every == 0 or diverged
+            evaluated_round = last or self.evaluation_due(round_index) or diverged
             if self.workers.main and evaluated_round:
                 row = self.evaluated_row(round_index, stats, started)
                 if not (diverged or history.diverged_at_round or math.isfinite(row["test_loss"])):
@@ -682,6 +682,16 @@ class FederatedLoop:
         if history.stopped:
             self.tell_once("stopped", history.stopped)
         return history
+
+    def evaluation_due(self, round_index: int) -> bool:
+        """Every `eval.every` rounds, or with `eval.every_seconds` the first round whose virtual
+        time passes a multiple of it since the last evaluated round."""
+        every_seconds = self.settings.eval.every_seconds
+        if every_seconds is None:
+            return round_index % self.settings.eval.every == 0
+        rows = self.history.rows
+        previous = float(rows[-1]["virtual_time"]) if rows else 0.0
+        return passed_multiple(previous, self.history.virtual_time, every_seconds)
 
     def privacy_state(self) -> StateDict:
         return stage_state(self.server.extras, PRIVACY_STATE)
@@ -761,11 +771,7 @@ class FederatedLoop:
         self.history = History(
             completed_rounds=state["completed_rounds"],
             # A finished run's last round was evaluated because it was last; extended, it is not.
-            rows=[
-                r
-                for r in state["rows"]
-                if r["round"] % settings.eval.every == 0 or r["round"] in kept
-            ],
+            rows=due_rows(state["rows"], settings.eval.every, settings.eval.every_seconds, kept),
             bytes_up=state["bytes_up"],
             bytes_down=state["bytes_down"],
             wall_seconds=state["wall_seconds"],
@@ -837,3 +843,25 @@ def local_accuracy_summary(accuracies: Sequence[float]) -> dict[str, float]:
         "local_accuracy_p10": torch.quantile(tested, 0.1).item(),
         "local_accuracy_std": tested.std(correction=0).item(),
     }
+
+
+def passed_multiple(before: float, now: float, period: float) -> bool:
+    """Whether the clock passed a multiple of `period` in (before, now]."""
+    return math.floor(now / period) > math.floor(before / period)
+
+
+def due_rows(
+    rows: Sequence[MetricsRow], every: int, every_seconds: float | None, kept: tuple[Any, ...]
+) -> list[MetricsRow]:
+    """The checkpoint's rows the uninterrupted run would have evaluated: those on the grid of
+    `eval.every` (or of `eval.every_seconds` on the virtual clock), and the rounds in `kept`."""
+    due: list[MetricsRow] = []
+    for row in rows:
+        if every_seconds is None:
+            on_grid = row["round"] % every == 0
+        else:
+            previous = float(due[-1]["virtual_time"]) if due else 0.0
+            on_grid = passed_multiple(previous, float(row["virtual_time"]), every_seconds)
+        if on_grid or row["round"] in kept:
+            due.append(row)
+    return due

@@ -129,6 +129,11 @@ def build_stages(cfg: DictConfig, choices: dict[str, str]) -> Stages:
     selection: Selection = instantiate_group(cfg, "selection")
     selection.check(cfg.fl.num_clients, cfg.fl.clients_per_round)
     system: System = instantiate_group(cfg, "system")
+    require(
+        system.clocked or cfg.eval.every_seconds is None,
+        f"eval.every_seconds={cfg.eval.every_seconds} counts virtual seconds, which need a "
+        "system model; choose one, e.g. system=tiers, or use eval.every",
+    )
     if algorithm.asynchronous:
         check_asynchronous(cfg, choices, system)
     return Stages(

@@ -156,6 +156,30 @@ def test_a_run_killed_with_clients_in_flight_resumes_bit_exactly(
         assert torch.equal(resumed["server_weights"][name], weight)
 
 
+def test_evaluation_every_so_many_virtual_seconds_survives_a_resume(
+    make_job: Callable[[list[str]], Job], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An evaluated row at the first update past each multiple of eval.every_seconds (and the
+    last); a run killed and resumed keeps exactly those rows."""
+    overrides = [
+        *TINY,
+        "fl.rounds=12",
+        "algo=fedasync",
+        "algo.concurrency=4",
+        "system=tiers",
+        "eval.every_seconds=0.5",
+    ]
+    run_job(make_job(overrides), tmp_path / "full")
+    rows = read_rows(tmp_path / "full")
+    times = [row["virtual_time"] for row in rows]
+    assert 1 < len(rows) < 12
+    for before, row in zip([0.0, *times], rows[:-1], strict=False):
+        assert int(row["virtual_time"] / 0.5) > int(before / 0.5)
+    run_killed_in_round(make_job(overrides), tmp_path / "killed", 7, monkeypatch, AsynchronousLoop)
+    run_job(make_job([*overrides, f"resume={tmp_path / 'killed'}"]), tmp_path / "resumed")
+    assert rows_without_timings(tmp_path / "resumed") == rows_without_timings(tmp_path / "full")
+
+
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
@@ -167,6 +191,10 @@ def test_a_run_killed_with_clients_in_flight_resumes_bit_exactly(
         ),
         (["system=tiers", "system.deadline=3"], r"^algo=fedasync has no rounds to set a deadline"),
         (["system=tiers", "algo.staleness=linear"], r"^algo.staleness=linear is not a staleness"),
+        (
+            ["eval.every_seconds=2", "algo=fedavg"],
+            r"^eval.every_seconds=2.0 counts virtual seconds",
+        ),
     ],
 )
 def test_asynchronous_runs_refuse_what_they_cannot_run_in_one_line(
