@@ -12,7 +12,14 @@ from typing import Any
 import pytest
 from omegaconf import OmegaConf
 
-from fedlight.report import accuracy_curve, format_cell, group_jobs, load_jobs, main
+from fedlight.report import (
+    accuracy_curve,
+    format_cell,
+    group_jobs,
+    load_jobs,
+    main,
+    mean_virtual_times,
+)
 
 from .conftest import REPO, TINY, run_cli
 
@@ -598,3 +605,23 @@ def test_report_of_a_real_sweep_through_the_cli(tmp_path: Path) -> None:
 def test_local_accuracies_are_shown_in_percent_and_mb_per_round_as_is() -> None:
     assert format_cell([0.9, 0.8], 2, "local_accuracy_p10") == "85.0 ± 7.1"
     assert format_cell([0.5, 0.5], 2, "comm_mb_per_round") == "0.5 ± 0.0"
+
+
+def test_curves_on_the_virtual_clock_use_the_seeds_mean_time_at_each_evaluation(
+    tmp_path: Path,
+) -> None:
+    """A layout with `x: virtual_time` draws each group against the mean over its seeds of the
+    virtual time at each evaluated round."""
+    sweep = tmp_path / "sweep"
+    for job, times in (("0", [1.0, 3.0]), ("1", [2.0, 5.0])):
+        directory = sweep / job
+        (directory / ".hydra").mkdir(parents=True)
+        (directory / ".hydra" / "overrides.yaml").write_text(f"- seed={job}\n")
+        (directory / ".hydra" / "config.yaml").write_text("report:\n  x: virtual_time\n")
+        rows = ["round,test_accuracy,test_loss,virtual_time"]
+        rows += [f"{r},0.5,1.0,{t}" for r, t in zip((1, 2), times, strict=True)]
+        (directory / "metrics.csv").write_text("\n".join(rows) + "\n")
+        (directory / "summary.json").write_text(json.dumps({"final_accuracy": 0.5, "seed": 0}))
+    (group,) = group_jobs(load_jobs(sweep))
+    rounds, _ = accuracy_curve(group)
+    assert mean_virtual_times(group, rounds) == [1.5, 4.0]
