@@ -18,7 +18,7 @@ demo: $(VENV)/.installed
 test: $(VENV)/.installed
 	$(PY) -m ruff check fedlight tests benchmarks
 	$(PY) -m ruff format --check fedlight tests benchmarks
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto
 
 bench: $(VENV)/.installed
 	$(PY) benchmarks/w1.py --data-root ../shared/data

@@ -265,7 +265,7 @@ def test_round_aggregation_rejects_across_workers_as_one_worker_would() -> None:
     flags.append(not shares[1].add(CTX, uploads[2]))
     partials = [share.partials() for share in shares]
     merged: RoundAggregation = algorithm.start_aggregation(counts)
-    merged.combine(partials, [replace(u, tensors={}) for u in uploads], flags)
+    merged.combine(partials, [replace(u, tensors={}) for u in uploads], flags, [False] * 3)
     assert merged.rejected == one.rejected == [1]
     assert merged.contributors == one.contributors
     for part, expected in one.results().items():

@@ -10,6 +10,8 @@ from fedlight.config import CONFIG_GROUPS, ConfigError
 COMPANIONS = {
     "privacy=dp_fedavg": ["selection=poisson"],
     "privacy=adaptive_clip": ["selection=poisson"],
+    "algo=fedasync": ["system=homogeneous"],
+    "algo=fedbuff": ["system=homogeneous"],
 }
 MODEL_INPUT = {
     "mlp": (1, 8, 8),

@@ -10,7 +10,10 @@ import numpy as np
 import pytest
 import torch
 
+from fedlight.algorithms.base import ClientUpload
+from fedlight.algorithms.fedavg import UPDATE, FedAvg
 from fedlight.config import ConfigError
+from fedlight.context import Federation
 from fedlight.experiment import Job, run_job
 from fedlight.rng import Stream, numpy_generator
 from fedlight.system.base import System
@@ -164,3 +167,32 @@ def test_bad_system_settings_are_refused_in_one_line(
 ) -> None:
     with pytest.raises(ConfigError, match=message):
         make_job([*TINY, *overrides])
+
+
+def test_a_late_update_is_left_out_and_the_mean_renormalized_on_one_worker_and_across_two() -> None:
+    """`drop_late` renormalizes the sample-weighted mean over the updates that came in time, alike
+    when one worker streams every upload and when two exchange partial sums."""
+    federation = Federation(num_clients=3, trainable=frozenset({"w"}))
+    ctx = federation.round(1, selected=(0, 1, 2), lrs=(0.1,))
+    uploads = [
+        ClientUpload(
+            c, num_samples=10 * (c + 1), num_steps=1, tensors={"w": torch.tensor([c + 1.0])}
+        )
+        for c in range(3)
+    ]
+    algorithm = FedAvg()
+    counts = [u.num_samples for u in uploads]
+    one = algorithm.start_aggregation(counts)
+    one.add(ctx, uploads[0])
+    one.drop_late(uploads[1])
+    one.add(ctx, uploads[2])
+    expected = (10 * 1.0 + 30 * 3.0) / 40
+    assert one.results()[UPDATE]["w"].item() == pytest.approx(expected)
+    shares = [algorithm.start_aggregation(counts), algorithm.start_aggregation(counts)]
+    shares[0].add(ctx, uploads[0])
+    shares[1].drop_late(uploads[1])
+    shares[1].add(ctx, uploads[2])
+    merged = algorithm.start_aggregation(counts)
+    merged.combine([s.partials() for s in shares], uploads, [False] * 3, [False, True, False])
+    assert merged.late == one.late == [1] and merged.rejected == []
+    assert merged.results()[UPDATE]["w"].item() == pytest.approx(expected)

@@ -30,7 +30,6 @@ VARIANTS = {
     "fedadam": ["algo=fedadam"],  # the other server optimizers' state is handled alike
     "local": ["algo=local"],
     "central": ["algo=central"],
-    "scaffold_disk": ["algo=scaffold", "optim.momentum=0.9", "fl.client_state=disk"],
     # every selector draws and updates its state alike on every worker
     "weighted": ["selection=weighted"],
     "power_of_choice": ["selection=power_of_choice", "selection.candidates=8"],
@@ -83,37 +82,55 @@ def files(directory: Path) -> list[str]:
     return sorted(str(p.relative_to(directory)) for p in directory.rglob("*") if p.is_file())
 
 
-def test_every_algorithm_and_selector_gives_the_same_numbers_on_two_workers_as_on_one(
-    make_job: Callable[[list[str]], Job], tmp_path: Path
-) -> None:
-    """One process group of 2 runs every algorithm and selector (and kills and resumes SCAFFOLD
-    on disk)."""
-    runs = [
-        (make_job([*BASE, *overrides, "fl.workers=2"]), tmp_path / f"{name}-2", None)
-        for name, overrides in VARIANTS.items()
-    ]
-    disk = [*BASE, *VARIANTS["scaffold_disk"], "fl.workers=2"]
-    runs.append((make_job(disk), tmp_path / "killed-2", 2))
-    resume = make_job([*disk, f"resume={tmp_path / 'killed-2'}"])
-    runs.append((resume, tmp_path / "resumed-2", None))
-    spawn_workers(GROUP, worker_targets.run_jobs, (runs,), (ConfigError,))
+# The variants run in this many tests (one process group each), so that a parallel test run
+# (`pytest -n`) spreads them.
+SHARES = 3
 
-    for name, overrides in VARIANTS.items():
-        run_job(make_job([*BASE, *overrides]), tmp_path / f"{name}-1")
+
+@pytest.mark.parametrize("share", range(SHARES))
+def test_every_algorithm_and_selector_gives_the_same_numbers_on_two_workers_as_on_one(
+    make_job: Callable[[list[str]], Job], tmp_path: Path, share: int
+) -> None:
+    """One process group of 2 runs a share of the algorithms, selectors and stages."""
+    names = list(VARIANTS)[share::SHARES]
+    runs = [
+        (make_job([*BASE, *VARIANTS[name], "fl.workers=2"]), tmp_path / f"{name}-2", None)
+        for name in names
+    ]
+    spawn_workers(GROUP, worker_targets.run_jobs, (runs,), (ConfigError,))
+    for name in names:
+        run_job(make_job([*BASE, *VARIANTS[name]]), tmp_path / f"{name}-1")
         one, two = (rows_without_timings(tmp_path / f"{name}-{n}") for n in (1, 2))
         assert len(one) == 2 and two == one, name
 
-    # The disk store keeps the same versions (the checkpoint's), whoever wrote them.
-    states_1, states_2 = (tmp_path / f"scaffold_disk-{n}" / CLIENT_STATES_DIR for n in (1, 2))
+
+def test_scaffold_on_disk_keeps_its_versions_and_resumes_on_two_workers_as_on_one(
+    make_job: Callable[[list[str]], Job], tmp_path: Path
+) -> None:
+    """SCAFFOLD's control variates on the disk store, whichever worker wrote them: the same file
+    versions as one worker, and a run killed and resumed on 2 workers ends as 1 worker's."""
+    disk = [*BASE, "algo=scaffold", "optim.momentum=0.9", "fl.client_state=disk"]
+    runs = [
+        (make_job([*disk, "fl.workers=2"]), tmp_path / "disk-2", None),
+        (make_job([*disk, "fl.workers=2"]), tmp_path / "killed-2", 2),
+        (
+            make_job([*disk, "fl.workers=2", f"resume={tmp_path / 'killed-2'}"]),
+            tmp_path / "resumed-2",
+            None,
+        ),
+    ]
+    spawn_workers(GROUP, worker_targets.run_jobs, (runs,), (ConfigError,))
+    run_job(make_job(disk), tmp_path / "disk-1")
+    assert rows_without_timings(tmp_path / "disk-2") == rows_without_timings(tmp_path / "disk-1")
+
+    states_1, states_2 = (tmp_path / f"disk-{n}" / CLIENT_STATES_DIR for n in (1, 2))
     assert files(states_2) == files(states_1)
-    index = load_checkpoint(tmp_path / "scaffold_disk-2" / "checkpoint.pt")["client_states"]
+    index = load_checkpoint(tmp_path / "disk-2" / "checkpoint.pt")["client_states"]
     assert files(states_2) == sorted(f"{client}/{rnd}.pt" for client, rnd in index.items())
 
     assert len(rows_without_timings(tmp_path / "killed-2")) == 1  # killed as round 2 started
-    assert rows_without_timings(tmp_path / "resumed-2") == rows_without_timings(
-        tmp_path / "scaffold_disk-1"
-    )
-    full = load_checkpoint(tmp_path / "scaffold_disk-1" / "checkpoint.pt")
+    assert rows_without_timings(tmp_path / "resumed-2") == rows_without_timings(tmp_path / "disk-1")
+    full = load_checkpoint(tmp_path / "disk-1" / "checkpoint.pt")
     resumed = load_checkpoint(tmp_path / "resumed-2" / "checkpoint.pt")
     for part in ("server_weights", "server_extras"):
         assert all(torch.equal(full[part][k], resumed[part][k]) for k in full[part]), part
