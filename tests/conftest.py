@@ -8,6 +8,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import pytest
+import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, open_dict
 
@@ -17,6 +18,12 @@ from fedlight.experiment import Job, run_job
 from fedlight.loop import FederatedLoop
 
 register_schema()
+
+if "PYTEST_XDIST_WORKER" in os.environ:
+    # A parallel run (`pytest -n`) already fills the cores with test processes: one torch thread
+    # each, in them and in the processes they start, instead of every one taking all cores.
+    os.environ["OMP_NUM_THREADS"] = "1"
+    torch.set_num_threads(1)
 
 REPO = Path(__file__).resolve().parents[1]
 # Small and fast: 10 digits clients, 4 rounds of a few local steps each.
