@@ -13,6 +13,7 @@ from torch import Tensor, nn
 
 from fedlight.algorithms.base import Algorithm, ClientUpload, LocalResult, ServerState
 from fedlight.algorithms.fedavg import FedAvg
+from fedlight.algorithms.fednova import momentum_step_norm
 from fedlight.algorithms.scaffold import CONTROL, DELTA_C, DELTA_Y, Scaffold
 from fedlight.checkpoint import load_checkpoint
 from fedlight.config import ConfigError, FLSettings, LocalSettings, RunSettings
@@ -46,11 +47,14 @@ class LeastSquares(pl.LightningModule):
     visible in the results.
     """
 
-    def __init__(self, dim: int, lr: float, dtype: torch.dtype = F64) -> None:
+    def __init__(
+        self, dim: int, lr: float, dtype: torch.dtype = F64, momentum: float = 0.0
+    ) -> None:
         super().__init__()
         self.w = nn.Parameter(torch.zeros(dim, dtype=dtype))
         self.register_buffer("seen", torch.zeros((), dtype=F64))
         self.lr = lr
+        self.momentum = momentum
 
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         a, b = batch
@@ -58,7 +62,7 @@ class LeastSquares(pl.LightningModule):
         return 0.5 * ((a.to(self.w.dtype) @ self.w - b.to(self.w.dtype)) ** 2).mean()
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.SGD(self.parameters(), lr=self.lr)
+        return torch.optim.SGD(self.parameters(), lr=self.lr, momentum=self.momentum)
 
 
 @dataclass
@@ -97,8 +101,10 @@ def least_squares_loop(
     num_clients: int | None = None,
     selection: Selection | None = None,
     dtype: torch.dtype = F64,
+    momentum: float = 0.0,
 ) -> FederatedLoop:
-    """A FederatedLoop in which each client takes `local_steps` full-batch SGD steps."""
+    """A FederatedLoop in which each client takes `local_steps` full-batch SGD steps (with
+    `momentum`)."""
     num_clients = num_clients or len(clients)
     a = torch.cat([a for a, _ in clients])
     b = torch.cat([b for _, b in clients])
@@ -111,7 +117,7 @@ def least_squares_loop(
         local=LocalSettings(epochs=local_steps, batch_size=max(sizes)),
         device="cpu",
     )
-    module = LeastSquares(a.shape[1], lr, dtype)
+    module = LeastSquares(a.shape[1], lr, dtype, momentum)
     return FederatedLoop(
         settings, data, indices, module, algorithm, selection or RandomSelection(), Constant()
     )
@@ -396,3 +402,62 @@ def test_option_ii_recovers_the_gradient_under_local_momentum() -> None:
     server = without_momentum.init_server({"w": x}, ctx.federation)
     _, plain = without_momentum.upload(ctx, without_momentum.download(ctx, server), local, None)
     assert plain["w"].norm() > 5 * g.norm()
+
+
+def hand_momentum_training(client: int, c_i: Tensor, rho: float, correction: str) -> Tensor:
+    """K full-batch momentum-SGD steps (buffer b ← ρ b + g) with c − c_i added to the gradient
+    (inside the momentum) or subtracted from the weights after each step (outside it)."""
+    a, b = HAND_CLIENTS[client]
+    y, buffer = X.clone(), torch.zeros_like(X)
+    for step in range(K):
+        gradient = a.T @ (a @ y - b) / len(b)
+        if correction == "gradient":
+            gradient = gradient + C - c_i
+        buffer = gradient if step == 0 else rho * buffer + gradient
+        y = y - LR * buffer
+        if correction == "weights":
+            y = y - LR * (C - c_i)
+    return y
+
+
+@pytest.mark.parametrize(
+    ("correction", "control_norm"),
+    [("weights", "steps"), ("weights", "momentum_steps"), ("gradient", "momentum_steps")],
+)
+def test_each_correction_and_control_normalization_matches_a_hand_round(
+    correction: str, control_norm: str
+) -> None:
+    """Under local momentum 0.9: y_i by hand for the correction, and c_i⁺ = c_i − c +
+    (x − y_i)/(s η_l) with s = K (steps) or FedNova's ‖a‖₁ (momentum_steps)."""
+    rho = 0.9
+    algorithm = RecordingScaffold(momentum=rho, correction=correction, control_norm=control_norm)
+    loop = least_squares_loop(
+        algorithm, HAND_CLIENTS, LR, K, selection=FixedSelection([0, 1]), momentum=rho
+    )
+    loop.server = ServerState(
+        {"w": X.clone(), "seen": torch.zeros((), dtype=F64)}, {CONTROL + "w": C.clone()}
+    )
+    loop.client_states.put(0, 0, {"w": C0.clone()})
+    loop.run_round(1)
+    steps = K if control_norm == "steps" else momentum_step_norm(K, rho)
+    for client, c_i in ((0, C0), (1, torch.zeros(2, dtype=F64))):
+        y = hand_momentum_training(client, c_i, rho, correction)
+        upload = algorithm.uploads[client].tensors
+        assert torch.allclose(upload[DELTA_Y + "w"], y - X, atol=1e-12)
+        c_new = c_i - C + (X - y) / (steps * LR)
+        assert torch.allclose(loop.client_states[client]["w"], c_new, atol=1e-12)
+
+
+def test_gradient_correction_with_step_normalization_under_momentum_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"^algo.correction=gradient with algo.control_norm="):
+        Scaffold(momentum=0.9, control_norm="steps")
+    Scaffold(momentum=0.9, control_norm="steps", force=True)
+    Scaffold(momentum=0.0, control_norm="steps")
+
+
+def test_weight_correction_is_refused_by_the_vectorized_engine(
+    make_job: Callable[[list[str]], Job], tmp_path: Path
+) -> None:
+    overrides = [*TINY, "algo=scaffold", "algo.correction=weights", "fl.engine=vectorized"]
+    with pytest.raises(ConfigError, match=r"^fl.engine=vectorized needs algorithm callbacks"):
+        run_job(make_job(overrides), tmp_path)

@@ -105,6 +105,10 @@ class LocalCallback:
     ) -> None:
         """Called right before each optimizer step."""
 
+    def on_train_batch_end(self, module: pl.LightningModule) -> None:
+        """Called after each local step's optimizer step (sequential engine only: a callback
+        that acts here has no `correct_gradients`, so the vectorized engine refuses it)."""
+
     def correct_gradients(self, params: StateDict, grads: StateDict) -> StateDict:
         """The corrected gradients `grads` of the trainable parameters `params`, name → tensor
         (a new dict; tensors may be new or updated in place). Called on a `stack`ed callback,

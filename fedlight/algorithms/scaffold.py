@@ -27,6 +27,12 @@ control, S the sampled clients, N the federation size, η_g the server learning 
   again the average corrected gradient. Without it, (x − y_i)/(K η_l) is about 1/(1 − ρ) times too
   large and the corrections diverge (README, "SCAFFOLD and local momentum"). A client that took
   no step (no data) keeps its control, sends Δc_i = 0 and is left out of the server's means.
+- Reference variants (issue 18, first switches): `algo.correction=weights` applies the
+  correction as NIID-Bench's `experiments.py`, Flower's niid_bench (`ScaffoldOptimizer.step_custom`)
+  and NVFlare do: p −= η_l (c − c_i) after each optimizer step, outside momentum and weight decay
+  (sequential engine); `algo.control_norm=steps` divides option II by K η_l as they do (with
+  correction=weights this is their variant). Gradient correction with `steps` normalization under
+  momentum diverges and is refused unless `algo.force=true`.
 - Upload: Δy_i = y_i − x for every state entry (parameters and buffers, as FedAvg) and
   Δc_i = c_i⁺ − c_i for trainable parameters; both are counted in bytes_up.
 - Server: x ← x + η_g · (1/|S|) Σ_{i∈S} Δy_i for parameters, the paper's plain (unweighted) mean
@@ -43,6 +49,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
+import pytorch_lightning as pl
 import torch
 
 from fedlight.aggregation.base import Part
@@ -56,6 +63,21 @@ from fedlight.tensors import StateDict
 CONTROL = "control/"  # key prefix of c in ServerState.extras and of the download
 DELTA_Y = "delta_y/"  # key prefixes of the two parts of an upload
 DELTA_C = "delta_c/"
+
+
+class WeightCorrection(LocalCallback):
+    """NIID-Bench's and Flower's correction: after each optimizer step, p −= η_l (c − c_i), so
+    the local optimizer's momentum and weight decay never see c − c_i."""
+
+    def __init__(self, correction: StateDict, lr: float) -> None:
+        self.correction = correction
+        self.lr = lr
+
+    def on_train_batch_end(self, module: pl.LightningModule) -> None:
+        with torch.no_grad():
+            for name, param in module.named_parameters():
+                if param.requires_grad and name in self.correction:
+                    param.sub_(self.lr * self.correction[name])
 
 
 class ControlCorrection(LocalCallback):
@@ -89,6 +111,12 @@ class Scaffold(FedAvg):
     """SCAFFOLD with option II controls; see the module docstring for the exact variant."""
 
     momentum: float = 0.0  # ρ of the clients' local SGD, for the option II normalization
+    # gradient: g += c − c_i before the optimizer (the paper's rule, inside momentum);
+    # weights: p −= η_l (c − c_i) after each optimizer step (NIID-Bench, Flower, NVFlare)
+    correction: str = "gradient"
+    # momentum_steps: option II divides by FedNova's ‖a‖₁ η_l; steps: by K η_l (the paper's K)
+    control_norm: str = "momentum_steps"
+    force: bool = False  # run a combination known to diverge anyway
 
     parts: ClassVar[dict[str, Part]] = {
         DELTA_Y: Part("uniform", configurable=True),
@@ -101,6 +129,26 @@ class Scaffold(FedAvg):
         require(
             0 <= self.momentum < 1,
             f"algo.momentum={self.momentum} must be in [0, 1) (the local optim.momentum)",
+        )
+        require(
+            self.correction in ("gradient", "weights"),
+            f"algo.correction={self.correction} is not a correction; use gradient (g += c − c_i) "
+            "or weights (p −= η_l (c − c_i) after each step)",
+        )
+        require(
+            self.control_norm in ("momentum_steps", "steps"),
+            f"algo.control_norm={self.control_norm} is not a normalization; use momentum_steps "
+            "(FedNova's ‖a‖₁) or steps (K)",
+        )
+        require(
+            self.force
+            or not (
+                self.correction == "gradient" and self.control_norm == "steps" and self.momentum
+            ),
+            f"algo.correction=gradient with algo.control_norm=steps under local momentum "
+            f"{self.momentum} diverges: the controls come out about 1/(1 − ρ) times too large "
+            "and momentum amplifies them again; use control_norm=momentum_steps or "
+            "correction=weights, or algo.force=true to run it anyway",
         )
 
     def init_server(self, weights: StateDict, federation: Federation) -> ServerState:
@@ -130,8 +178,12 @@ class Scaffold(FedAvg):
         """The gradient correction c − c_i, computed once for the client's whole local run."""
         c = received_control(received)
         if client_state is None:  # c_i = 0: the correction is c itself (read-only, not copied)
-            return [ControlCorrection(c)]
-        return [ControlCorrection({name: c[name] - client_state[name] for name in c})]
+            correction = c
+        else:
+            correction = {name: c[name] - client_state[name] for name in c}
+        if self.correction == "weights":
+            return [WeightCorrection(correction, ctx.lr)]
+        return [ControlCorrection(correction)]
 
     def upload(
         self,
@@ -150,7 +202,10 @@ class Scaffold(FedAvg):
             new_state = client_state
         else:
             # Δc_i = c_i⁺ − c_i = −c + (x − y_i)/(K η_l): c_i cancels out of the difference.
-            scale = momentum_step_norm(local.num_steps, self.momentum) * local.lr
+            steps = local.num_steps
+            if self.control_norm == "momentum_steps":
+                steps = momentum_step_norm(local.num_steps, self.momentum)
+            scale = steps * local.lr
             delta_c = {name: -c[name] - delta_y[name] / scale for name in c}
             if client_state is None:
                 new_state = {name: d.clone() for name, d in delta_c.items()}

@@ -68,6 +68,8 @@ class SequentialEngine(Engine):
                 callback.on_before_optimizer_step(module, optimizer)
             module.on_before_optimizer_step(optimizer)
             optimizer.step()
+            for callback in callbacks:
+                callback.on_train_batch_end(module)
             losses.append(loss.detach())
             step += 1
             examples += len(indices)
