@@ -67,13 +67,16 @@ class ServerOptimizer(ABC):
 class AdaptiveServerOptimizer(ServerOptimizer):
     """Algorithm 2's common part: m_t = β1 m + (1 − β1) Δ;  x ← x + η m_t / (√v_t + τ).
 
-    No bias correction (as in the paper); v starts at τ² (the paper asks v_{-1} ≥ τ²), m at 0.
-    Subclasses give the second-moment rule v_t = f(v_{t-1}, Δ²).
+    No bias correction (as in the paper); v starts at τ² (the paper asks v_{-1} ≥ τ²; with
+    `initial_v=zero` at 0, as Flower's FedAdam and optax start it), m at 0. Subclasses give the
+    second-moment rule v_t = f(v_{t-1}, Δ²).
     """
 
     lr: float = 0.01
     beta1: float = 0.9
     tau: float = 1e-3
+    # v's round-0 value: tau_squared (the paper's v_{-1} = τ²) | zero (Flower's FedAdam, optax)
+    initial_v: str = "tau_squared"
 
     slots: ClassVar[tuple[str, ...]] = ("m", "v")
 
@@ -81,9 +84,16 @@ class AdaptiveServerOptimizer(ServerOptimizer):
         super().__post_init__()
         require(0 <= self.beta1 < 1, f"server_opt.beta1={self.beta1} must be in [0, 1)")
         require(self.tau > 0, f"server_opt.tau={self.tau} must be > 0 (e.g. 1e-3)")
+        require(
+            self.initial_v in ("tau_squared", "zero"),
+            f"server_opt.initial_v={self.initial_v} is not an initial second moment; use "
+            "tau_squared (the paper's) or zero (Flower's FedAdam, optax)",
+        )
 
     def initial_slot(self, slot: str, param: Tensor) -> Tensor:
-        return torch.full_like(param, self.tau**2) if slot == "v" else torch.zeros_like(param)
+        if slot == "v" and self.initial_v == "tau_squared":
+            return torch.full_like(param, self.tau**2)
+        return torch.zeros_like(param)
 
     @abstractmethod
     def second_moment(self, v: Tensor, delta_sq: Tensor) -> Tensor:
