@@ -35,7 +35,7 @@ from fedlight.client_states import algorithm_part, with_algorithm_part
 from fedlight.engines import LocalTask
 from fedlight.loop import FederatedLoop, RoundStats, stage_state
 from fedlight.rng import Stream, numpy_generator
-from fedlight.tensors import StateDict, nbytes
+from fedlight.tensors import StateDict, nbytes, on_device
 from fedlight.wire.base import DOWNLOAD, UPLOAD
 
 
@@ -219,15 +219,11 @@ class AsynchronousLoop(FederatedLoop):
     def load_state_dict(self, state: dict[str, Any], run_dir: Path) -> None:
         super().load_state_dict(state, run_dir)
         device = self.federation.device
-
-        def on_device(tensors: StateDict) -> StateDict:
-            return {name: t.to(device) for name, t in tensors.items()}
-
         self.in_flight = [
             replace(
                 InFlight(**flying),
-                start=on_device(flying["start"]),
-                payload=on_device(flying["payload"]),
+                start=on_device(flying["start"], device),
+                payload=on_device(flying["payload"], device),
             )
             for flying in state["in_flight"]
         ]

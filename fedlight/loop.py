@@ -72,7 +72,7 @@ from fedlight.selection.base import (
 )
 from fedlight.selection.base import STATE_PREFIX as SELECTION_STATE
 from fedlight.system.base import System
-from fedlight.tensors import StateDict, detached_copy, nbytes
+from fedlight.tensors import StateDict, detached_copy, nbytes, on_device
 from fedlight.wire.base import DOWNLOAD, UPLOAD, Wire
 from fedlight.workers import OneWorker, Share, Workers
 
@@ -296,8 +296,9 @@ class FederatedLoop:
             participants = [(client, indices) for client, indices in participants if len(indices)]
             ctx.metrics.report("clients_without_data", without_data)
         failed = {client for client, _ in participants if self.system.fails(ctx, client)}
-        if self.speeds is not None:  # a failed client trains and sends nothing
+        if failed:  # a failed client trains and sends nothing
             participants = [(c, indices) for c, indices in participants if c not in failed]
+        if self.speeds is not None:
             ctx.metrics.report("dropped_out", len(failed))
         ctx.metrics.report("participants", len(participants))
         malicious = self.malicious
@@ -374,12 +375,11 @@ class FederatedLoop:
             rejected = False
             if late:  # nothing of it reaches the server in time
                 encoded = replace(encoded, tensors={})
-            if streaming:  # aggregated now, nothing of it kept
-                if late:
+                if streaming:
                     aggregation.drop_late(encoded)
-                else:
-                    decoded, server_extras = self.decode_upload(ctx, encoded, server_extras)
-                    rejected = not aggregation.add(ctx, decoded)
+            elif streaming:  # aggregated now, nothing of it kept
+                decoded, server_extras = self.decode_upload(ctx, encoded, server_extras)
+                rejected = not aggregation.add(ctx, decoded)
                 encoded = replace(encoded, tensors={})
             mine.append(
                 Outcome(
@@ -757,12 +757,8 @@ class FederatedLoop:
         """Restore the checkpoint (loaded on the CPU) of the run in `run_dir` onto the device of
         the client module."""
         device = next(self.module.parameters()).device
-
-        def on_device(tensors: StateDict) -> StateDict:
-            return {name: t.to(device) for name, t in tensors.items()}
-
         self.server = ServerState(
-            on_device(state["server_weights"]), on_device(state["server_extras"])
+            on_device(state["server_weights"], device), on_device(state["server_extras"], device)
         )
         self.client_states.load_state_dict(state["client_states"], run_dir)
         settings = self.settings

@@ -1,5 +1,6 @@
 """Model states as plain name→tensor dicts: what the server stores, sends and averages."""
 
+import torch
 from torch import Tensor
 
 StateDict = dict[str, Tensor]
@@ -16,3 +17,8 @@ def detached_copy(state: StateDict) -> StateDict:
 
 def subtract(a: StateDict, b: StateDict) -> StateDict:
     return {name: a[name] - b[name] for name in a}
+
+
+def on_device(state: StateDict, device: torch.device) -> StateDict:
+    """The tensors moved to `device` (a checkpoint is loaded on the CPU)."""
+    return {name: t.to(device) for name, t in state.items()}
