@@ -397,10 +397,13 @@ def varying_keys(groups: list[Group], exclude: tuple[str, ...] = ()) -> list[str
 
 
 def build_sections(
-    groups: list[Group], title: str, metrics: tuple[str, ...] | None = None
+    groups: list[Group],
+    title: str,
+    metrics: tuple[str, ...] | None = None,
+    x: str | None = None,
 ) -> list[Section]:
     """One section per distinct layout, its rows defaulting to the keys the sweep varies;
-    `metrics` (from the command line) replaces every layout's."""
+    `metrics` and `x` (from the command line) replace every layout's."""
     layouts: list[Layout] = []
     for group in groups:
         if group.jobs[0].layout not in layouts:
@@ -413,6 +416,7 @@ def build_sections(
             title=layout.title or title,
             rows=tuple(varying_keys(members)) if layout.rows is None else layout.rows,
             metrics=metrics or layout.metrics,
+            x=x or layout.x,
         )
         extra = varying_keys(members, exclude=(*resolved.rows, *resolved.columns))
         sections.append(Section(resolved, members, extra))
@@ -843,6 +847,11 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument("--metrics", help="comma-separated metrics instead of the layout's")
     parser.add_argument("--title", help="table title when the sweep has no preset layout")
+    parser.add_argument(
+        "--x",
+        choices=("round", "virtual_time"),
+        help="the curves' x axis instead of the layout's (virtual_time: runs with a system model)",
+    )
     args = parser.parse_args(argv)
     try:
         report(args)
@@ -865,7 +874,20 @@ def report(args: argparse.Namespace) -> None:
     ]
     display_name = " + ".join(names)
     title = args.title or "Sweep " + " + ".join(d.resolve().name for d in args.sweep_dirs)
-    sections = build_sections(group_jobs(jobs), title, metrics)
+    sections = build_sections(group_jobs(jobs), title, metrics, args.x)
+    unclocked = [
+        job.directory
+        for section in sections
+        if section.layout.x == "virtual_time"
+        for group in section.groups
+        for job in curve_jobs(group)
+        if any("virtual_time" not in row for row in job.rows)
+    ]
+    if unclocked:
+        raise ReportError(
+            f"{unclocked[0]} has no virtual_time column (it ran without a system model); "
+            "draw its curves against rounds (--x round)"
+        )
     try:
         path = write_markdown(output_dir, display_name, args.sweep_dirs, jobs, sections)
         write_csv(output_dir, sections)

@@ -607,21 +607,40 @@ def test_local_accuracies_are_shown_in_percent_and_mb_per_round_as_is() -> None:
     assert format_cell([0.5, 0.5], 2, "comm_mb_per_round") == "0.5 ± 0.0"
 
 
+def clocked_sweep(sweep: Path, layout: str, columns: str = "virtual_time") -> Path:
+    """Two seeds of one setting evaluated at rounds 1 and 2, at virtual times (1, 3) and (2, 5)
+    (`columns` names the last column of metrics.csv)."""
+    for job, times in (("0", [1.0, 3.0]), ("1", [2.0, 5.0])):
+        directory = sweep / job
+        (directory / ".hydra").mkdir(parents=True)
+        (directory / ".hydra" / "overrides.yaml").write_text(f"- seed={job}\n")
+        (directory / ".hydra" / "config.yaml").write_text(layout)
+        rows = [f"round,test_accuracy,test_loss,{columns}"]
+        rows += [f"{r},0.5,1.0,{t}" for r, t in zip((1, 2), times, strict=True)]
+        (directory / "metrics.csv").write_text("\n".join(rows) + "\n")
+        (directory / "summary.json").write_text(json.dumps({"final_accuracy": 0.5, "seed": 0}))
+    return sweep
+
+
 def test_curves_on_the_virtual_clock_use_the_seeds_mean_time_at_each_evaluation(
     tmp_path: Path,
 ) -> None:
     """A layout with `x: virtual_time` draws each group against the mean over its seeds of the
     virtual time at each evaluated round."""
-    sweep = tmp_path / "sweep"
-    for job, times in (("0", [1.0, 3.0]), ("1", [2.0, 5.0])):
-        directory = sweep / job
-        (directory / ".hydra").mkdir(parents=True)
-        (directory / ".hydra" / "overrides.yaml").write_text(f"- seed={job}\n")
-        (directory / ".hydra" / "config.yaml").write_text("report:\n  x: virtual_time\n")
-        rows = ["round,test_accuracy,test_loss,virtual_time"]
-        rows += [f"{r},0.5,1.0,{t}" for r, t in zip((1, 2), times, strict=True)]
-        (directory / "metrics.csv").write_text("\n".join(rows) + "\n")
-        (directory / "summary.json").write_text(json.dumps({"final_accuracy": 0.5, "seed": 0}))
+    sweep = clocked_sweep(tmp_path / "sweep", "report:\n  x: virtual_time\n")
     (group,) = group_jobs(load_jobs(sweep))
     rounds, _ = accuracy_curve(group)
     assert mean_virtual_times(group, rounds) == [1.5, 4.0]
+
+
+def test_the_command_line_chooses_virtual_time_and_refuses_it_without_a_clock(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    clocked = clocked_sweep(tmp_path / "clocked", "{}\n")
+    assert main([str(clocked), "--x", "virtual_time"]) == 0
+    assert (clocked / "curves.png").read_bytes()[:4] == b"\x89PNG"
+    plain = clocked_sweep(tmp_path / "plain", "{}\n", columns="train_loss")
+    assert main([str(plain), "--x", "virtual_time"]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.startswith("fedlight report: error: ") and "has no virtual_time column" in error
+    assert main([str(plain)]) == 0
