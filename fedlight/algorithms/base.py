@@ -47,6 +47,8 @@ class LocalResult:
     lr: float  # the local learning rate of this round (first parameter group)
     train_loss: float
     examples: int = 0  # examples trained on, over all steps (the work on a system's clock)
+    # what the algorithm's callbacks measured during training (`LocalCallback.measured`)
+    measured: StateDict = field(default_factory=dict)
 
 
 @dataclass
@@ -69,6 +71,18 @@ class LocalCallback:
     vectorized engine, which has no module per client, calls it on the `stack`ed callbacks of
     all clients. The math is written once.
     """
+
+    def on_train_start(
+        self, module: pl.LightningModule, batches: Iterable[tuple[Tensor, Tensor]]
+    ) -> None:
+        """Called before the first local step, at the start weights, with the client's examples
+        in batches (in order, without augmentation), for a callback that measures something
+        there (SCAFFOLD's option I gradient). The sequential engine only."""
+
+    def measured(self) -> StateDict:
+        """Tensors measured during local training, handed to the algorithm's upload in
+        `LocalResult.measured`."""
+        return {}
 
     def on_before_backward(self, module: pl.LightningModule, loss: Tensor) -> None:
         """Called with the loss of a local step before backpropagation."""

@@ -45,24 +45,62 @@ control, S the sampled clients, N the federation size, η_g the server learning 
   without η_g, integer buffers rounded back.
 """
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
 import pytorch_lightning as pl
 import torch
+from torch import Tensor
 
-from fedlight.aggregation.base import Part
+from fedlight.aggregation.base import WEIGHTINGS, Part
 from fedlight.algorithms.base import ClientUpload, LocalCallback, LocalResult, ServerState
 from fedlight.algorithms.fedavg import BUFFERS, FedAvg
 from fedlight.algorithms.fednova import momentum_step_norm
 from fedlight.config import require
 from fedlight.context import Federation, RoundContext
 from fedlight.tensors import StateDict
+from fedlight.variants import VariantTable, fill_from_variant
 
 CONTROL = "control/"  # key prefix of c in ServerState.extras and of the download
 DELTA_Y = "delta_y/"  # key prefixes of the two parts of an upload
 DELTA_C = "delta_c/"
+START_GRADIENT = "start_gradient/"  # option I's ∇f_i(x) in LocalResult.measured
+
+VARIANTS: VariantTable = {
+    "fedlight": {
+        "correction": "gradient",
+        "control_norm": "momentum_steps",
+        "control_update": "option2",
+        "update_weighting": "uniform",
+        "control_weighting": "uniform",
+        "control_init": "zero",
+    },
+    "paper": {  # Algorithm 1 as written (also FL-bench's src/{client,server}/scaffold.py)
+        "correction": "gradient",
+        "control_norm": "steps",
+        "control_update": "option2",
+        "update_weighting": "uniform",
+        "control_weighting": "uniform",
+        "control_init": "zero",
+    },
+    "niid_bench": {  # Li et al. 2022, NIID-Bench experiments.py
+        "correction": "weights",
+        "control_norm": "steps",
+        "control_update": "option2",
+        "update_weighting": "samples",
+        "control_weighting": "uniform",
+        "control_init": "zero",
+    },
+    "flower": {  # Flower baselines/niid_bench (client_scaffold.py, server_scaffold.py)
+        "correction": "weights",
+        "control_norm": "steps",
+        "control_update": "option2",
+        "update_weighting": "samples",
+        "control_weighting": "samples",
+        "control_init": "model",
+    },
+}
 
 
 class WeightCorrection(LocalCallback):
@@ -78,6 +116,42 @@ class WeightCorrection(LocalCallback):
             for name, param in module.named_parameters():
                 if param.requires_grad and name in self.correction:
                     param.sub_(self.lr * self.correction[name])
+
+
+class StartGradient(LocalCallback):
+    """Option I's c_i⁺ = ∇f_i(x): the gradient of the client's mean training loss over all its
+    examples at the weights it received, one extra pass before local training (buffers such as
+    BatchNorm statistics restored after it, so training starts exactly as without it)."""
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self.names = names
+        self.gradient: StateDict = {}
+
+    def on_train_start(
+        self, module: pl.LightningModule, batches: Iterable[tuple[Tensor, Tensor]]
+    ) -> None:
+        params = dict(module.named_parameters())
+        buffers = {name: b.clone() for name, b in module.named_buffers()}
+        sums = {name: torch.zeros_like(params[name]) for name in self.names}
+        count = 0
+        for x, y in batches:
+            module.zero_grad(set_to_none=True)
+            output = module.training_step((x, y), 0)
+            loss = output["loss"] if isinstance(output, dict) else output
+            loss.backward()
+            for name, total in sums.items():
+                grad = params[name].grad
+                if grad is not None:
+                    total.add_(grad, alpha=len(y))
+            count += len(y)
+        module.zero_grad(set_to_none=True)
+        with torch.no_grad():
+            for name, b in module.named_buffers():
+                b.copy_(buffers[name])
+        self.gradient = {START_GRADIENT + name: t / max(count, 1) for name, t in sums.items()}
+
+    def measured(self) -> StateDict:
+        return self.gradient
 
 
 class ControlCorrection(LocalCallback):
@@ -111,21 +185,23 @@ class Scaffold(FedAvg):
     """SCAFFOLD with option II controls; see the module docstring for the exact variant."""
 
     momentum: float = 0.0  # ρ of the clients' local SGD, for the option II normalization
+    # fedlight | paper | niid_bench | flower: fills every switch below left None (VARIANTS)
+    variant: str = "fedlight"
     # gradient: g += c − c_i before the optimizer (the paper's rule, inside momentum);
     # weights: p −= η_l (c − c_i) after each optimizer step (NIID-Bench, Flower, NVFlare)
-    correction: str = "gradient"
+    correction: str | None = None
     # momentum_steps: option II divides by FedNova's ‖a‖₁ η_l; steps: by K η_l (the paper's K)
-    control_norm: str = "momentum_steps"
+    control_norm: str | None = None
+    # option2: c_i⁺ from the model's movement; option1: the full local gradient at x (one pass)
+    control_update: str | None = None
+    update_weighting: str | None = None  # Δy's own weighting (aggregator.weighting=algorithm)
+    control_weighting: str | None = None  # Δc's: uniform (paper, NIID-Bench) | samples (Flower)
+    control_init: str | None = None  # zero | model: c = x₀, a new client's c_i = x (Flower)
     force: bool = False  # run a combination known to diverge anyway
-
-    parts: ClassVar[dict[str, Part]] = {
-        DELTA_Y: Part("uniform", configurable=True),
-        BUFFERS: Part("samples", configurable=False),
-        DELTA_C: Part("uniform", configurable=False),
-    }
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        fill_from_variant(self, "algo.variant", VARIANTS)
         require(
             0 <= self.momentum < 1,
             f"algo.momentum={self.momentum} must be in [0, 1) (the local optim.momentum)",
@@ -141,6 +217,24 @@ class Scaffold(FedAvg):
             "(FedNova's ‖a‖₁) or steps (K)",
         )
         require(
+            self.control_update in ("option1", "option2"),
+            f"algo.control_update={self.control_update} is not a control update; use option2 "
+            "(from the model's movement) or option1 (the full local gradient at x)",
+        )
+        for key, weighting in (
+            ("update_weighting", self.update_weighting),
+            ("control_weighting", self.control_weighting),
+        ):
+            require(
+                weighting in WEIGHTINGS,
+                f"algo.{key}={weighting} is not a weighting; use uniform or samples",
+            )
+        require(
+            self.control_init in ("zero", "model"),
+            f"algo.control_init={self.control_init} is not an initialization; use zero or model "
+            "(c = x₀ and a new client's c_i = x, as Flower's niid_bench)",
+        )
+        require(
             self.force
             or not (
                 self.correction == "gradient" and self.control_norm == "steps" and self.momentum
@@ -151,12 +245,21 @@ class Scaffold(FedAvg):
             "correction=weights, or algo.force=true to run it anyway",
         )
 
+    @property  # type: ignore[override]
+    def parts(self) -> dict[str, Part]:  # the variant's weightings of Δy and Δc
+        assert self.update_weighting is not None and self.control_weighting is not None
+        return {
+            DELTA_Y: Part(self.update_weighting, configurable=True),
+            BUFFERS: Part("samples", configurable=False),
+            DELTA_C: Part(self.control_weighting, configurable=False),
+        }
+
     def init_server(self, weights: StateDict, federation: Federation) -> ServerState:
-        """x as given and c = 0, one tensor per trainable parameter, beside the server
-        optimizer's slots."""
+        """x as given and c = 0 (or x₀ with control_init=model), one tensor per trainable
+        parameter, beside the server optimizer's slots."""
         server = super().init_server(weights, federation)
         control = {
-            CONTROL + name: torch.zeros_like(t)
+            CONTROL + name: t.clone() if self.control_init == "model" else torch.zeros_like(t)
             for name, t in weights.items()
             if name in federation.trainable
         }
@@ -172,18 +275,33 @@ class Scaffold(FedAvg):
     ) -> StateDict:
         return {key: t for key, t in received.items() if not key.startswith(CONTROL)}
 
+    def client_control(
+        self, received: StateDict, client_state: StateDict | None
+    ) -> StateDict | None:
+        """c_i: the client's state; before its first round zeros (None: no tensors made), or the
+        x it received with control_init=model."""
+        if client_state is not None or self.control_init == "zero":
+            return client_state
+        return {name: received[name] for name in received_control(received)}
+
     def local_callbacks(
         self, ctx: RoundContext, received: StateDict, client_state: StateDict | None
     ) -> list[LocalCallback]:
         """The gradient correction c − c_i, computed once for the client's whole local run."""
         c = received_control(received)
-        if client_state is None:  # c_i = 0: the correction is c itself (read-only, not copied)
+        c_i = self.client_control(received, client_state)
+        if c_i is None:  # c_i = 0: the correction is c itself (read-only, not copied)
             correction = c
         else:
-            correction = {name: c[name] - client_state[name] for name in c}
-        if self.correction == "weights":
-            return [WeightCorrection(correction, ctx.lr)]
-        return [ControlCorrection(correction)]
+            correction = {name: c[name] - c_i[name] for name in c}
+        callbacks: list[LocalCallback] = [
+            WeightCorrection(correction, ctx.lr)
+            if self.correction == "weights"
+            else ControlCorrection(correction)
+        ]
+        if self.control_update == "option1":
+            callbacks.append(StartGradient(sorted(c)))
+        return callbacks
 
     def upload(
         self,
@@ -192,8 +310,9 @@ class Scaffold(FedAvg):
         local: LocalResult,
         client_state: StateDict | None,
     ) -> tuple[ClientUpload, StateDict | None]:
-        """Δy_i and Δc_i (option II); the new c_i⁺ = c_i + Δc_i is the client's state."""
+        """Δy_i and Δc_i; the new c_i⁺ = c_i + Δc_i is the client's state."""
         c = received_control(received)
+        c_i = self.client_control(received, client_state)
         x = self.start_weights(ctx, received, client_state)
         # Subtraction makes new tensors: nothing of the live local.weights is kept.
         delta_y = {name: local.weights[name] - x[name] for name in x}
@@ -201,16 +320,19 @@ class Scaffold(FedAvg):
             delta_c = {name: torch.zeros_like(t) for name, t in c.items()}
             new_state = client_state
         else:
-            # Δc_i = c_i⁺ − c_i = −c + (x − y_i)/(K η_l): c_i cancels out of the difference.
-            steps = local.num_steps
-            if self.control_norm == "momentum_steps":
-                steps = momentum_step_norm(local.num_steps, self.momentum)
-            scale = steps * local.lr
-            delta_c = {name: -c[name] - delta_y[name] / scale for name in c}
-            if client_state is None:
+            if self.control_update == "option1":  # c_i⁺ = ∇f_i(x), measured before training
+                gradient = {name: local.measured[START_GRADIENT + name] for name in c}
+                delta_c = gradient if c_i is None else {n: gradient[n] - c_i[n] for n in c}
+            else:  # Δc_i = c_i⁺ − c_i = −c + (x − y_i)/(K η_l): c_i cancels out
+                steps = local.num_steps
+                if self.control_norm == "momentum_steps":
+                    steps = momentum_step_norm(local.num_steps, self.momentum)
+                scale = steps * local.lr
+                delta_c = {name: -c[name] - delta_y[name] / scale for name in c}
+            if c_i is None:
                 new_state = {name: d.clone() for name, d in delta_c.items()}
             else:
-                new_state = {name: client_state[name] + delta_c[name] for name in c}
+                new_state = {name: c_i[name] + delta_c[name] for name in c}
         tensors = {DELTA_Y + name: t for name, t in delta_y.items()}
         tensors.update({DELTA_C + name: t for name, t in delta_c.items()})
         return ClientUpload(local.client_id, local.num_samples, local.num_steps, tensors), new_state

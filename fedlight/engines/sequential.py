@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator, Sequence
 import torch
 from torch import Tensor
 
-from fedlight.algorithms.base import LocalResult
+from fedlight.algorithms.base import LocalCallback, LocalResult
 from fedlight.engines.base import Engine, LocalTask, batch_indices, first_optimizer
 
 
@@ -44,6 +44,10 @@ class SequentialEngine(Engine):
         for group, lr in zip(optimizer.param_groups, lrs, strict=True):
             group["lr"] = lr
         seed = self.seed_of(round_index, task.client)
+        if any(type(c).on_train_start is not LocalCallback.on_train_start for c in callbacks):
+            torch.manual_seed(seed)
+            for callback in callbacks:
+                callback.on_train_start(module, self.all_batches(task))
         generator = torch.Generator().manual_seed(seed)
         torch.manual_seed(seed)  # for the module's own randomness, e.g. dropout
         augment = data.augment
@@ -81,4 +85,11 @@ class SequentialEngine(Engine):
             lr=lrs[0],
             train_loss=torch.stack(losses).mean().item() if losses else 0.0,
             examples=examples,
+            measured={key: t for c in callbacks for key, t in c.measured().items()},
         )
+
+    def all_batches(self, task: LocalTask) -> Iterator[tuple[Tensor, Tensor]]:
+        """The task's examples in order, in batches of the local batch size, unaugmented."""
+        for indices in task.indices.split(self.settings.local.batch_size):
+            y = self.data.train_y[indices]
+            yield self.data.train_x[indices], y if task.label_map is None else task.label_map[y]

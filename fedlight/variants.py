@@ -1,0 +1,27 @@
+"""Reference variants: one setting that picks the choices a published implementation made.
+
+A module with variants declares a table `{variant: {switch: value}}`; its switches default to
+None ("the variant's"), and `fill_from_variant` fills each switch left None from the chosen row. A
+switch given explicitly wins over the variant, so `algo.variant=niid_bench
+algo.control_norm=momentum_steps` is NIID-Bench's SCAFFOLD with one choice changed. The README's
+"Variants" section lists each row with the files it was read from.
+"""
+
+from collections.abc import Mapping
+
+from fedlight.config import require
+
+VariantTable = Mapping[str, Mapping[str, object]]
+
+
+def fill_from_variant(owner: object, key: str, variants: VariantTable) -> None:
+    """Sets each of `owner`'s switches that is None to the value of its `variant`'s row; `key` is
+    the config path of the owner's `variant` setting, for the error."""
+    variant = owner.variant  # type: ignore[attr-defined]
+    require(
+        variant in variants,
+        f"{key}={variant} is not a variant of this option; use one of {', '.join(variants)}",
+    )
+    for switch, value in variants[variant].items():
+        if getattr(owner, switch) is None:
+            setattr(owner, switch, value)
