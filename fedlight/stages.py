@@ -128,6 +128,12 @@ def build_stages(cfg: DictConfig, choices: dict[str, str]) -> Stages:
         )
     selection: Selection = instantiate_group(cfg, "selection")
     selection.check(cfg.fl.num_clients, cfg.fl.clients_per_round)
+    if algorithm.required_selection is not None:
+        option, why = algorithm.required_selection
+        require(
+            choices.get("selection") == option,
+            f"selection={choices.get('selection')} with {why}; add selection={option}",
+        )
     system: System = instantiate_group(cfg, "system")
     require(
         system.clocked or cfg.eval.every_seconds is None,

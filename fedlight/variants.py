@@ -20,7 +20,8 @@ def fill_from_variant(owner: object, key: str, variants: VariantTable) -> None:
     variant = owner.variant  # type: ignore[attr-defined]
     require(
         variant in variants,
-        f"{key}={variant} is not a variant of this option; use one of {', '.join(variants)}",
+        f"{key}={variant} is not a variant of {type(owner).__name__}; use one of "
+        + ", ".join(variants),
     )
     for switch, value in variants[variant].items():
         if getattr(owner, switch) is None:

@@ -23,6 +23,7 @@ PRESETS = [
     "privacy",
     "personalization",
     "async",
+    "niid_bench",
 ]
 
 
@@ -158,6 +159,38 @@ def test_each_personalization_setting_composes_the_method_its_label_names() -> N
         assert (cfg.fl.num_clients, cfg.fl.clients_per_round) == (100, 10)
         assert cfg.partition.classes_per_client == 2 and cfg.partition.client_test_fraction == 0.2
     assert seen == set(methods) == set(group_options("experiment/personalization"))
+
+
+def test_each_niid_bench_setting_builds_its_method_on_flower_niid_bench_settings(make_job) -> None:
+    """Built as the sweep builds them: 10 clients all training, E=10, B=64, SGD 0.01 momentum 0.9
+    weight decay 1e-5, simple_cnn on Fashion-MNIST, on both splits; SCAFFOLD's two variants."""
+    methods = {
+        "fedavg": ("FedAvg", {}),
+        "scaffold": ("Scaffold", {"correction": "weights", "control_norm": "steps"}),
+        "scaffold_fedlight": (
+            "Scaffold",
+            {"correction": "gradient", "control_norm": "momentum_steps"},
+        ),
+        "fedprox": ("FedProx", {"mu": 0.01}),
+        "fednova": ("FedNova", {"momentum": 0.9}),
+    }
+    seen = set()
+    for job in validate_command_line(["-m", "+experiment=niid_bench", "seed=0"]):
+        option = compose_config(job).hydra.runtime.choices["experiment/niid_bench"]
+        built = make_job(job)
+        seen.add((option, built.choices["partition"]))
+        name, settings = methods[option]
+        algorithm = built.algorithm
+        assert type(algorithm).__name__ == name, option
+        assert {k: getattr(algorithm, k) for k in settings} == settings, option
+        assert built.choices["data"] == "fmnist" and built.choices["model"] == "simple_cnn"
+        fl, local = built.settings.fl, built.settings.local
+        assert (fl.num_clients, fl.clients_per_round, fl.rounds) == (10, 10, 50)
+        assert (local.epochs, local.batch_size) == (10, 64)
+        optim = {k: built.config["optim"][k] for k in ("lr", "momentum", "weight_decay")}
+        assert optim == {"lr": 0.01, "momentum": 0.9, "weight_decay": 1e-5}
+    assert {option for option, _ in seen} == set(methods)
+    assert {split for _, split in seen} == {"dirichlet", "label_quantity"}
 
 
 def test_each_async_setting_does_the_same_client_work_on_the_same_clock() -> None:

@@ -159,6 +159,9 @@ class Algorithm(ABC):
     per_client_models: ClassVar[bool] = False
     # True for algorithms that run on the asynchronous driver (`fedlight.asynchronous`).
     asynchronous: ClassVar[bool] = False
+    # The `selection` option a configured variant's aggregation assumes, and why (FedProx's
+    # plain mean is unbiased under sampling ∝ n_k only); None: any selection.
+    required_selection: tuple[str, str] | None = None
     # Epochs of a second local training of each participant, of a model it keeps (Ditto's
     # personal model), after its upload; 0: none (`personal_training`).
     personal_epochs: int = 0

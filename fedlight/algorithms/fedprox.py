@@ -2,8 +2,12 @@
 (Algorithm 2), with FedAvg's server (and so any aggregator and server optimizer).
 
 Each client approximately minimizes h_k(w; x) = F_k(w) + μ/2 ‖w − x‖² around the global model x
-it received. Variant implemented: every selected client runs the configured local epochs (no
-γ-inexactness stopping and no dropped stragglers), and the proximal term enters through its
+it received. Server, by `algo.variant`: `fedlight` (default) is FedAvg's server, the
+sample-weighted mean of the deltas under any selection (as NIID-Bench and Flower's niid_bench run
+FedProx); `paper` is Algorithm 2 and the authors' code (flearn/trainers/fedprox.py, fedbase.py):
+clients drawn ∝ n_k (`selection=proportional`, required) and a plain mean of their updates.
+Client: every selected client runs the configured local epochs (no γ-inexactness stopping and no
+dropped stragglers), and the proximal term enters through its
 gradient, p.grad += μ (p − x_p), added to every trainable parameter that has a gradient after
 backpropagation, so any local optimizer (momentum, weight decay) sees the gradient of h_k. With
 μ = 0 this is FedAvg exactly.
@@ -14,11 +18,13 @@ from dataclasses import dataclass
 
 import torch
 
+from fedlight.aggregation.base import WEIGHTINGS, Part
 from fedlight.algorithms.base import LocalCallback
-from fedlight.algorithms.fedavg import FedAvg
+from fedlight.algorithms.fedavg import BUFFERS, UPDATE, FedAvg
 from fedlight.config import require
 from fedlight.context import RoundContext
 from fedlight.tensors import StateDict
+from fedlight.variants import VariantTable, fill_from_variant
 
 
 class ProximalTerm(LocalCallback):
@@ -47,13 +53,46 @@ class ProximalTerm(LocalCallback):
         return cls(mus.pop(), anchor, names)
 
 
+VARIANTS: VariantTable = {
+    "fedlight": {"update_weighting": "samples", "sampling": "any"},
+    "paper": {"update_weighting": "uniform", "sampling": "proportional"},
+}
+
+
 @dataclass
 class FedProx(FedAvg):
     mu: float = 0.01
+    variant: str = "fedlight"  # fedlight | paper: fills the switches below left None
+    update_weighting: str | None = None  # the deltas' own weighting: samples | uniform
+    sampling: str | None = None  # any | proportional: the selection the weighting assumes
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        fill_from_variant(self, "algo.variant", VARIANTS)
         require(self.mu >= 0, f"algo.mu={self.mu} must be >= 0 (0 is FedAvg)")
+        require(
+            self.update_weighting in WEIGHTINGS,
+            f"algo.update_weighting={self.update_weighting} is not a weighting; use samples or "
+            "uniform",
+        )
+        require(
+            self.sampling in ("any", "proportional"),
+            f"algo.sampling={self.sampling} is not a sampling; use any or proportional",
+        )
+        if self.sampling == "proportional":
+            self.required_selection = (
+                "proportional",
+                f"algo.sampling=proportional (algo.variant={self.variant}): the plain mean of "
+                "FedProx's paper is unbiased only for clients drawn ∝ n_k",
+            )
+
+    @property  # type: ignore[override]
+    def parts(self) -> dict[str, Part]:  # the variant's weighting of the deltas
+        assert self.update_weighting is not None
+        return {
+            UPDATE: Part(self.update_weighting, configurable=True),
+            BUFFERS: Part("samples", configurable=False),
+        }
 
     def local_callbacks(
         self, ctx: RoundContext, received: StateDict, client_state: StateDict | None

@@ -13,9 +13,11 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 from torch import Tensor
 
 from fedlight.context import Federation, RoundContext
+from fedlight.rng import Stream
 from fedlight.tensors import StateDict, nbytes
 
 STATE_PREFIX = "selection/"
@@ -70,6 +72,17 @@ class Population:
     state: StateDict
     pool: ClientPool
     global_weights: StateDict
+
+
+def draw_by_size(ctx: RoundContext, sizes: Sequence[int], count: int) -> list[int]:
+    """`count` clients without replacement, each draw ∝ the remaining clients' data sizes (numpy's
+    `choice(N, count, replace=False, p=n_k/n)`, as FedProx's code draws); at most as many as hold
+    data, from (seed, SELECTION, round)."""
+    weights = np.asarray(sizes, dtype=np.float64)
+    count = min(count, int(np.count_nonzero(weights)))
+    rng = ctx.generator(Stream.SELECTION)
+    drawn = rng.choice(len(weights), size=count, replace=False, p=weights / weights.sum())
+    return [int(c) for c in drawn]
 
 
 class Selection(ABC):

@@ -10,12 +10,9 @@ sent to every candidate) and `bytes_up` (two numbers each).
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from fedlight.config import require
 from fedlight.context import RoundContext
-from fedlight.rng import Stream
-from fedlight.selection.base import Population, Selection
+from fedlight.selection.base import Population, Selection, draw_by_size
 
 
 @dataclass
@@ -30,11 +27,8 @@ class PowerOfChoice(Selection):
         )
 
     def select(self, ctx: RoundContext, clients_per_round: int, seen: Population) -> list[int]:
-        sizes = np.asarray(seen.pool.sizes, dtype=np.float64)
-        holding = int(np.count_nonzero(sizes))  # a client without data has no loss to report
-        size = min(self.candidates, holding)
-        rng = ctx.generator(Stream.SELECTION)
-        drawn = rng.choice(ctx.num_clients, size=size, replace=False, p=sizes / sizes.sum())
-        losses = {int(c): seen.pool.evaluate(seen.global_weights, int(c)).loss for c in drawn}
+        # a client without data has no loss to report: never a candidate
+        drawn = draw_by_size(ctx, seen.pool.sizes, self.candidates)
+        losses = {c: seen.pool.evaluate(seen.global_weights, c).loss for c in drawn}
         highest = sorted(losses, key=lambda c: (-losses[c], c))[:clients_per_round]
         return sorted(highest)
