@@ -244,3 +244,24 @@ def test_server_adam_variants_match_hand_arithmetic_for_two_updates(
 def test_server_adam_paper_variant_is_the_default() -> None:
     adam = Adam()
     assert (adam.initial_v, adam.bias_correction) == ("tau_squared", "none")
+
+
+def test_flower_equals_niid_bench_with_sample_weighted_controls_under_full_participation() -> None:
+    """Flower's c = x₀ and c_i = x cancel when every client trains in round 1: three rounds match
+    NIID-Bench's rule with Δc sample-weighted (up to float rounding), though c differs by x₀
+    nowhere after round 1."""
+    finals = []
+    for algorithm in (
+        Scaffold(momentum=0.9, variant="flower"),
+        Scaffold(momentum=0.9, variant="niid_bench", control_weighting="samples"),
+    ):
+        loop = least_squares_loop(algorithm, HAND_CLIENTS, LR, K, momentum=0.9)
+        loop.server = algorithm.init_server(
+            {"w": X.clone(), "seen": torch.zeros((), dtype=F64)}, loop.federation
+        )
+        for round_index in (1, 2, 3):
+            loop.run_round(round_index)
+        finals.append((loop.server.weights["w"], loop.server.extras[CONTROL + "w"]))
+    (w_flower, c_flower), (w_niid, c_niid) = finals
+    assert torch.allclose(w_flower, w_niid, atol=1e-12)
+    assert torch.allclose(c_flower, c_niid, atol=1e-12)
