@@ -24,6 +24,7 @@ PRESETS = [
     "personalization",
     "async",
     "niid_bench",
+    "scaffold_stability",
 ]
 
 
@@ -191,6 +192,18 @@ def test_each_niid_bench_setting_builds_its_method_on_flower_niid_bench_settings
         assert optim == {"lr": 0.01, "momentum": 0.9, "weight_decay": 1e-5}
     assert {option for option, _ in seen} == set(methods)
     assert {split for _, split in seen} == {"dirichlet", "label_quantity"}
+
+
+def test_the_scaffold_stability_map_crosses_variants_momenta_and_learning_rates(make_job) -> None:
+    """27 cells, all SCAFFOLD on the same 2-class federation; the paper's variant is forced."""
+    cells = set()
+    for job in validate_command_line(["-m", "+experiment=scaffold_stability", "seed=0"]):
+        built = make_job(job)
+        algorithm = built.algorithm
+        assert type(algorithm).__name__ == "Scaffold" and algorithm.force
+        cells.add((algorithm.variant, algorithm.momentum, built.settings.fl.rounds))
+    assert len(cells) == 9 and {rounds for *_, rounds in cells} == {6}
+    assert {variant for variant, *_ in cells} == {"fedlight", "niid_bench", "paper"}
 
 
 def test_each_async_setting_does_the_same_client_work_on_the_same_clock() -> None:
