@@ -42,6 +42,7 @@ from fedlight.partitions.base import Partition
 from fedlight.rng import Stream, derive_seed, numpy_generator
 from fedlight.selection.base import Selection
 from fedlight.stages import Stages
+from fedlight.variants import resolved_variants
 from fedlight.workers import (
     OneWorker,
     Workers,
@@ -298,6 +299,14 @@ def finite_or_null(summary: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def variants_summary(algorithm: Algorithm) -> dict[str, Any]:
+    """`variants`: the reference variant of the algorithm and its server optimizer, with every
+    switch as it ran; absent when neither has variants."""
+    components = {"algo": algorithm, "server_opt": getattr(algorithm, "server_opt", None)}
+    variants = resolved_variants(components)
+    return {"variants": variants} if variants else {}
+
+
 def write_summary(
     job: Job, output_dir: Path, history: History, loggers: list[RoundLogger]
 ) -> dict[str, Any]:
@@ -318,6 +327,7 @@ def write_summary(
         | traffic_summary(history.bytes_up, history.bytes_to_target)
         | {"diverged_at_round": history.diverged_at_round, "divergence": history.divergence}
         | ({"stopped": history.stopped} if history.stopped else {})
+        | variants_summary(job.stages.algorithm)
     )
     (output_dir / SUMMARY_NAME).write_text(json.dumps(summary, indent=2, allow_nan=False))
     write_curves(output_dir, history.rows)

@@ -26,3 +26,14 @@ def fill_from_variant(owner: object, key: str, variants: VariantTable) -> None:
     for switch, value in variants[variant].items():
         if getattr(owner, switch) is None:
             setattr(owner, switch, value)
+    owner.variant_switches = {switch: getattr(owner, switch) for switch in variants[variant]}  # type: ignore[attr-defined]
+
+
+def resolved_variants(components: Mapping[str, object]) -> dict[str, dict[str, object]]:
+    """Each component's variant and the switches it ran with, by config group (summary.json's
+    `variants`): the YAML shows the switches a variant filled as null."""
+    return {
+        group: {"variant": component.variant, **component.variant_switches}  # type: ignore[attr-defined]
+        for group, component in components.items()
+        if hasattr(component, "variant_switches")
+    }

@@ -265,3 +265,29 @@ def test_flower_equals_niid_bench_with_sample_weighted_controls_under_full_parti
     (w_flower, c_flower), (w_niid, c_niid) = finals
     assert torch.allclose(w_flower, w_niid, atol=1e-12)
     assert torch.allclose(c_flower, c_niid, atol=1e-12)
+
+
+def test_summary_records_the_switches_each_variant_ran_with(
+    make_job: Callable[[list[str]], Job], tmp_path: Path
+) -> None:
+    """The YAML keeps the filled switches null, so summary.json says what ran."""
+    overrides = [*TINY, "fl.rounds=1", "algo=scaffold", "algo.variant=niid_bench"]
+    summary = run_job(
+        make_job([*overrides, "server_opt=adam", "server_opt.variant=flower"]), tmp_path
+    )
+    assert summary["variants"]["algo"] == {
+        "variant": "niid_bench",
+        "correction": "weights",
+        "control_norm": "steps",
+        "control_update": "option2",
+        "update_weighting": "samples",
+        "control_weighting": "uniform",
+        "control_init": "zero",
+    }
+    assert summary["variants"]["server_opt"] == {
+        "variant": "flower",
+        "initial_v": "zero",
+        "bias_correction": "flower",
+    }
+    fedavg = run_job(make_job([*TINY, "fl.rounds=1"]), tmp_path / "fedavg")
+    assert "variants" not in fedavg
