@@ -191,9 +191,11 @@ def hand_round(
     return y, c_new, x_new, c_plus
 
 
-def run_hand_round(num_clients: int, server_lr: float) -> tuple[RecordingScaffold, FederatedLoop]:
+def run_hand_round(
+    num_clients: int, server_lr: float, variant: str = "fedlight"
+) -> tuple[RecordingScaffold, FederatedLoop]:
     """The same round through FederatedLoop.run_round, clients 2.. present but never sampled."""
-    algorithm = RecordingScaffold(server_lr=server_lr)
+    algorithm = RecordingScaffold(server_lr=server_lr, variant=variant)
     clients = HAND_CLIENTS + HAND_CLIENTS[:1] * (num_clients - 2)
     loop = least_squares_loop(
         algorithm, clients, LR, K, num_clients=num_clients, selection=FixedSelection([0, 1])
@@ -205,10 +207,14 @@ def run_hand_round(num_clients: int, server_lr: float) -> tuple[RecordingScaffol
     return algorithm, loop
 
 
+@pytest.mark.parametrize("variant", ["fedlight", "paper"])
 @pytest.mark.parametrize(("num_clients", "server_lr"), [(2, 1.0), (4, 0.5)])
-def test_one_round_matches_algorithm_1_by_hand(num_clients: int, server_lr: float) -> None:
-    """Full participation (N = 2) and 2 of N = 4 sampled, where c moves by |S|/N = 1/2 only."""
-    algorithm, loop = run_hand_round(num_clients, server_lr)
+def test_one_round_matches_algorithm_1_by_hand(
+    num_clients: int, server_lr: float, variant: str
+) -> None:
+    """Full participation (N = 2) and 2 of N = 4 sampled, where c moves by |S|/N = 1/2 only;
+    without momentum fedlight's default and the paper's variant are the same rule."""
+    algorithm, loop = run_hand_round(num_clients, server_lr, variant)
     y, c_new, x_new, c_plus = hand_round(num_clients, server_lr)
 
     for client, upload in enumerate(algorithm.uploads):
