@@ -32,9 +32,16 @@ def own_step(module: pl.LightningModule) -> Callable[..., Any] | None:
 class Evaluator:
     """Test metrics of weights loaded into the client module, on the test tensors given."""
 
-    def __init__(self, module: pl.LightningModule, batch_size: int) -> None:
+    def __init__(
+        self,
+        module: pl.LightningModule,
+        batch_size: int,
+        prepare: Callable[[Tensor], Tensor] = lambda examples: examples,
+    ) -> None:
+        """`prepare`: model inputs from a batch of stored examples (the dataset's)."""
         self.module = module
         self.batch_size = batch_size
+        self.prepare = prepare
         self.step = own_step(module)
 
     @torch.no_grad()
@@ -48,6 +55,7 @@ class Evaluator:
         for batch_index, (bx, by) in enumerate(
             zip(x.split(self.batch_size), y.split(self.batch_size), strict=True)
         ):
+            bx = self.prepare(bx)
             reported = self.step_metrics((bx, by), batch_index) if self.step else {}
             for name, value in reported.items():
                 own[name] = own.get(name, 0.0) + value * len(by)

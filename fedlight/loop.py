@@ -266,7 +266,7 @@ class FederatedLoop:
         self.finetune_engine = self.side_engine(
             settings.eval.finetune_epochs if tested else 0, Stream.FINE_TUNING
         )
-        self.evaluator = Evaluator(module, settings.eval.batch_size)
+        self.evaluator = Evaluator(module, settings.eval.batch_size, data.prepare)
         self.client_pool = ClientPool(client_indices, self.quality_on)
 
     def run_round(self, round_index: int) -> RoundStats:

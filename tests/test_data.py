@@ -19,7 +19,7 @@ from torchvision.io import encode_jpeg, write_jpeg, write_png
 
 from fedlight.data import cifar10, fmnist, mnist
 from fedlight.data.augment import CropFlip
-from fedlight.data.base import DataError, TensorDataset, normalize
+from fedlight.data.base import DataError, Normalization, TensorDataset
 from fedlight.data.cifar10 import CIFAR10
 from fedlight.data.digits import Digits
 from fedlight.data.fmnist import FashionMNIST
@@ -60,12 +60,38 @@ def assert_one_line(message: str) -> None:
 def test_normalize_uint8_per_channel():
     images = torch.tensor([[[[0, 255]], [[51, 102]], [[255, 0]]]], dtype=torch.uint8)
     before = images.clone()
-    out = normalize(images, (0.5, 0.2, 0.0), (0.5, 0.1, 2.0))
+    normalization = Normalization((0.5, 0.2, 0.0), (0.5, 0.1, 2.0))
+    out = normalization(images)
     assert out.dtype == torch.float32
     assert out.shape == (1, 3, 1, 2)
     expected = torch.tensor([[[[-1.0, 1.0]], [[0.0, 2.0]], [[0.5, 0.0]]]])
     assert torch.allclose(out, expected, atol=1e-6)
     assert torch.equal(images, before)
+    # several clients' batches stacked (the vectorized engine's [clients, B, C, H, W])
+    stacked = torch.stack([images, images.flip(-1)])
+    assert torch.equal(normalization(stacked), torch.stack([out, out.flip(-1)]))
+
+
+def test_uint8_batches_equal_the_float_path_bit_for_bit():
+    """Normalizing each batch where it is used gives exactly the values the float path, which
+    normalized the whole set at load time, indexed; augmentation then sees the same inputs."""
+    generator = torch.Generator().manual_seed(3)
+    images = torch.randint(0, 256, (64, 3, 8, 8), generator=generator, dtype=torch.uint8)
+    mean, std = cifar10.MEAN, cifar10.STD
+    whole = (images.float() / 255.0 - torch.tensor(mean).view(1, -1, 1, 1)).div_(
+        torch.tensor(std).view(1, -1, 1, 1)
+    )
+    data = TensorDataset(
+        images, torch.zeros(64), images, torch.zeros(64), 10, None, Normalization(mean, std)
+    )
+    for indices in torch.randperm(64, generator=generator).split(10):
+        assert torch.equal(data.prepare(data.train_x[indices]), whole[indices])
+    black = tuple(-m / s for m, s in zip(mean, std, strict=True))
+    crop = CropFlip(padding=2, fill=black)
+    indices = torch.arange(16)
+    augmented_uint8 = crop(data.prepare(data.train_x[indices]), torch.Generator().manual_seed(1))
+    augmented_float = crop(whole[indices], torch.Generator().manual_seed(1))
+    assert torch.equal(augmented_uint8, augmented_float)
 
 
 def test_tensor_dataset_input_shape_and_to():
@@ -184,7 +210,7 @@ def test_idx_fixture_loads_and_normalizes(tmp_path, network, source, folder, mea
     data = source(root=str(tmp_path), download=download).load()
     assert data.train_x.shape == (20, 1, 28, 28)
     assert data.test_x.shape == (10, 1, 28, 28)
-    assert data.train_x.dtype == data.test_x.dtype == torch.float32
+    assert data.train_x.dtype == data.test_x.dtype == torch.uint8  # normalized per batch
     assert data.train_y.dtype == data.test_y.dtype == torch.int64
     assert data.train_y.tolist() == TRAIN_LABELS.tolist()
     assert data.test_y.tolist() == TEST_LABELS.tolist()
@@ -192,11 +218,12 @@ def test_idx_fixture_loads_and_normalizes(tmp_path, network, source, folder, mea
     assert data.input_shape == (1, 28, 28)
     expected_train = (torch.from_numpy(train).float() / 255 - mean) / std
     expected_test = (torch.from_numpy(test).float() / 255 - mean) / std
-    assert torch.allclose(data.train_x[:, 0], expected_train, atol=1e-5)
-    assert torch.allclose(data.test_x[:, 0], expected_test, atol=1e-5)
+    inputs = data.prepare(data.train_x)
+    assert torch.allclose(inputs[:, 0], expected_train, atol=1e-5)
+    assert torch.allclose(data.prepare(data.test_x)[:, 0], expected_test, atol=1e-5)
     # black and white pixels, by hand
-    assert torch.allclose(data.train_x[0], torch.full((1, 28, 28), -mean / std), atol=1e-5)
-    assert torch.allclose(data.train_x[1], torch.full((1, 28, 28), (1 - mean) / std), atol=1e-5)
+    assert torch.allclose(inputs[0], torch.full((1, 28, 28), -mean / std), atol=1e-5)
+    assert torch.allclose(inputs[1], torch.full((1, 28, 28), (1 - mean) / std), atol=1e-5)
     # a file that is present is used as is, even with download=True
     assert network == []
 
@@ -448,13 +475,6 @@ def skip_cifar_md5(monkeypatch):
     )
 
 
-def to_uint8(images: torch.Tensor) -> torch.Tensor:
-    """Invert CIFAR-10 normalization back to exact uint8 pixels."""
-    mean = torch.tensor(cifar10.MEAN).view(1, 3, 1, 1)
-    std = torch.tensor(cifar10.STD).view(1, 3, 1, 1)
-    return torch.round((images * std + mean) * 255).to(torch.uint8)
-
-
 @pytest.mark.usefixtures("skip_cifar_md5")
 @pytest.mark.parametrize("download", [False, True])
 def test_cifar_batches_load(tmp_path, network, download):
@@ -462,7 +482,7 @@ def test_cifar_batches_load(tmp_path, network, download):
     data = CIFAR10(root=str(tmp_path), download=download, augment=False).load()
     assert data.train_x.shape == (10, 3, 32, 32)
     assert data.test_x.shape == (4, 3, 32, 32)
-    assert data.train_x.dtype == torch.float32
+    assert data.train_x.dtype == torch.uint8
     assert data.train_y.dtype == torch.int64
     assert data.train_y.tolist() == train_labels
     assert data.test_y.tolist() == test_labels
@@ -470,12 +490,13 @@ def test_cifar_batches_load(tmp_path, network, download):
     # channel-major rows come back as (C, H, W) in batch order
     expected_train = torch.from_numpy(train_rows).view(10, 3, 32, 32)
     expected_test = torch.from_numpy(test_rows).view(4, 3, 32, 32)
-    assert torch.equal(to_uint8(data.train_x), expected_train)
-    assert torch.equal(to_uint8(data.test_x), expected_test)
-    assert torch.allclose(data.train_x, normalize(expected_train, cifar10.MEAN, cifar10.STD))
+    assert torch.equal(data.train_x, expected_train)
+    assert torch.equal(data.test_x, expected_test)
     # pixel (image 3, green, row 2, col 5) = (33 + 80 + 6 + 35) % 256 = 154
-    assert to_uint8(data.train_x)[3, 1, 2, 5].item() == 154
-    assert data.train_x[0, 0, 0, 0].item() == pytest.approx(-0.4914 / 0.2470, abs=1e-5)
+    assert data.train_x[3, 1, 2, 5].item() == 154
+    assert data.prepare(data.train_x)[0, 0, 0, 0].item() == pytest.approx(
+        -0.4914 / 0.2470, abs=1e-5
+    )
     assert network == []
 
 
@@ -550,9 +571,9 @@ def test_cifar_image_folder_labels_and_pixels(tmp_path, network):
     assert data.test_y.tolist() == [0, 1, 1, 2]
     # within a class, files in sorted name order: a.png, b.png, c.PNG
     order = sorted(expected_train, key=lambda x: (x[0], x[1]))
-    assert torch.equal(to_uint8(data.train_x), torch.stack([img for _, _, img in order]))
+    assert torch.equal(data.train_x, torch.stack([img for _, _, img in order]))
     expected_test = [folder_image(50), folder_image(51), gray.expand(3, 32, 32), folder_image(52)]
-    assert torch.equal(to_uint8(data.test_x), torch.stack(expected_test))
+    assert torch.equal(data.test_x, torch.stack(expected_test))
     assert network == []
 
 
@@ -565,7 +586,7 @@ def test_cifar_image_folder_jpeg(tmp_path):
             write_jpeg(image, str(tmp_path / split / name / "0.jpg"), quality=100)
     data = CIFAR10(root=str(tmp_path), augment=False).load()
     assert data.train_y.tolist() == [0, 1] and data.test_y.tolist() == [0, 1]
-    pixels = to_uint8(data.train_x).int()
+    pixels = data.train_x.int()
     for label, color in enumerate(colors.values()):
         target = torch.tensor(color).view(3, 1, 1)
         assert (pixels[label] - target).abs().max().item() <= 3  # JPEG is lossy
@@ -629,7 +650,7 @@ def test_cifar_augment_setting(tmp_path):
     assert isinstance(augmented.augment, CropFlip)
     assert augmented.augment.padding == 4
     # the fill is a black pixel after normalization
-    black = normalize(torch.zeros(1, 3, 1, 1, dtype=torch.uint8), cifar10.MEAN, cifar10.STD)
+    black = Normalization(cifar10.MEAN, cifar10.STD)(torch.zeros(1, 3, 1, 1, dtype=torch.uint8))
     assert torch.allclose(torch.tensor(augmented.augment.fill), black.flatten(), atol=1e-6)
     assert CIFAR10(root=str(tmp_path), augment=False).load().augment is None
 

@@ -43,7 +43,7 @@ def test_the_personal_model_takes_one_proximal_sgd_step_by_hand_and_the_global_i
     module = job.model(input_shape=data.input_shape, num_classes=data.num_classes)
     personal, global_weights = before["client_states"]["0"], before["server_weights"]
     module.load_state_dict(personal)
-    loss = module.training_step((data.train_x[indices], data.train_y[indices]), 0)
+    loss = module.training_step((data.prepare(data.train_x[indices]), data.train_y[indices]), 0)
     loss.backward()
     for name, param in module.named_parameters():
         pull = lam * (personal[name] - global_weights[name])

@@ -71,7 +71,7 @@ def test_local_accuracies_are_each_clients_model_on_its_held_out_examples(
         weights = checkpoint["client_states"].get(str(client)) or checkpoint["server_weights"]
         if algo == "fedavg":
             weights = checkpoint["server_weights"]
-        x, y = data.train_x[index], data.train_y[index]
+        x, y = data.prepare(data.train_x[index]), data.train_y[index]
         by_hand.append(evaluator.evaluate(weights, x, y)[ACCURACY])
     saved = json.loads((tmp_path / "local_accuracy.json").read_text())["accuracies"]
     assert [saved[str(c)] for c in range(10)] == pytest.approx(by_hand, abs=1e-12)

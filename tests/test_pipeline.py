@@ -294,7 +294,7 @@ def test_a_modules_own_validation_step_evaluates_the_model(
     module = EvaluatingModule(data.input_shape, data.num_classes)
     module.load_state_dict(load_checkpoint(tmp_path / "run" / "checkpoint.pt")["server_weights"])
     with torch.no_grad():
-        logits = module(data.test_x)
+        logits = module(data.prepare(data.test_x))
     top2 = (logits.topk(2, dim=1).indices == data.test_y.unsqueeze(1)).any(dim=1)
     argmax = (logits.argmax(dim=1) == data.test_y).double().mean().item()
     assert float(rows[-1]["test_accuracy"]) == pytest.approx(top2.double().mean().item(), 1e-6)

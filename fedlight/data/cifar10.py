@@ -14,7 +14,7 @@ from torchvision import datasets
 from torchvision.io import ImageReadMode, decode_image, read_file
 
 from fedlight.data.augment import CropFlip
-from fedlight.data.base import DataError, TensorDataset, normalize
+from fedlight.data.base import DataError, Normalization, TensorDataset
 from fedlight.data.torchvision_source import open_torchvision
 
 MEAN, STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
@@ -92,10 +92,11 @@ class CIFAR10:
             test_labels = torch.tensor(test.targets, dtype=torch.int64)
         black = tuple(-m / s for m, s in zip(MEAN, STD, strict=True))
         return TensorDataset(
-            normalize(train_images, MEAN, STD),
+            train_images,
             train_labels,
-            normalize(test_images, MEAN, STD),
+            test_images,
             test_labels,
             10,
             CropFlip(padding=4, fill=black) if self.augment else None,
+            Normalization(MEAN, STD),
         )

@@ -7,7 +7,7 @@ from typing import Any
 
 from torchvision import datasets
 
-from fedlight.data.base import TensorDataset, normalize
+from fedlight.data.base import Normalization, TensorDataset
 from fedlight.data.idx import NUM_CLASSES, SPLITS, read_idx_split, split_files
 from fedlight.data.torchvision_source import open_torchvision
 
@@ -37,11 +37,12 @@ def load_idx_dataset(
         train, test = open_torchvision(dataset_class, root, download, folder, setting)
         train_x, train_y, test_x, test_y = train.data, train.targets, test.data, test.targets
     return TensorDataset(
-        normalize(train_x.unsqueeze(1), mean, std),
+        train_x.unsqueeze(1),
         train_y,
-        normalize(test_x.unsqueeze(1), mean, std),
+        test_x.unsqueeze(1),
         test_y,
         NUM_CLASSES,
+        normalization=Normalization(mean, std),
     )
 
 

@@ -54,7 +54,7 @@ class SequentialEngine(Engine):
         losses: list[Tensor] = []
         step = examples = 0
         for indices in batch_indices(task.indices, generator, local.epochs, local.batch_size):
-            x, y = data.train_x[indices], data.train_y[indices]
+            x, y = data.prepare(data.train_x[indices]), data.train_y[indices]
             if task.label_map is not None:
                 y = task.label_map[y]
             if augment is not None:
@@ -92,4 +92,5 @@ class SequentialEngine(Engine):
         """The task's examples in order, in batches of the local batch size, unaugmented."""
         for indices in task.indices.split(self.settings.local.batch_size):
             y = self.data.train_y[indices]
-            yield self.data.train_x[indices], y if task.label_map is None else task.label_map[y]
+            x = self.data.prepare(self.data.train_x[indices])
+            yield x, y if task.label_map is None else task.label_map[y]

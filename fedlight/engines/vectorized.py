@@ -267,7 +267,7 @@ class VectorizedEngine(Engine):
             for stream, takes in zip(streams, taking, strict=True)
         ]
         indices = pad_sequence(rows, batch_first=True)  # pads with example 0, masked out below
-        x, y = data.train_x[indices], data.train_y[indices]
+        x, y = data.prepare(data.train_x[indices]), data.train_y[indices]
         if data.augment is not None:
             for client, (row, generator) in enumerate(zip(rows, generators, strict=True)):
                 if len(row):  # draws from the client's generator exactly as the sequential engine

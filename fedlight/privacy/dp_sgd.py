@@ -136,7 +136,7 @@ class DPSGDEngine(SequentialEngine):
                 for p in params:
                     p.grad_sample = torch.zeros((0, *p.shape), device=p.device, dtype=p.dtype)
             else:
-                x, y = data.train_x[indices], data.train_y[indices]
+                x, y = data.prepare(data.train_x[indices]), data.train_y[indices]
                 if task.label_map is not None:
                     y = task.label_map[y]
                 if data.augment is not None:
