@@ -64,6 +64,7 @@ RESUME_FREE_KEYS = (
     "fl.backend",
     "fl.rounds",
     "checkpoint.every",
+    "data.cache_dir",  # where decoded images are kept, not what they are
     "privacy.target_epsilon",  # the budget: the noise a run calibrated is in its checkpoint
 )
 # Paths compared as the place they name: `data.root=../data/` is `data.root=../data`.

@@ -4,6 +4,7 @@ import csv
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -18,6 +19,10 @@ from fedlight.experiment import Job, run_job
 from fedlight.loop import FederatedLoop
 
 register_schema()
+
+# Decoded-image caches (data.cache_dir's default, the user's cache) go to a folder of the test
+# run's own, here and in the processes tests start, never to the user's ~/.cache.
+os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="fedlight-test-cache-")
 
 if "PYTEST_XDIST_WORKER" in os.environ:
     # A parallel run (`pytest -n`) already fills the cores with test processes: one torch thread

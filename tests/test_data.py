@@ -548,6 +548,65 @@ def write_png_file(path: Path, image: torch.Tensor) -> None:
     write_png(image, str(path))
 
 
+def write_small_tree(root: Path) -> None:
+    for split, count in (("train", 2), ("test", 1)):
+        for label, name in enumerate(("cat", "dog")):
+            for k in range(count):
+                write_png_file(root / split / name / f"{k}.png", folder_image(10 * label + k))
+
+
+def test_cifar_decode_cache_hit_miss_stale_and_corrupt(tmp_path, capsys, monkeypatch):
+    """A miss decodes and writes the cache; a hit decodes nothing; a changed image makes it stale
+    and an unreadable file is rebuilt, each said in one line; the tensors are always the tree's."""
+    tree, cache = tmp_path / "tree", tmp_path / "cache"
+    write_small_tree(tree)
+    source = CIFAR10(root=str(tree), augment=False, cache_dir=str(cache))
+    first = source.load()
+    [cache_file] = cache.glob("cifar10-*.pt")
+    assert capsys.readouterr().err == ""
+
+    with monkeypatch.context() as patch:
+        patch.setattr(cifar10, "decode", lambda path: pytest.fail(f"decoded {path} on a hit"))
+        hit = source.load()
+    assert all(torch.equal(getattr(hit, k), getattr(first, k)) for k in ("train_x", "test_x"))
+    assert hit.train_y.tolist() == first.train_y.tolist() == [0, 0, 1, 1]
+    assert capsys.readouterr().err == ""
+
+    write_png_file(tree / "train" / "cat" / "0.png", folder_image(99))
+    stale = source.load()
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"cache {cache_file} is stale" in err
+    assert torch.equal(stale.train_x[0], folder_image(99))
+
+    cache_file.write_bytes(b"not a torch file")
+    rebuilt = source.load()
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"cache {cache_file} is unreadable" in err
+    assert torch.equal(rebuilt.train_x, stale.train_x)
+    source.load()
+    assert capsys.readouterr().err == ""  # rebuilt: a hit again
+
+
+def test_cifar_decode_cache_that_cannot_be_written_is_said_and_skipped(tmp_path, capsys):
+    tree = tmp_path / "tree"
+    write_small_tree(tree)
+    blocked = tmp_path / "a_file"
+    blocked.write_text("")
+    data = CIFAR10(root=str(tree), augment=False, cache_dir=str(blocked / "cache")).load()
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot write the decoded-image cache" in err
+    assert "data.cache_dir" in err and data.train_x.shape == (4, 3, 32, 32)
+
+
+def test_cifar_decode_cache_defaults_to_the_users_cache_folder(tmp_path, monkeypatch):
+    tree = tmp_path / "tree"
+    write_small_tree(tree)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    CIFAR10(root=str(tree), augment=False).load()
+    assert len(list((tmp_path / "xdg" / "fedlight").glob("cifar10-*.pt"))) == 1
+    assert not list(tree.rglob("*.pt"))  # nothing written into the data root
+
+
 def test_cifar_image_folder_labels_and_pixels(tmp_path, network):
     # class folders made in non-sorted order; labels must follow the sorted names
     expected_train: list[tuple[int, torch.Tensor]] = []
