@@ -44,15 +44,19 @@ class SequentialEngine(Engine):
         for group, lr in zip(optimizer.param_groups, lrs, strict=True):
             group["lr"] = lr
         seed = self.seed_of(round_index, task.client)
-        if any(type(c).on_train_start is not LocalCallback.on_train_start for c in callbacks):
+        measuring = [
+            c for c in callbacks if type(c).on_train_start is not LocalCallback.on_train_start
+        ]
+        if measuring:
             torch.manual_seed(seed)
-            for callback in callbacks:
+            for callback in measuring:
                 callback.on_train_start(module, self.all_batches(task))
         generator = torch.Generator().manual_seed(seed)
         torch.manual_seed(seed)  # for the module's own randomness, e.g. dropout
         augment = data.augment
         losses: list[Tensor] = []
-        step = examples = 0
+        step = 0
+        examples = len(measuring) * len(task.indices)  # a measuring pass is the client's work
         for indices in batch_indices(task.indices, generator, local.epochs, local.batch_size):
             x, y = data.prepare(data.train_x[indices]), data.train_y[indices]
             if task.label_map is not None:
