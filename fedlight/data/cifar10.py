@@ -106,7 +106,7 @@ def cached(path: Path, key: str) -> Decoded | None:
     if not path.is_file():
         return None
     try:
-        content = torch.load(path, weights_only=True)
+        content = torch.load(path, weights_only=True, mmap=True)
         tensors = {name: content[name] for name in ("train_x", "train_y", "test_x", "test_y")}
         stored_key = content["fingerprint"]
         complete = all(isinstance(t, Tensor) for t in tensors.values())
