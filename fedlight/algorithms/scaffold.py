@@ -1,5 +1,5 @@
 """SCAFFOLD: Karimireddy et al., "SCAFFOLD: Stochastic Controlled Averaging for Federated
-Learning", ICML 2020, Algorithm 1 with control update option II.
+Learning", ICML 2020, Algorithm 1 with control update option II (option I by switch).
 
 The exact variant implemented (x global model, y_i local model, c server control, c_i client
 control, S the sampled clients, N the federation size, η_g the server learning rate):
@@ -27,12 +27,18 @@ control, S the sampled clients, N the federation size, η_g the server learning 
   again the average corrected gradient. Without it, (x − y_i)/(K η_l) is about 1/(1 − ρ) times too
   large and the corrections diverge (README, "SCAFFOLD and local momentum"). A client that took
   no step (no data) keeps its control, sends Δc_i = 0 and is left out of the server's means.
-- Reference variants (issue 18, first switches): `algo.correction=weights` applies the
-  correction as NIID-Bench's `experiments.py`, Flower's niid_bench (`ScaffoldOptimizer.step_custom`)
-  and NVFlare do: p −= η_l (c − c_i) after each optimizer step, outside momentum and weight decay
-  (sequential engine); `algo.control_norm=steps` divides option II by K η_l as they do (with
-  correction=weights this is their variant). Gradient correction with `steps` normalization under
-  momentum diverges and is refused unless `algo.force=true`.
+- The above is `algo.variant=fedlight` (default). Reference variants (`VARIANTS`, README
+  "Reference variants") set the switches below at once; an explicit switch wins:
+  `correction=weights` applies p −= η_l (c − c_i) after each optimizer step, outside momentum and
+  weight decay, as NIID-Bench's `experiments.py`, Flower's niid_bench (`ScaffoldOptimizer.
+  step_custom`) and NVFlare do (sequential engine); `control_norm=steps` divides option II by
+  K η_l; `control_update=option1` sets c_i⁺ = ∇f_i(x), the full-batch gradient of the client's
+  loss at the x it received, from one extra pass before training (the paper's option I; the pass
+  is counted in the client's examples); `update_weighting`/`control_weighting` weight Δy and Δc by
+  samples instead of uniformly (NIID-Bench: Δy; Flower: both); `control_init=model` starts c at
+  x₀ and a new client's c_i at the x it receives (Flower). `paper` is gradient + steps, which
+  diverges under momentum and is refused there unless `algo.force=true`; `niid_bench` is weights
+  + steps with Δy by samples; `flower` adds Δc by samples and control_init=model.
 - Upload: Δy_i = y_i − x for every state entry (parameters and buffers, as FedAvg) and
   Δc_i = c_i⁺ − c_i for trainable parameters; both are counted in bytes_up.
 - Server: x ← x + η_g · (1/|S|) Σ_{i∈S} Δy_i for parameters, the paper's plain (unweighted) mean
