@@ -80,6 +80,7 @@ class RecordingScaffold(Scaffold):
     """Scaffold that also keeps each upload, to compare Δy_i and Δc_i with the hand values."""
 
     uploads: list[ClientUpload] = field(default_factory=list)
+    examples: list[int] = field(default_factory=list)  # each client's LocalResult.examples
 
     def upload(
         self,
@@ -90,6 +91,7 @@ class RecordingScaffold(Scaffold):
     ) -> tuple[ClientUpload, StateDict | None]:
         upload, state = super().upload(ctx, received, local, client_state)
         self.uploads.append(upload)
+        self.examples.append(local.examples)
         return upload, state
 
 

@@ -4,23 +4,21 @@ option I, FedProx's paper server with sampling ∝ n_k)."""
 
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 import torch
 from torch import Tensor
 
-from fedlight.algorithms.base import ClientUpload, LocalResult, ServerState
+from fedlight.algorithms.base import ServerState
 from fedlight.algorithms.fedprox import FedProx
 from fedlight.algorithms.scaffold import CONTROL, DELTA_C, DELTA_Y, Scaffold
 from fedlight.config import ConfigError
-from fedlight.context import Federation, RoundContext
+from fedlight.context import Federation
 from fedlight.experiment import Job, run_job
 from fedlight.selection.base import ClientPool, ModelQuality, Population
 from fedlight.selection.proportional import Proportional
 from fedlight.server_opt.adam import Adam
-from fedlight.tensors import StateDict
 
 from .conftest import TINY
 from .test_scaffold import (
@@ -37,24 +35,6 @@ from .test_scaffold import (
     hand_momentum_training,
     least_squares_loop,
 )
-
-
-@dataclass
-class ExampleCounting(Scaffold):
-    """Keeps `LocalResult.examples` of each client's training."""
-
-    examples: list[int] = field(default_factory=list)
-
-    def upload(
-        self,
-        ctx: RoundContext,
-        received: StateDict,
-        local: LocalResult,
-        client_state: StateDict | None,
-    ) -> tuple[ClientUpload, StateDict | None]:
-        self.examples.append(local.examples)
-        return super().upload(ctx, received, local, client_state)
-
 
 SCAFFOLD_SWITCHES = (
     "correction",
@@ -174,7 +154,7 @@ def test_option1_extra_pass_counts_as_the_clients_work() -> None:
     """A system's clock charges the examples trained on: K full-batch steps plus the one pass."""
     examples: dict[str, list[int]] = {}
     for update in ("option1", "option2"):
-        algorithm = ExampleCounting(control_update=update)
+        algorithm = RecordingScaffold(control_update=update)
         run_variant_round(algorithm, 2, 0.0)
         examples[update] = algorithm.examples
     sizes = [len(b) for _, b in HAND_CLIENTS]
