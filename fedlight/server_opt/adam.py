@@ -60,8 +60,7 @@ class Adam(AdaptiveServerOptimizer):
     def direction(self, delta: Tensor, state: Slots) -> tuple[Tensor, Slots]:
         if self.bias_correction == "none":
             return super().direction(delta, state)
-        m = self.beta1 * state["m"] + (1 - self.beta1) * delta
-        v = self.second_moment(state["v"], delta * delta)
+        m, v = self.moments(delta, state)
         t = state["t"] + 1
         count = t.item()
         if self.bias_correction == "moments":

@@ -99,7 +99,11 @@ class AdaptiveServerOptimizer(ServerOptimizer):
     def second_moment(self, v: Tensor, delta_sq: Tensor) -> Tensor:
         """v_t from v_{t-1} and Δ_t²."""
 
-    def direction(self, delta: Tensor, state: Slots) -> tuple[Tensor, Slots]:
+    def moments(self, delta: Tensor, state: Slots) -> tuple[Tensor, Tensor]:
+        """m_t and v_t from Δ and the old slots."""
         m = self.beta1 * state["m"] + (1 - self.beta1) * delta
-        v = self.second_moment(state["v"], delta * delta)
+        return m, self.second_moment(state["v"], delta * delta)
+
+    def direction(self, delta: Tensor, state: Slots) -> tuple[Tensor, Slots]:
+        m, v = self.moments(delta, state)
         return m / (v.sqrt() + self.tau), {"m": m, "v": v}
