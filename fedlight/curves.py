@@ -1,12 +1,14 @@
 """The one curve writer: panels of per-round lines (a mean, optionally a ± std band), saved as
 curves.png. A run's own curves (`fedlight.outputs`) and a sweep's report (`fedlight.report`) both
-draw through it."""
+draw through it. matplotlib is imported when a figure is drawn, at the end of a run, so that a
+run's start does not pay for it."""
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 @dataclass
@@ -26,8 +28,16 @@ class Panel:
     xlabel: str = "round"  # "round" draws integer ticks
 
 
+def figure(width: float, height: float) -> "Figure":
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(width, height))
+
+
 def write_curves(path: Path, panels: list[Panel], width: float, dpi: int) -> None:
-    fig = Figure(figsize=(width, 4.5 if len(panels) == 1 else 4))
+    from matplotlib.ticker import MaxNLocator
+
+    fig = figure(width, 4.5 if len(panels) == 1 else 4)
     axes = fig.subplots(1, len(panels), squeeze=False)[0]
     for ax, panel in zip(axes, panels, strict=True):
         for line in panel.lines:

@@ -5,7 +5,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from matplotlib.figure import Figure
 
 from fedlight import curves
 from fedlight.curves import Line, Panel
@@ -24,7 +23,7 @@ def write_label_histogram(output_dir: Path, histogram: np.ndarray) -> None:
         json.dumps({str(c): row.tolist() for c, row in enumerate(histogram)})
     )
     height = min(2 + 0.12 * len(histogram), 30)
-    fig = Figure(figsize=(1.5 + 0.5 * histogram.shape[1], height))
+    fig = curves.figure(1.5 + 0.5 * histogram.shape[1], height)
     ax = fig.subplots()
     fig.subplots_adjust(left=0.2, right=0.95)
     image = ax.imshow(histogram, aspect="auto", cmap="viridis", interpolation="nearest")
@@ -123,7 +122,7 @@ def write_participation(output_dir: Path, counts: list[int]) -> None:
     (output_dir / "participation.json").write_text(
         json.dumps({"counts": {str(client): count for client, count in enumerate(counts)}})
     )
-    fig = Figure(figsize=(10, 3.5))
+    fig = curves.figure(10, 3.5)
     by_client, histogram = fig.subplots(1, 2)
     fig.subplots_adjust(left=0.07, right=0.98, bottom=0.15, wspace=0.25)
     by_client.bar(range(len(counts)), counts, width=1.0)
@@ -152,7 +151,7 @@ def write_local_accuracies(output_dir: Path, accuracies: list[float]) -> None:
             }
         )
     )
-    fig = Figure(figsize=(6, 3.5))
+    fig = curves.figure(6, 3.5)
     ax = fig.subplots()
     fig.subplots_adjust(bottom=0.15)
     ax.hist(tested, bins=20, range=(0.0, 1.0))
