@@ -45,7 +45,9 @@ def compare(name: str, trees: dict[str, Path], command, repeats: int, workdir: P
         for label, tree in trees.items():
             runs[label].append(timed(tree, command(label, repeat), workdir))
             seconds, gigabytes = runs[label][-1]
-            print(f"  {name} {label} #{repeat + 1}: {seconds:.2f} s  {gigabytes:.2f} GB", flush=True)
+            print(
+                f"  {name} {label} #{repeat + 1}: {seconds:.2f} s  {gigabytes:.2f} GB", flush=True
+            )
     medians = {
         label: (statistics.median(s for s, _ in r), statistics.median(g for _, g in r))
         for label, r in runs.items()

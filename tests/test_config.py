@@ -5,6 +5,7 @@ import torch
 
 from fedlight.cli import CONF_DIR, group_options, validate_command_line
 from fedlight.config import CONFIG_GROUPS, ConfigError
+from fedlight.experiment import Job
 
 # What an option needs besides itself (it refuses to run without, in one line; tested elsewhere).
 COMPANIONS = {
@@ -54,6 +55,27 @@ def test_each_dataset_picks_a_default_model_that_the_user_can_override(
 ) -> None:
     assert make_job([f"data={data}"]).choices["model"] == model
     assert make_job([f"data={data}", "model=mlp"]).choices["model"] == "mlp"
+
+
+def test_cifar10_brings_its_training_settings_and_the_command_line_and_presets_win(
+    make_job,
+) -> None:
+    def training(job: Job) -> tuple:
+        s = job.settings
+        return (s.local.batch_size, s.local.epochs, s.optim.lr, s.optim.momentum, s.eval.batch_size)
+
+    assert training(make_job(["data=cifar10"])) == (32, 1, 0.01, 0.9, 250)
+    assert training(make_job(["data=fmnist"])) == (10, 1, 0.05, 0.0, 1000)  # the primary's
+    assert training(make_job(["data=cifar10", "optim.lr=0.001", "local.epochs=3"])) == (
+        32,
+        3,
+        0.001,
+        0.9,
+        250,
+    )
+    preset = make_job(["+experiment=fedavg_vs_scaffold", "data=cifar10", "seed=0"])
+    assert training(preset)[:4] == (64, 1, 0.01, 0.9) and preset.choices["data"] == "cifar10"
+    assert make_job(["data=cifar10"]).data.augment is True
 
 
 def test_mcmahan_cnn_has_the_papers_parameter_count(make_job) -> None:
