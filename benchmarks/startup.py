@@ -16,6 +16,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parents[1]
@@ -39,7 +40,14 @@ def timed(tree: Path, command: list[str], workdir: Path) -> tuple[float, float]:
     return float(seconds), int(kilobytes) / 1e6
 
 
-def compare(name: str, trees: dict[str, Path], command, repeats: int, workdir: Path) -> None:
+def compare(
+    name: str,
+    trees: dict[str, Path],
+    command: Callable[[str, int], list[str]],
+    repeats: int,
+    workdir: Path,
+) -> None:
+    """`command(label, repeat)` is the interpreter's arguments for one run of one tree."""
     runs: dict[str, list[tuple[float, float]]] = {label: [] for label in trees}
     for repeat in range(repeats):
         for label, tree in trees.items():
