@@ -7,6 +7,11 @@ other stage's under "<namespace>/<key>" (e.g. "wire.upload.fp16/net.0.weight").
 A round reads and writes the state of its participants only, one client at a time (`get`, `put`),
 so a store never has to hold every client's tensors at once. `fl.client_state` picks the store:
 
+- `auto` (the default): a state in RAM when `fl.num_clients` states of its size fit in
+  `fl.client_state_memory_mb`, on disk otherwise. Small models keep the memory store's speed;
+  large ones (SCAFFOLD's c_i of the CIFAR-10 CNN for 100 clients: 420 MB) keep RAM flat as
+  clients accumulate state. The choice depends on the state's size alone, so every worker and a
+  resumed run make the same one, and either place gives the same numbers.
 - `memory`: every state in RAM and in checkpoint.pt (the simplest; fine while all states fit).
 - `disk`: one file per client state version under `<run dir>/client_states/<client>/<round>.pt`;
   RAM and the checkpoint hold only the index {client: round of its newest version}, so memory is
@@ -33,7 +38,7 @@ from typing import Any, cast
 import torch
 
 from fedlight.checkpoint import save_checkpoint
-from fedlight.config import ConfigError
+from fedlight.config import ConfigError, FLSettings
 from fedlight.tensors import StateDict
 
 CLIENT_STATES_DIR = "client_states"  # the disk store's folder inside a run directory
@@ -170,12 +175,22 @@ class DiskClientStates(ClientStates):
         names it. Every worker has finished the round then, so no one still reads that one."""
         previous = self.newest.get(client)
         self.newest[client] = round_index
-        if previous is None or previous == round_index:
-            return
-        if self.saved.get(client) == previous:
-            self.superseded[client] = previous
+        if previous is not None and previous != round_index:
+            self.release(client, previous)
+
+    def forget(self, client: int) -> None:
+        """`client`'s state now lives elsewhere: its newest version goes like a replaced one."""
+        previous = self.newest.pop(client, None)
+        if previous is not None:
+            self.release(client, previous)
+
+    def release(self, client: int, round_index: int) -> None:
+        """A version no longer newest: deleted now, or after the next checkpoint if the saved
+        checkpoint names it."""
+        if self.saved.get(client) == round_index:
+            self.superseded[client] = round_index
         elif self.owns_files:
-            self.path(client, previous).unlink()
+            self.path(client, round_index).unlink()
 
     def state_dict(self) -> dict[str, Any]:
         """Client id (as text) → the round of its newest version: no tensors."""
@@ -210,6 +225,64 @@ class DiskClientStates(ClientStates):
         self.saved, self.superseded = dict(self.newest), {}
 
 
+class AutoClientStates(ClientStates):
+    """`fl.client_state=auto`: each state in `memory` when `num_clients` states of its size fit
+    in `memory_bytes`, else in `disk`. The checkpoint holds one mapping with both kinds of entry
+    (tensors, or the round of a version file), so this store also resumes memory and disk runs."""
+
+    def __init__(
+        self,
+        memory: MemoryClientStates,
+        disk: DiskClientStates,
+        num_clients: int,
+        memory_bytes: int,
+    ) -> None:
+        self.memory = memory
+        self.disk = disk
+        self.num_clients = num_clients
+        self.memory_bytes = memory_bytes
+
+    def __getitem__(self, client: int) -> StateDict:
+        return self.memory[client] if client in self.memory.states else self.disk[client]
+
+    def __iter__(self) -> Iterator[int]:
+        yield from self.memory
+        yield from self.disk
+
+    def __len__(self) -> int:
+        return len(self.memory) + len(self.disk)
+
+    def __contains__(self, client: object) -> bool:
+        return client in self.memory.states or client in self.disk
+
+    def write(self, client: int, round_index: int, state: StateDict) -> Written:
+        size = sum(t.numel() * t.element_size() for t in state.values())
+        if self.num_clients * size <= self.memory_bytes:
+            return self.memory.write(client, round_index, state)
+        return self.disk.write(client, round_index, state)
+
+    def commit(self, client: int, round_index: int, written: Written) -> None:
+        if isinstance(written, int):  # the disk store wrote a version file
+            self.memory.states.pop(client, None)
+            self.disk.commit(client, round_index, written)
+        else:
+            self.disk.forget(client)
+            self.memory.commit(client, round_index, written)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Client id (as text) → its tensors (in RAM) or the round of its version file."""
+        return self.memory.state_dict() | self.disk.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any], run_dir: Path) -> None:
+        on_disk = {client: entry for client, entry in state.items() if isinstance(entry, int)}
+        in_memory = {client: entry for client, entry in state.items() if client not in on_disk}
+        self.memory.load_state_dict(in_memory, run_dir)
+        self.disk.load_state_dict(on_disk, run_dir)
+
+    def checkpoint_saved(self) -> None:
+        self.disk.checkpoint_saved()
+
+
 def link_or_copy(origin: Path, destination: Path) -> None:
     """A hard link (no bytes copied; safe because versions are replaced, never written in place),
     or a copy where the file system cannot link."""
@@ -225,10 +298,14 @@ def link_or_copy(origin: Path, destination: Path) -> None:
 
 
 def client_state_store(
-    kind: str, run_dir: Path, device: torch.device, owns_files: bool = True
+    settings: FLSettings, run_dir: Path, device: torch.device, owns_files: bool = True
 ) -> ClientStates:
-    """The store `fl.client_state` names, for a run writing into `run_dir`; `owns_files` on one
-    worker of the run."""
-    if kind == "disk":
-        return DiskClientStates(run_dir / CLIENT_STATES_DIR, device, owns_files)
-    return MemoryClientStates(device)
+    """The store `settings.client_state` names, for a run writing into `run_dir`; `owns_files`
+    on one worker of the run."""
+    disk = DiskClientStates(run_dir / CLIENT_STATES_DIR, device, owns_files)
+    if settings.client_state == "disk":
+        return disk
+    if settings.client_state == "memory":
+        return MemoryClientStates(device)
+    memory_bytes = int(settings.client_state_memory_mb * 2**20)
+    return AutoClientStates(MemoryClientStates(device), disk, settings.num_clients, memory_bytes)

@@ -70,7 +70,7 @@ def check_nccl(backend: str, is_cuda: bool, device: str) -> None:
     )
 
 
-CLIENT_STATE_STORES = ("memory", "disk")  # fl.client_state: see fedlight.client_states
+CLIENT_STATE_STORES = ("auto", "memory", "disk")  # fl.client_state: see fedlight.client_states
 ENGINE_CHOICES = ("auto", "sequential", "vectorized")  # fl.engine; see fedlight.engines
 BACKENDS = ("auto", "gloo", "nccl")  # fl.backend: torch.distributed backend of fl.workers > 1
 EXCHANGES = ("uploads", "sums")  # fl.exchange: what workers exchange per round (see fedlight.loop)
@@ -83,7 +83,8 @@ class FLSettings:
     num_clients: int = 100
     clients_per_round: int = 10
     rounds: int = 50
-    client_state: str = "memory"
+    client_state: str = "auto"
+    client_state_memory_mb: float = 256.0  # auto: RAM while num_clients such states fit in it
     engine: str = "auto"  # how clients train locally: see fedlight.engines
     # Processes that share each round's clients (see fedlight.workers): on this machine, or under
     # torchrun the world size the environment gives.
@@ -103,8 +104,14 @@ class FLSettings:
         require(self.rounds >= 1, f"fl.rounds={self.rounds} must be >= 1")
         require(
             self.client_state in CLIENT_STATE_STORES,
-            f"fl.client_state={self.client_state} is not a store; use memory (states in RAM) or "
-            "disk (one file per client under <run dir>/client_states/, for many clients)",
+            f"fl.client_state={self.client_state} is not a store; use auto (RAM while all clients' "
+            "states fit in fl.client_state_memory_mb, else disk), memory (states in RAM) or disk "
+            "(one file per client under <run dir>/client_states/, for many clients)",
+        )
+        require(
+            self.client_state_memory_mb >= 0,
+            f"fl.client_state_memory_mb={self.client_state_memory_mb} must be >= 0 (0: every "
+            "state on disk under fl.client_state=auto)",
         )
         require(
             self.engine in ENGINE_CHOICES,

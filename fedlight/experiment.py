@@ -5,6 +5,7 @@ rank of a process group torchrun started (see `fedlight.workers`); every worker 
 loop, and the main worker (rank 0) writes the run directory's files.
 """
 
+import gc
 import json
 import math
 import os
@@ -225,12 +226,30 @@ def warn_of_empty_clients(client_sets: list[np.ndarray]) -> None:
 
 
 def run_worker(workers: Workers, job: Job, output_dir: Path) -> dict[str, Any]:
-    """This worker's part of the job; every worker returns the main worker's summary."""
-    settings = job.settings
+    """This worker's part of the job; every worker returns the main worker's summary. The
+    summary and its figures are written once the rounds' data, models and client states are
+    released, so that plotting reuses their memory instead of adding to the run's peak."""
     workers.barrier()  # a resumed checkpoint is complete: its writer has left the job before
     checkpoint = resumed_checkpoint(job)
     output_dir = workers.broadcast(output_dir)  # torchrun: each rank's Hydra chose its own
     output_dir.mkdir(parents=True, exist_ok=True)
+    loggers = [*job.loggers, ConsoleProgress()] if workers.main else []
+    history = run_rounds(workers, job, output_dir, checkpoint, loggers)
+    del checkpoint
+    gc.collect()  # the loop's reference cycles hold the data and models until collected
+    summary = write_summary(job, output_dir, history, loggers) if workers.main else {}
+    return workers.broadcast(summary)
+
+
+def run_rounds(
+    workers: Workers,
+    job: Job,
+    output_dir: Path,
+    checkpoint: dict[str, Any] | None,
+    loggers: list[RoundLogger],
+) -> History:
+    """Load the data, build the loop (resumed from `checkpoint`, if any) and run its rounds."""
+    settings = job.settings
     device = workers.device
     data = job.data.load().to(device)
 
@@ -264,7 +283,7 @@ def run_worker(workers: Workers, job: Job, output_dir: Path) -> dict[str, Any]:
         job.stages.algorithm,
         job.stages.selection,
         job.stages.lr_schedule,
-        client_state_store(settings.fl.client_state, output_dir, device, workers.main),
+        client_state_store(settings.fl, output_dir, device, workers.main),
         workers,
         job.stages.wire,
         job.stages.attack,
@@ -276,11 +295,10 @@ def run_worker(workers: Workers, job: Job, output_dir: Path) -> dict[str, Any]:
         loop.load_state_dict(checkpoint, Path(str(settings.resume)))
     workers.barrier()  # the main worker has linked a disk store's resumed files: now they are read
 
-    loggers = [*job.loggers, ConsoleProgress()] if workers.main else []
     run_info = RunInfo(output_dir, job.config, job.choices, job.sweep_group, settings.fl.rounds)
     for logger in loggers:
         logger.start(run_info)
-    history = loop.run(
+    return loop.run(
         loggers,
         output_dir / CHECKPOINT_NAME,
         {
@@ -288,8 +306,6 @@ def run_worker(workers: Workers, job: Job, output_dir: Path) -> dict[str, Any]:
             "rounds": settings.fl.rounds,
         },
     )
-    summary = write_summary(job, output_dir, history, loggers) if workers.main else {}
-    return workers.broadcast(summary)
 
 
 def finite_or_null(summary: dict[str, Any]) -> dict[str, Any]:

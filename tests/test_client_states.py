@@ -1,5 +1,6 @@
 """Client state stores: the disk store round-trips exactly, keeps only the versions a resume can
-need, resumes bit-exactly into a self-contained run directory, and changes no number."""
+need, resumes bit-exactly into a self-contained run directory, and changes no number; the auto
+store puts each state where its size says and reads every store's checkpoints."""
 
 import hashlib
 from collections.abc import Callable, Iterator
@@ -11,7 +12,12 @@ import torch
 
 from fedlight.checkpoint import load_checkpoint
 from fedlight.cli import validate_command_line
-from fedlight.client_states import CLIENT_STATES_DIR, DiskClientStates
+from fedlight.client_states import (
+    CLIENT_STATES_DIR,
+    AutoClientStates,
+    DiskClientStates,
+    MemoryClientStates,
+)
 from fedlight.config import ConfigError
 from fedlight.experiment import Job, run_job
 from fedlight.tensors import StateDict
@@ -134,14 +140,27 @@ def test_a_resume_whose_state_files_are_missing_says_so_in_one_line(tmp_path: Pa
     [SCAFFOLD, [*TINY, "algo=local"], [*TINY, "algo=central"]],
     ids=["scaffold", "local", "central"],
 )
-def test_the_disk_store_gives_the_memory_stores_numbers(
+def test_the_disk_and_auto_stores_give_the_memory_stores_numbers(
     make_job: Callable[[list[str]], Job], tmp_path: Path, overrides: list[str]
 ) -> None:
-    run_job(make_job(overrides), tmp_path / "memory")
+    """The tiny model's states fit auto's default budget (RAM); with a budget of 0 they go to
+    disk."""
+    run_job(make_job([*overrides, "fl.client_state=memory"]), tmp_path / "memory")
     run_job(make_job([*overrides, "fl.client_state=disk"]), tmp_path / "disk")
+    run_job(make_job(overrides), tmp_path / "auto")
+    run_job(make_job([*overrides, "fl.client_state_memory_mb=0"]), tmp_path / "auto_disk")
     rows = rows_without_timings(tmp_path / "memory")
-    assert rows_without_timings(tmp_path / "disk") == rows and len(rows) == 4
+    assert len(rows) == 4
+    for store in ("disk", "auto", "auto_disk"):
+        assert rows_without_timings(tmp_path / store) == rows, store
     assert not (tmp_path / "memory" / CLIENT_STATES_DIR).exists()
+    assert not (tmp_path / "auto" / CLIENT_STATES_DIR).exists()
+    assert checkpoint_of(tmp_path / "auto")["client_states"].keys() == (
+        checkpoint_of(tmp_path / "auto_disk")["client_states"].keys()
+    )
+    assert all(
+        isinstance(r, int) for r in checkpoint_of(tmp_path / "auto_disk")["client_states"].values()
+    )
 
     in_memory = checkpoint_of(tmp_path / "memory")["client_states"]
     on_disk = DiskClientStates(tmp_path / "reread", CPU)
@@ -227,7 +246,45 @@ def test_an_unknown_client_state_store_fails_with_one_line() -> None:
         validate_command_line(["fl.client_state=ssd"])
     message = str(error.value)
     assert "\n" not in message
-    assert message.startswith("fl.client_state=ssd is not a store; use memory"), message
+    assert message.startswith("fl.client_state=ssd is not a store; use auto"), message
+    with pytest.raises(ConfigError, match=r"^fl.client_state_memory_mb=-1.0 must be >= 0"):
+        validate_command_line(["fl.client_state_memory_mb=-1"])
+
+
+def auto_store(directory: Path, num_clients: int, memory_bytes: int) -> AutoClientStates:
+    disk = DiskClientStates(directory, CPU)
+    return AutoClientStates(MemoryClientStates(CPU), disk, num_clients, memory_bytes)
+
+
+def test_the_auto_store_keeps_a_state_in_ram_when_every_clients_would_fit(tmp_path: Path) -> None:
+    """sample_state is 1,270 bytes: 10 clients' fit in 16,000 bytes, 20 clients' do not."""
+    small, large = sample_state(0), {"w": torch.zeros(1000)}  # 1,270 and 4,000 bytes
+    store = auto_store(tmp_path / "a", 10, 16_000)
+    store.put(0, 1, small)
+    store.put(1, 1, large)
+    assert list(store.memory) == [0] and list(store.disk) == [1]
+    assert files(tmp_path / "a") == ["1/1.pt"]
+    assert sorted(store) == [0, 1] and 1 in store and 2 not in store
+    assert_same_state(store[0], small)
+    assert_same_state(store[1], large)
+
+    saved = store.state_dict()
+    assert saved.keys() == {"0", "1"} and saved["1"] == 1
+    store.checkpoint_saved()
+    store.put(1, 2, small)  # now small enough for RAM: the file stays while the checkpoint names it
+    assert list(store.memory) == [0, 1] and list(store.disk) == []
+    assert files(tmp_path / "a") == ["1/1.pt"]
+    store.checkpoint_saved()
+    assert files(tmp_path / "a") == []
+
+    resumed = auto_store(tmp_path / "b", 10, 16_000)
+    run_dir = tmp_path / "run"
+    (run_dir / CLIENT_STATES_DIR / "1").mkdir(parents=True)
+    torch.save(large, run_dir / CLIENT_STATES_DIR / "1" / "1.pt")
+    resumed.load_state_dict({"0": small, "1": 1}, run_dir)
+    assert list(resumed.memory) == [0] and list(resumed.disk) == [1]
+    assert_same_state(resumed[1], large)
+    assert auto_store(tmp_path / "c", 20, 16_000).write(0, 1, small) == 1  # on disk
 
 
 def test_a_run_resumed_into_its_own_directory_keeps_what_its_checkpoint_names(
