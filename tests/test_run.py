@@ -2,13 +2,18 @@
 
 import csv
 import json
+import weakref
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 import wandb
 
+from fedlight import experiment
 from fedlight.checkpoint import load_checkpoint
+from fedlight.data.base import TensorDataset
 from fedlight.data.digits import Digits
 from fedlight.experiment import run_job
 from fedlight.loggers.base import METRIC_COLUMNS, RunInfo
@@ -186,3 +191,30 @@ def test_wandb_groups_a_sweep_types_jobs_by_algo_and_tags_the_choices(
     [call] = calls
     assert (call["group"], call["job_type"]) == ("multirun/x", "scaffold")
     assert call["tags"] == ["paper", "algo=scaffold", "partition=shards"]
+
+
+def test_the_summary_and_figures_are_written_after_the_rounds_data_is_released(
+    make_job, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Drawing the figures (matplotlib's import and rendering) reuses the memory of the data and
+    models instead of adding to the run's peak."""
+    job = make_job(TINY)
+    source, loaded = job.data, []
+
+    class RecordingSource:
+        def load(self) -> TensorDataset:
+            data = source.load()
+            loaded.append(weakref.ref(data.train_x))
+            return data
+
+    data_alive_at_summary = []
+
+    def write_summary(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        data_alive_at_summary.append(loaded[0]() is not None)
+        return real_write_summary(*args, **kwargs)
+
+    real_write_summary = experiment.write_summary
+    monkeypatch.setattr(experiment, "write_summary", write_summary)
+    run_job(replace(job, data=RecordingSource()), tmp_path)
+    assert data_alive_at_summary == [False]
+    assert (tmp_path / "curves.png").is_file()
