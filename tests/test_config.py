@@ -62,9 +62,9 @@ def test_cifar10_sets_its_eval_batch_and_the_command_line_and_presets_win(make_j
         s = job.settings
         return (s.local.batch_size, s.local.epochs, s.optim.lr, s.optim.momentum, s.eval.batch_size)
 
-    assert settings(make_job(["data=cifar10"])) == (10, 1, 0.05, 0.0, 250)
+    assert settings(make_job(["data=cifar10"])) == (10, 1, 0.05, 0.0, 100)
     assert settings(make_job(["data=fmnist"])) == (10, 1, 0.05, 0.0, 1000)  # the primary's
-    assert settings(make_job(["data=cifar10", "eval.batch_size=100"]))[4] == 100
+    assert settings(make_job(["data=cifar10", "eval.batch_size=500"]))[4] == 500
     preset = make_job(["+experiment=fedavg_vs_scaffold", "data=cifar10", "seed=0"])
     assert settings(preset)[:4] == (64, 1, 0.01, 0.9) and preset.choices["data"] == "cifar10"
     assert make_job(["data=cifar10"]).data.augment is True
