@@ -227,8 +227,8 @@ class DiskClientStates(ClientStates):
 
 class AutoClientStates(ClientStates):
     """`fl.client_state=auto`: each state in `memory` when `num_clients` states of its size fit
-    in `memory_bytes`, else in `disk`. The checkpoint holds one mapping with both kinds of entry
-    (tensors, or the round of a version file), so this store also resumes memory and disk runs."""
+    in `memory_bytes`, else in `disk`. The checkpoint holds one mapping with both kinds of entry:
+    tensors, or the round of a version file."""
 
     def __init__(
         self,

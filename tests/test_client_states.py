@@ -199,12 +199,20 @@ def test_the_checkpoint_of_the_disk_store_holds_no_client_tensors(
     assert files(tmp_path / CLIENT_STATES_DIR) == expected
 
 
+@pytest.mark.parametrize(
+    "store",
+    [["fl.client_state=disk"], ["fl.client_state=auto", "fl.client_state_memory_mb=0"]],
+    ids=["disk", "auto_on_disk"],
+)
 def test_killed_and_resumed_with_the_disk_store_is_bit_exact_and_self_contained(
-    make_job: Callable[[list[str]], Job], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    make_job: Callable[[list[str]], Job],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    store: list[str],
 ) -> None:
     """Killed in round 4 after round 2's checkpoint: round 3 wrote new versions beside the ones
     the checkpoint names; the resume takes the named ones into its own run directory."""
-    overrides = [*SCAFFOLD, "fl.client_state=disk", "fl.rounds=5", "checkpoint.every=2"]
+    overrides = [*SCAFFOLD, *store, "fl.rounds=5", "checkpoint.every=2"]
     run_job(make_job(overrides), tmp_path / "full")
     killed_dir = tmp_path / "killed"
     run_killed_in_round(make_job(overrides), killed_dir, 4, monkeypatch)
