@@ -1,10 +1,12 @@
 """Benchmark: the time from `python -m fedlight <overrides>` to its exit, and its peak RSS, for this
 tree against a baseline checkout (e.g. `git worktree add /tmp/before <commit>`).
 
-The two trees run alternately, `--repeats` times each, under `/usr/bin/time`, so that load on the
-machine falls on both alike; printed: each run, the medians and the ratio this tree / baseline.
-A second table times `python -c "import fedlight.cli"` the same way: the share of the start that
-is imports.
+The commands run alternately, `--repeats` times each, under `/usr/bin/time`, so that load on the
+machine falls on all alike; printed: each run, the medians and each one's ratio to the baseline's
+run. Beside the two trees' runs: the floor of any process that trains a LightningModule, `import
+torch` plus building an SGD optimizer (which imports torch._dynamo), with and without `import
+pytorch_lightning`. A second table times `python -c "import fedlight.cli"` for both trees: the share
+of the start that is imports.
 
     python benchmarks/startup.py --baseline /tmp/before --repeats 5
     python benchmarks/startup.py --baseline /tmp/before -- data=cifar10 data.root=... fl.rounds=1
@@ -20,6 +22,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parents[1]
+# What any process that trains a torch model pays before its first step: the optimizer's
+# constructor imports torch._dynamo.
+FLOOR = "import torch; torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.1)"
+# A command: the tree first on the path, and the interpreter's arguments for repeat r.
+Command = tuple[Path, Callable[[int], list[str]]]
 
 
 def timed(tree: Path, command: list[str], workdir: Path) -> tuple[float, float]:
@@ -40,18 +47,12 @@ def timed(tree: Path, command: list[str], workdir: Path) -> tuple[float, float]:
     return float(seconds), int(kilobytes) / 1e6
 
 
-def compare(
-    name: str,
-    trees: dict[str, Path],
-    command: Callable[[str, int], list[str]],
-    repeats: int,
-    workdir: Path,
-) -> None:
-    """`command(label, repeat)` is the interpreter's arguments for one run of one tree."""
-    runs: dict[str, list[tuple[float, float]]] = {label: [] for label in trees}
+def compare(name: str, commands: dict[str, Command], repeats: int, workdir: Path) -> None:
+    """Time each labelled (tree, arguments for repeat r) alternately; the first is the reference."""
+    runs: dict[str, list[tuple[float, float]]] = {label: [] for label in commands}
     for repeat in range(repeats):
-        for label, tree in trees.items():
-            runs[label].append(timed(tree, command(label, repeat), workdir))
+        for label, (tree, arguments) in commands.items():
+            runs[label].append(timed(tree, arguments(repeat), workdir))
             seconds, gigabytes = runs[label][-1]
             print(
                 f"  {name} {label} #{repeat + 1}: {seconds:.2f} s  {gigabytes:.2f} GB", flush=True
@@ -60,12 +61,13 @@ def compare(
         label: (statistics.median(s for s, _ in r), statistics.median(g for _, g in r))
         for label, r in runs.items()
     }
-    (base_s, base_gb), (this_s, this_gb) = medians["baseline"], medians["this tree"]
-    print(
-        f"{name}: baseline {base_s:.2f} s {base_gb:.2f} GB, this tree {this_s:.2f} s "
-        f"{this_gb:.2f} GB; time ratio {this_s / base_s:.2f}, RSS ratio {this_gb / base_gb:.2f} "
-        f"(medians of {repeats})"
-    )
+    reference_s, reference_gb = next(iter(medians.values()))
+    print(f"{name} (medians of {repeats}):")
+    for label, (seconds, gigabytes) in medians.items():
+        print(
+            f"  {label}: {seconds:.2f} s ({seconds / reference_s:.0%}), {gigabytes:.2f} GB "
+            f"({gigabytes / reference_gb:.0%})"
+        )
 
 
 def main() -> None:
@@ -74,19 +76,38 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("overrides", nargs="*", default=["fl.rounds=1"])
     args = parser.parse_args()
-    trees = {"baseline": args.baseline.resolve(), "this tree": HERE}
+    baseline, this_tree = args.baseline.resolve(), HERE
     with tempfile.TemporaryDirectory() as scratch:
         workdir = Path(scratch)
 
-        def run(label: str, repeat: int) -> list[str]:
-            run_dir = workdir / f"{label.replace(' ', '_')}-{repeat}"
-            return ["-m", "fedlight", *args.overrides, f"hydra.run.dir={run_dir}"]
+        def fedlight_run(label: str) -> Callable[[int], list[str]]:
+            def arguments(repeat: int) -> list[str]:
+                run_dir = workdir / f"{label}-{repeat}"
+                return ["-m", "fedlight", *args.overrides, f"hydra.run.dir={run_dir}"]
 
-        compare("python -m fedlight " + " ".join(args.overrides), trees, run, args.repeats, workdir)
+            return arguments
+
+        compare(
+            "python -m fedlight " + " ".join(args.overrides),
+            {
+                "baseline": (baseline, fedlight_run("baseline")),
+                "this tree": (this_tree, fedlight_run("this_tree")),
+                "import torch + SGD": (this_tree, lambda repeat: ["-c", FLOOR]),
+                "import torch + SGD + Lightning": (
+                    this_tree,
+                    lambda repeat: ["-c", f"import pytorch_lightning; {FLOOR}"],
+                ),
+            },
+            args.repeats,
+            workdir,
+        )
+        import_cli = ["-c", "import fedlight.cli"]
         compare(
             "import fedlight.cli",
-            trees,
-            lambda label, repeat: ["-c", "import fedlight.cli"],
+            {
+                "baseline": (baseline, lambda repeat: import_cli),
+                "this tree": (this_tree, lambda repeat: import_cli),
+            },
             args.repeats,
             workdir,
         )
