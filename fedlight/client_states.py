@@ -302,10 +302,10 @@ def client_state_store(
 ) -> ClientStates:
     """The store `settings.client_state` names, for a run writing into `run_dir`; `owns_files`
     on one worker of the run."""
+    if settings.client_state == "memory":
+        return MemoryClientStates(device)
     disk = DiskClientStates(run_dir / CLIENT_STATES_DIR, device, owns_files)
     if settings.client_state == "disk":
         return disk
-    if settings.client_state == "memory":
-        return MemoryClientStates(device)
     memory_bytes = int(settings.client_state_memory_mb * 2**20)
     return AutoClientStates(MemoryClientStates(device), disk, settings.num_clients, memory_bytes)
