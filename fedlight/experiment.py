@@ -11,7 +11,7 @@ import math
 import os
 import sys
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, is_dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -111,22 +111,52 @@ class Job:
         return self.stages.lr_schedule
 
 
+class Absent:
+    """The value of a key one of two configs does not have (a setting added to fedlight after the
+    other was written); unlike None, which a config can hold."""
+
+    def __repr__(self) -> str:
+        return "absent"
+
+
+ABSENT = Absent()
+
+
 def differences(saved: Any, current: Any, path: str = "") -> list[tuple[str, Any, Any]]:
     """(dotted key, saved value, current value) of every value that differs between two nested
-    config dicts, in key order."""
+    config dicts, in key order; ABSENT stands for a key one of them lacks."""
     if isinstance(saved, dict) and isinstance(current, dict):
         return [
             found
             for key in sorted(set(saved) | set(current))
-            for found in differences(saved.get(key), current.get(key), f"{path}{key}.")
+            for found in differences(
+                saved.get(key, ABSENT), current.get(key, ABSENT), f"{path}{key}."
+            )
         ]
     return [] if saved == current else [(path.rstrip("."), saved, current)]
 
 
+def settings_default(dotted: str) -> Any:
+    """RunSettings' default for a dotted key (`fl.client_state_memory_mb`), ABSENT for a key that
+    is not a RunSettings field (the groups' options: `algo.*`, `data.*`, ...)."""
+    value: Any = RunSettings()
+    for name in dotted.split("."):
+        if not is_dataclass(value) or name not in {f.name for f in fields(value)}:
+            return ABSENT
+        value = getattr(value, name)
+    return value
+
+
 def first_difference(saved: Any, current: Any, derived: Collection[str] = ()) -> str | None:
     """The first differing key the user can have written: keys `derived` by interpolation from
-    another (e.g. `model.lr: ${optim.lr}`) are named only when nothing else differs."""
-    found = differences(saved, current)
+    another (e.g. `model.lr: ${optim.lr}`) are named only when nothing else differs. A setting
+    added to fedlight after the checkpoint was written (absent from its config) is no difference
+    at its default: a new setting's default keeps what runs did before it existed."""
+    found = [
+        (key, was, now)
+        for key, was, now in differences(saved, current)
+        if not (was is ABSENT and now == settings_default(key))
+    ]
     if not found:
         return None
     key, was, now = next((d for d in found if d[0] not in derived), found[0])

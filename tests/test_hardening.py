@@ -291,6 +291,35 @@ def test_a_changed_setting_is_named_as_the_user_wrote_it(
     assert resumed_checkpoint(make_job([*base, "checkpoint.every=5", "fl.rounds=9"])) is not None
 
 
+def test_a_checkpoint_from_before_a_setting_existed_resumes_at_its_default(
+    make_job: Callable[[list[str]], Job], finished: Path, tmp_path: Path
+) -> None:
+    """A run checkpointed before fedlight added a setting lacks it in its config; a resume that
+    leaves the setting at its default continues, one that sets it (or lacks a group option) is
+    refused in one line."""
+    older = load_checkpoint(finished / CHECKPOINT_NAME)
+    config = json.loads(older["config"])
+    del config["fl"]["client_state_memory_mb"]
+    older["config"] = json.dumps(config)
+    (tmp_path / "older").mkdir()
+    torch.save(older, tmp_path / "older" / CHECKPOINT_NAME)
+    base = [*TINY, "fl.rounds=3", "eval.every=2", f"resume={tmp_path / 'older'}"]
+    assert resumed_checkpoint(make_job(base)) is not None
+    with pytest.raises(
+        ConfigError,
+        match=r"config differs at fl.client_state_memory_mb \(checkpoint absent, now 1.0\)",
+    ):
+        resumed_checkpoint(make_job([*base, "fl.client_state_memory_mb=1"]))
+    algo_key = next(iter(config["algo"]))
+    del config["algo"][algo_key]
+    older["config"] = json.dumps(config)
+    torch.save(older, tmp_path / "older" / CHECKPOINT_NAME)
+    with pytest.raises(
+        ConfigError, match=rf"config differs at algo.{algo_key} \(checkpoint absent"
+    ):
+        resumed_checkpoint(make_job(base))
+
+
 def test_a_data_root_with_a_trailing_slash_is_the_same_place() -> None:
     a = comparable_config({"data": {"root": "../shared/data/"}})
     assert a == comparable_config({"data": {"root": "../shared/data"}})
