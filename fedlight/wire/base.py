@@ -39,7 +39,9 @@ class Payload(dict[str, Tensor]):
     """A message's entries on their way down a chain, with the names of its `metadata` entries,
     which every later transform passes unchanged."""
 
-    def __init__(self, entries: Mapping[str, Tensor] | None = None, metadata: Iterable[str] = ()):
+    def __init__(
+        self, entries: Mapping[str, Tensor] | None = None, metadata: Iterable[str] = ()
+    ) -> None:
         super().__init__(entries or {})
         self.metadata = frozenset(metadata)
         unknown = self.metadata - self.keys()
