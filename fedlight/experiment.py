@@ -15,6 +15,7 @@ from dataclasses import dataclass, fields, is_dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+import hydra
 import numpy as np
 import pytorch_lightning as pl
 import torch
@@ -147,19 +148,41 @@ def settings_default(dotted: str) -> Any:
     return value
 
 
+def value_before(dotted: str, config: dict[str, Any]) -> Any:
+    """The value of a setting that keeps what runs did before it existed: RunSettings' default
+    (a new setting's default keeps the old behaviour), or for a group option's setting what the
+    option's class declares in `settings_before` (where the new default changed what the option
+    does: `compression.bucket_size`, 0 for QSGD's one bucket per tensor); ABSENT otherwise."""
+    if (default := settings_default(dotted)) is not ABSENT:
+        return default
+    *path, name = dotted.split(".")
+    node: Any = config
+    for key in path:
+        node = node.get(key) if isinstance(node, dict) else None
+    if not isinstance(node, dict) or not isinstance(node.get("_target_"), str):
+        return ABSENT
+    option = hydra.utils.get_object(node["_target_"])
+    return getattr(option, "settings_before", {}).get(name, ABSENT)
+
+
 def first_difference(saved: Any, current: Any, derived: Collection[str] = ()) -> str | None:
     """The first differing key the user can have written: keys `derived` by interpolation from
     another (e.g. `model.lr: ${optim.lr}`) are named only when nothing else differs. A setting
     added to fedlight after the checkpoint was written (absent from its config) is no difference
-    at its default: a new setting's default keeps what runs did before it existed."""
+    at the value that keeps what runs did before it existed (`value_before`)."""
     found = [
         (key, was, now)
         for key, was, now in differences(saved, current)
-        if not (was is ABSENT and now == settings_default(key))
+        if not (was is ABSENT and now == value_before(key, current))
     ]
     if not found:
         return None
     key, was, now = next((d for d in found if d[0] not in derived), found[0])
+    if was is ABSENT and (before := value_before(key, current)) is not ABSENT:
+        return (
+            f"{key} (checkpoint absent, now {now!r}); the checkpoint predates the setting: "
+            f"{key}={json.dumps(before)} continues it as it ran"
+        )
     return f"{key} (checkpoint {was!r}, now {now!r})"
 
 

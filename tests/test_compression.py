@@ -17,7 +17,7 @@ from fedlight.config import ConfigError
 from fedlight.context import Federation
 from fedlight.experiment import Job, run_job
 from fedlight.tensors import StateDict, nbytes
-from fedlight.wire.base import UPLOAD, Wire
+from fedlight.wire.base import UPLOAD, Payload, Wire
 from fedlight.wire.fp16 import FP16
 
 from .conftest import TINY, rows_without_timings, run_killed_in_round
@@ -45,13 +45,13 @@ def test_top_k_keeps_the_largest_entries_and_ratio_one_is_lossless(scope: str) -
     ctx = FEDERATION.round(1)
     tensors = update()
     exact, _ = TopK(ratio=1.0, scope=scope).decode(
-        ctx, 0, TopK(ratio=1.0, scope=scope).encode(ctx, 0, tensors, None)[0], None
+        ctx, 0, TopK(ratio=1.0, scope=scope).encode(ctx, 0, Payload(tensors), None)[0], None
     )
     assert all(torch.equal(exact[n], tensors[n]) for n in tensors)
     assert list(exact) == list(tensors)
 
     top = TopK(ratio=0.1, scope=scope, error_feedback=False)
-    decoded, _ = top.decode(ctx, 0, top.encode(ctx, 0, tensors, None)[0], None)
+    decoded, _ = top.decode(ctx, 0, top.encode(ctx, 0, Payload(tensors), None)[0], None)
     if scope == "tensor":
         for name in ("w", "v"):
             k = math.ceil(0.1 * tensors[name].numel())
@@ -78,11 +78,11 @@ def test_positions_travel_in_the_narrowest_type_or_as_a_bitmap_and_bytes_are_exa
     ]
     ctx = FEDERATION.round(1)
     tensors = update()
-    sparse, _ = TopK(ratio=0.05).encode(ctx, 0, tensors, None)
+    sparse, _ = TopK(ratio=0.05).encode(ctx, 0, Payload(tensors), None)
     assert sparse["w.indices"].dtype == torch.int16 and "w.bitmap" not in sparse
     # 60 values + 60 int16 positions + 2 int32 dims; v: 1 value, 1 uint8, 1 dim; steps: 8
     assert nbytes(sparse) == serialized_length(sparse) == 60 * 6 + 8 + 4 + 1 + 4 + 8
-    dense, _ = TopK(ratio=0.5).encode(ctx, 0, tensors, None)
+    dense, _ = TopK(ratio=0.5).encode(ctx, 0, Payload(tensors), None)
     assert "w.bitmap" in dense and "w.indices" not in dense  # 150 bytes < 600 × 2
     assert nbytes(dense) == serialized_length(dense) == 600 * 4 + 150 + 8 + 4 * 4 + 1 + 4 + 8
     decoded, _ = TopK(ratio=0.5).decode(ctx, 0, dense, None)
@@ -98,7 +98,7 @@ def test_error_feedback_sends_in_total_what_the_client_computed() -> None:
     for round_index in range(1, 8):
         ctx = FEDERATION.round(round_index)
         delta = update(scale=round_index)
-        payload, state = top.encode(ctx, 3, delta, state)
+        payload, state = top.encode(ctx, 3, Payload(delta), state)
         decoded, _ = top.decode(ctx, 3, payload, None)
         for name in sent:
             sent[name] += decoded[name]
@@ -115,7 +115,7 @@ def test_random_k_is_unbiased_and_sends_only_values() -> None:
     draws = 2000
     for draw in range(draws):
         ctx = FEDERATION.round(draw + 1)
-        payload, state = rand.encode(ctx, 2, tensors, None)
+        payload, state = rand.encode(ctx, 2, Payload(tensors), None)
         assert state is None
         assert nbytes(payload) == serialized_length(payload) == 20 * 4 + 2 * 4
         decoded, _ = rand.decode(ctx, 2, payload, None)
@@ -201,7 +201,7 @@ def test_a_compressor_chains_with_the_wire_cast_that_follows_it() -> None:
     shapes as they are), and the receiver undoes the chain in reverse."""
     ctx = FEDERATION.round(1)
     tensors = update()
-    alone, _ = TopK(ratio=0.1).encode(ctx, 0, tensors, None)
+    alone, _ = TopK(ratio=0.1).encode(ctx, 0, Payload(tensors), None)
     wire = Wire(upload={"compression": TopK(ratio=0.1), "fp16": FP16()})
     payload, _ = wire.send(UPLOAD, ctx, 0, tensors, {})
     assert payload["w.values"].dtype == torch.float16

@@ -26,7 +26,7 @@ from fedlight.loop import FederatedLoop
 from fedlight.rng import Stream, derive_seed
 from fedlight.server_opt.adam import Adam
 from fedlight.tensors import StateDict
-from fedlight.wire.base import UPLOAD, Wire, WireTransform
+from fedlight.wire.base import UPLOAD, Payload, Wire, WireTransform
 from fedlight.wire.fp16 import FP16
 from fedlight.workers import spawn_workers
 
@@ -153,11 +153,11 @@ def test_error_feedback_carries_the_rounding_error_to_the_next_upload() -> None:
     cast = FP16(error_feedback=True)
     ctx = Federation(num_clients=1, trainable=frozenset()).round(1)
     value = torch.tensor([1.0 + 2**-11, 3.0], dtype=torch.float32)  # float16 steps by 2⁻¹⁰ at 1
-    payload, state = cast.encode(ctx, 0, {"w": value}, None)
+    payload, state = cast.encode(ctx, 0, Payload({"w": value}), None)
     assert payload["w"].dtype == torch.float16 and state is not None
     assert torch.equal(state["w"], value - payload["w"].float())
     assert payload["w"][0].item() == 1.0 and state["w"][0].item() == 2**-11
-    again, state = cast.encode(ctx, 0, {"w": value}, state)
+    again, state = cast.encode(ctx, 0, Payload({"w": value}), state)
     # The second message carries value + residual: 1 + 2⁻¹⁰, which float16 holds exactly.
     assert again["w"][0].item() == 1 + 2**-10 and state["w"][0].item() == 0.0
     decoded, _ = cast.decode(ctx, 0, again, None)
@@ -209,10 +209,10 @@ class Tagging(WireTransform):
         self.tag, self.log = tag, log
 
     def encode(
-        self, ctx: RoundContext, client: int, tensors: StateDict, state: StateDict | None
-    ) -> tuple[StateDict, StateDict | None]:
+        self, ctx: RoundContext, client: int, tensors: Payload, state: StateDict | None
+    ) -> tuple[Payload, StateDict | None]:
         self.log.append(f"encode {self.tag}")
-        return {**tensors, self.tag: torch.zeros(1)}, None
+        return Payload({**tensors, self.tag: torch.zeros(1)}, tensors.metadata), None
 
     def decode(
         self, ctx: RoundContext, client: int, payload: StateDict, state: StateDict | None

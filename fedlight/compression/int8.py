@@ -38,6 +38,7 @@ class Int8(Quantizer):
     error_feedback: bool = False
 
     parts: ClassVar[tuple[str, ...]] = PARTS
+    metadata_parts: ClassVar[tuple[str, ...]] = ("scale", "zero", "shape")
     metric: ClassVar[str] = "compression.int8.sq_error"
 
     def __post_init__(self) -> None:

@@ -4,7 +4,9 @@ payload parts and back, with optional error feedback and the round's squared err
 A subclass writes `quantize` (the parts of one tensor, drawing any randomness from the message's
 generator: stream WIRE, the round, the client) and `dequantize` (the same arithmetic on both
 sides, so the sender's residual e ← v − dequantize(quantize(v)) is exactly what the receiver
-lost). Other dtypes travel unchanged under their own names.
+lost). Every part but the coded values is metadata (`metadata_parts`: norms, scales, zero points,
+shapes), which later transforms of the chain pass bit for bit (`fedlight.wire.base.Payload`).
+Other dtypes, and metadata from before in the chain, travel unchanged under their own names.
 """
 
 from abc import abstractmethod
@@ -17,13 +19,14 @@ from fedlight.compression.packing import add_parts, decode_parts, put
 from fedlight.context import RoundContext
 from fedlight.rng import Stream
 from fedlight.tensors import StateDict
-from fedlight.wire.base import WireTransform
+from fedlight.wire.base import Payload, WireTransform
 
 
 class Quantizer(WireTransform):
     error_feedback: bool  # a dataclass field of each subclass
 
     parts: ClassVar[tuple[str, ...]]  # the payload parts of one tensor, "<name>.<part>"
+    metadata_parts: ClassVar[tuple[str, ...]]  # those of them that are not coded values
     metric: ClassVar[str]  # the round's summed squared quantization error, in the metrics channel
 
     @property
@@ -39,26 +42,28 @@ class Quantizer(WireTransform):
         """The float32 tensor the parts stand for."""
 
     def encode(
-        self, ctx: RoundContext, client: int, tensors: StateDict, state: StateDict | None
-    ) -> tuple[StateDict, StateDict | None]:
+        self, ctx: RoundContext, client: int, tensors: Payload, state: StateDict | None
+    ) -> tuple[Payload, StateDict | None]:
         generator = ctx.torch_generator(Stream.WIRE, client)
         payload: StateDict = {}
+        metadata = set(tensors.metadata)
         residuals: StateDict = {}
         squared_error = 0.0
         for name, t in tensors.items():
-            if t.dtype != torch.float32:
+            if t.dtype != torch.float32 or name in tensors.metadata:
                 put(payload, name, t)
                 continue
             if self.error_feedback and state is not None and name in state:
                 t = t + state[name]
             parts = self.quantize(t, generator)
             add_parts(payload, name, parts)
+            metadata.update(f"{name}.{part}" for part in self.metadata_parts)
             residual = t - self.dequantize(parts)
             squared_error += float(residual.double().square().sum())
             if self.error_feedback:
                 residuals[name] = residual
         ctx.metrics.add(self.metric, squared_error)
-        return payload, residuals if self.error_feedback else None
+        return Payload(payload, metadata), residuals if self.error_feedback else None
 
     def decode(
         self, ctx: RoundContext, client: int, payload: StateDict, state: StateDict | None

@@ -2,8 +2,9 @@
 NeurIPS 2018): each float32 tensor sends k = ⌈ratio·n⌉ entries at positions drawn from the
 derived generator (seed, WIRE, round, client), scaled by n/k so that the decoded tensor is an
 unbiased estimate. The receiver draws the same positions from the same generator, so only the
-values (and the shape) travel: 4k bytes per tensor. Error feedback is off by default (the
-estimate is unbiased); `error_feedback: true` keeps e ← (Δ + e) − decoded per client.
+values and the shape (the payload's metadata) travel: 4k bytes per tensor. Error feedback is off
+by default (the estimate is unbiased); `error_feedback: true` keeps e ← (Δ + e) − decoded per
+client.
 """
 
 import math
@@ -17,7 +18,7 @@ from fedlight.config import require
 from fedlight.context import RoundContext
 from fedlight.rng import Stream
 from fedlight.tensors import StateDict
-from fedlight.wire.base import WireTransform
+from fedlight.wire.base import Payload, WireTransform
 
 
 @dataclass
@@ -41,13 +42,14 @@ class RandK(WireTransform):
         return torch.randperm(size, generator=generator)[:k].sort().values.to(device)
 
     def encode(
-        self, ctx: RoundContext, client: int, tensors: StateDict, state: StateDict | None
-    ) -> tuple[StateDict, StateDict | None]:
+        self, ctx: RoundContext, client: int, tensors: Payload, state: StateDict | None
+    ) -> tuple[Payload, StateDict | None]:
         generator = ctx.torch_generator(Stream.WIRE, client)
         payload: StateDict = {}
+        metadata = set(tensors.metadata)
         residuals: StateDict = {}
         for name, t in tensors.items():
-            if t.dtype != torch.float32:
+            if t.dtype != torch.float32 or name in tensors.metadata:
                 payload[name] = t
                 continue
             if self.error_feedback and state and name in state:
@@ -57,11 +59,12 @@ class RandK(WireTransform):
             scale = flat.numel() / chosen.numel()
             payload[name + VALUES] = flat[chosen] * scale
             payload[name + SHAPE] = torch.tensor(list(t.shape), dtype=torch.int32)
+            metadata.add(name + SHAPE)
             if self.error_feedback:
                 residual = flat.clone()
                 residual[chosen] -= payload[name + VALUES]
                 residuals[name] = residual.view(t.shape)
-        return payload, residuals if self.error_feedback else None
+        return Payload(payload, metadata), residuals if self.error_feedback else None
 
     def decode(
         self, ctx: RoundContext, client: int, payload: StateDict, state: StateDict | None

@@ -35,6 +35,7 @@ class Sign(Quantizer):
     error_feedback: bool = True
 
     parts: ClassVar[tuple[str, ...]] = PARTS
+    metadata_parts: ClassVar[tuple[str, ...]] = ("scale", "shape")
     metric: ClassVar[str] = "compression.sign.sq_error"
 
     def quantize(self, t: Tensor, generator: torch.Generator) -> dict[str, Tensor]:

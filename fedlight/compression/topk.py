@@ -8,8 +8,9 @@ update (`scope: update`, k = ⌈ratio·Σn⌉ shared by all tensors, so a tensor
 float32 tensor travels as its kept values (float32) and their positions: a list of indices in the
 narrowest integer type that holds n − 1 (uint8, int16 or int32), or a bitmap of n bits when that is
 smaller (dense selections); its shape goes along (int32 per dimension), so the receiver needs
-nothing but the payload. Other dtypes travel unchanged. The residual is per-client state (the
-client-state store, memory or disk, checkpointed).
+nothing but the payload (positions and shape are its metadata, which a later cast leaves alone).
+Other dtypes travel unchanged. The residual is per-client state (the client-state store, memory
+or disk, checkpointed).
 """
 
 import math
@@ -22,7 +23,7 @@ from fedlight.compression.packing import pack_bits, unpack_bits
 from fedlight.config import require
 from fedlight.context import RoundContext
 from fedlight.tensors import StateDict
-from fedlight.wire.base import WireTransform
+from fedlight.wire.base import Payload, WireTransform
 
 SCOPES = ("tensor", "update")
 VALUES, INDICES, BITMAP, SHAPE = ".values", ".indices", ".bitmap", ".shape"
@@ -92,27 +93,30 @@ class TopK(WireTransform):
         return self.error_feedback
 
     def encode(
-        self, ctx: RoundContext, client: int, tensors: StateDict, state: StateDict | None
-    ) -> tuple[StateDict, StateDict | None]:
+        self, ctx: RoundContext, client: int, tensors: Payload, state: StateDict | None
+    ) -> tuple[Payload, StateDict | None]:
         corrected = {
             name: t + state[name] if self.error_feedback and state and name in state else t
             for name, t in tensors.items()
-            if t.dtype == torch.float32
+            if t.dtype == torch.float32 and name not in tensors.metadata
         }
         chosen = self.choose({name: t.reshape(-1) for name, t in corrected.items()})
         payload: StateDict = {}
+        metadata = set(tensors.metadata)
         residuals: StateDict = {}
         for name, t in tensors.items():
             if name not in corrected:
                 payload[name] = t
                 continue
             flat = corrected[name].reshape(-1)
-            payload |= encode_sparse(name, flat, chosen[name], t.shape)
+            sparse = encode_sparse(name, flat, chosen[name], t.shape)
+            payload |= sparse
+            metadata |= sparse.keys() - {name + VALUES}
             if self.error_feedback:
                 residual = flat.clone()
                 residual[chosen[name]] = 0
                 residuals[name] = residual.view(t.shape)
-        return payload, residuals if self.error_feedback else None
+        return Payload(payload, metadata), residuals if self.error_feedback else None
 
     def choose(self, flats: StateDict) -> dict[str, Tensor]:
         """The sorted positions each tensor keeps: its own top k, or its part of the update's."""

@@ -6,6 +6,12 @@ its chain in order, the bytes of the result are what the round counts, and the r
 chain in reverse order; the client trains from the decoded download and the server aggregates the
 decoded uploads. Both chains are empty by default (the identity: nothing is copied).
 
+Down the chain a message is a `Payload`: its entries, and the names of those that are metadata
+(what a transform needs to decode the others: a quantizer's norms, scales, zero points and shapes,
+a sparse tensor's positions). A transform re-encodes values only and passes metadata bit for bit,
+so a float16 cast after QSGD leaves its float32 norms as they are: a rounded norm would scale every
+entry of its bucket by the same error, and one above 65504 would become infinite.
+
 A transform may keep state: the sender's in `encode`, the receiver's in `decode`. On a client that
 is its per-client state (in the client-state store, memory or disk, under keys
 "<namespace>/<key>"); on the server it is the server's (in `ServerState.extras`, same keys). Both
@@ -19,12 +25,28 @@ A non-empty chain reports its time to the metrics channel, summed over the round
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+
+from torch import Tensor
 
 from fedlight.config import require
 from fedlight.context import RoundContext
 from fedlight.tensors import StateDict
+
+
+class Payload(dict[str, Tensor]):
+    """A message's entries on their way down a chain, with the names of its `metadata` entries,
+    which every later transform passes unchanged."""
+
+    def __init__(
+        self, entries: Mapping[str, Tensor] | None = None, metadata: Iterable[str] = ()
+    ) -> None:
+        super().__init__(entries or {})
+        self.metadata = frozenset(metadata)
+        unknown = self.metadata - self.keys()
+        if unknown:
+            raise ValueError(f"payload metadata names no entry: {sorted(unknown)}")
 
 
 class WireTransform(ABC):
@@ -39,9 +61,10 @@ class WireTransform(ABC):
 
     @abstractmethod
     def encode(
-        self, ctx: RoundContext, client: int, tensors: StateDict, state: StateDict | None
-    ) -> tuple[StateDict, StateDict | None]:
-        """What travels instead of `tensors`, and the sender's new state (None: none kept)."""
+        self, ctx: RoundContext, client: int, tensors: Payload, state: StateDict | None
+    ) -> tuple[Payload, StateDict | None]:
+        """What travels instead of `tensors`, and the sender's new state (None: none kept); the
+        entries `tensors.metadata` names pass unchanged and stay metadata."""
 
     @abstractmethod
     def decode(
@@ -91,16 +114,19 @@ class Wire:
         tensors: StateDict,
         state: StateDict,
     ) -> tuple[StateDict, StateDict]:
-        """The payload of `tensors` through the `direction` chain, and the sender's state."""
+        """The payload of `tensors` through the `direction` chain (a plain dict: what travels),
+        and the sender's state."""
         chain = self.chain(direction)
+        if not chain:
+            return tensors, state
         started = time.perf_counter()
+        payload = Payload(tensors)
         for name, transform in chain.items():
             namespace = f"wire.{direction}.{name}"
-            tensors, part = transform.encode(ctx, client, tensors, namespace_of(state, namespace))
+            payload, part = transform.encode(ctx, client, payload, namespace_of(state, namespace))
             state = with_namespace(state, namespace, part)
-        if chain:
-            ctx.metrics.add(f"wire.{direction}.encode_seconds", time.perf_counter() - started)
-        return tensors, state
+        ctx.metrics.add(f"wire.{direction}.encode_seconds", time.perf_counter() - started)
+        return dict(payload), state
 
     def receive(
         self,

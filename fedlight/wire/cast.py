@@ -4,7 +4,9 @@ Decoding casts back to float32, so the receiver computes with exactly the values
 can hold. With `error_feedback` the sender keeps what the cast lost, e_i ← (u + e_i) −
 cast(u + e_i), and adds it to its next message (Seide et al. 2014; Karimireddy et al., "Error
 Feedback Fixes SignSGD", ICML 2019), so rounding errors do not accumulate over rounds; e_i is
-per-client state. Other dtypes (float64, integer buffers) travel unchanged.
+per-client state. Other dtypes (float64, integer buffers) and the payload's metadata (after a
+quantizer: its float32 norms, scales and zero points, see `fedlight.wire.base.Payload`) travel
+unchanged, so a cast after `compression=qsgd`, `int8` or `sign` leaves their payload as it is.
 
 Reported per round (metrics channel): `wire.<dtype>.sq_error`, the squared rounding error
 Σ_i ‖v_i − cast(v_i)‖² summed over the round's messages (v_i with error feedback included), so a
@@ -18,7 +20,7 @@ import torch
 
 from fedlight.context import RoundContext
 from fedlight.tensors import StateDict
-from fedlight.wire.base import WireTransform
+from fedlight.wire.base import Payload, WireTransform
 
 
 @dataclass
@@ -32,13 +34,13 @@ class Cast(WireTransform):
         return self.error_feedback
 
     def encode(
-        self, ctx: RoundContext, client: int, tensors: StateDict, state: StateDict | None
-    ) -> tuple[StateDict, StateDict | None]:
+        self, ctx: RoundContext, client: int, tensors: Payload, state: StateDict | None
+    ) -> tuple[Payload, StateDict | None]:
         payload: StateDict = {}
         residuals: StateDict = {}
         squared_error = 0.0
         for name, t in tensors.items():
-            if t.dtype != torch.float32:
+            if t.dtype != torch.float32 or name in tensors.metadata:
                 payload[name] = t
                 continue
             if self.error_feedback and state is not None and name in state:
@@ -49,7 +51,7 @@ class Cast(WireTransform):
             if self.error_feedback:
                 residuals[name] = residual
         ctx.metrics.add(f"wire.{str(self.dtype).removeprefix('torch.')}.sq_error", squared_error)
-        return payload, residuals if self.error_feedback else None
+        return Payload(payload, tensors.metadata), residuals if self.error_feedback else None
 
     def decode(
         self, ctx: RoundContext, client: int, payload: StateDict, state: StateDict | None
