@@ -15,10 +15,10 @@ evaluated example costs what a trained one does: the model has one compute speed
 upper bound on a forward pass. `deadline` (virtual seconds, counted from the start of training)
 closes the round then: a participant that would finish later is a straggler, its update is lost
 (left out of the aggregate, which renormalizes over the rest; its client state stays as it was)
-and the round lasts the probe plus the deadline. `dropout` makes each selected client fail with that probability, drawn
-per (seed, SYSTEM, round, client): it trains and sends nothing, and with a deadline the server
-waits for it until the deadline. metrics.csv gains `virtual_time` (cumulative seconds),
-`round_seconds`, `stragglers` and `dropped_out`.
+and the round lasts the probe plus the deadline. `dropout` makes each selected client fail with
+that probability, drawn per (seed, SYSTEM, round, client): it trains and sends nothing, and with
+a deadline the server waits for it until the deadline. metrics.csv gains `virtual_time`
+(cumulative seconds), `round_seconds`, `stragglers` and `dropped_out`.
 """
 
 from dataclasses import dataclass
