@@ -293,8 +293,7 @@ def run_rounds(
     loggers: list[RoundLogger],
 ) -> Ran:
     """Load the data, build the loop (resumed from `checkpoint`, if any) and run its rounds."""
-    settings = job.settings
-    device = workers.device
+    settings, device = job.settings, workers.device
     data = job.data.load().to(device)
 
     labels = data.train_y.cpu().numpy()
@@ -310,12 +309,9 @@ def run_rounds(
         histogram = label_histogram(client_sets, labels, data.num_classes)
         write_label_histogram(output_dir, histogram)
         warn_of_empty_clients(client_sets)
-    client_indices = [torch.as_tensor(s, dtype=torch.int64, device=device) for s in client_sets]
-    client_test_indices = (
-        None
-        if client_test_sets is None
-        else [torch.as_tensor(s, dtype=torch.int64, device=device) for s in client_test_sets]
-    )
+    client_indices = index_tensors(client_sets, device)
+    tested = client_test_sets is not None
+    client_test_indices = index_tensors(client_test_sets, device) if tested else None
 
     torch.manual_seed(derive_seed(settings.seed, Stream.MODEL_INIT))
     module = job.model(input_shape=data.input_shape, num_classes=data.num_classes).to(device)
@@ -354,6 +350,11 @@ def run_rounds(
         },
     )
     return Ran(history, chance, environment)
+
+
+def index_tensors(sets: list[np.ndarray], device: torch.device) -> list[torch.Tensor]:
+    """Each client's example indices as a tensor on the run's device."""
+    return [torch.as_tensor(s, dtype=torch.int64, device=device) for s in sets]
 
 
 def run_environment(
