@@ -103,7 +103,9 @@ def test_the_summary_records_what_decides_the_float_results(
     before = torch.get_num_threads()
     run_job(make_job([*TINY, "fl.rounds=1", "fl.threads_per_worker=1"]), tmp_path / "one")
     run_job(make_job([*TINY, "fl.rounds=1", "fl.engine=vectorized"]), tmp_path / "vectorized")
-    environment = environment_of(tmp_path / "one")
+    summary = json.loads((tmp_path / "one" / "summary.json").read_text())
+    assert summary["collapsed_at_round"] is None  # it learned, and did not fall back
+    environment = summary["environment"]
     assert environment == {
         "torch_threads": 1,
         "workers": 1,
@@ -135,9 +137,10 @@ def test_a_resume_under_other_threads_records_both_and_an_older_checkpoint_unkno
     """`fl.threads_per_worker` may change on a resume and changes float rounding: the resumed
     run's summary keeps both values, oldest first. A checkpoint written before the record (no
     `environment` in it) makes every value `unknown, then` the resumed run's."""
-    overrides = [*TINY, "fl.threads_per_worker=1"]
-    run_killed_in_round(make_job(overrides), tmp_path / "killed", 3, monkeypatch)
-    resumed = [*TINY, "fl.threads_per_worker=2", f"resume={tmp_path / 'killed'}"]
+    three_rounds = [*TINY[:4], "fl.rounds=3", *TINY[5:]]
+    overrides = [*three_rounds, "fl.threads_per_worker=1"]
+    run_killed_in_round(make_job(overrides), tmp_path / "killed", 2, monkeypatch)
+    resumed = [*three_rounds, "fl.threads_per_worker=2", f"resume={tmp_path / 'killed'}"]
     run_job(make_job(resumed), tmp_path / "resumed")
     environment = environment_of(tmp_path / "resumed")
     assert environment["torch_threads"] == [1, 2]
