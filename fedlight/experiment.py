@@ -26,11 +26,13 @@ from fedlight.checkpoint import CHECKPOINT_NAME, resumable_checkpoint
 from fedlight.client_states import client_state_store
 from fedlight.config import ConfigError, RunSettings, require
 from fedlight.data.base import DataError, TensorDataset
+from fedlight.environment import float_environment, resumed_environment
 from fedlight.loggers.base import RoundLogger, RunInfo
 from fedlight.loggers.console import ConsoleProgress
 from fedlight.loop import STATE_KEYS, FederatedLoop, History
 from fedlight.lr_schedules.base import LRSchedule
 from fedlight.outputs import (
+    Chance,
     label_histogram,
     participation_summary,
     summarize,
@@ -57,7 +59,8 @@ from fedlight.workers import (
 
 # Settings that may differ between a run and its resumption without changing any number (dotted
 # for nested keys): a run may continue on another number of workers, checkpoint at another pace,
-# and run for more rounds than it was started with (`fl.rounds` is checked on its own).
+# and run for more rounds than it was started with (`fl.rounds` is checked on its own). Another
+# `fl.threads_per_worker` changes float rounding only; summary.json's environment records it.
 RESUME_FREE_KEYS = (
     "resume",
     "logger",
@@ -78,6 +81,17 @@ EMPTY_CLIENTS_WARNED = 0.1  # the share of clients without data above which a ru
 
 class DivergenceError(RuntimeError):
     """The run stopped at a round whose loss or weights were not finite (`fl.on_divergence`)."""
+
+
+@dataclass(frozen=True)
+class Ran:
+    """What the rounds leave for the summary: the history, the test set's chance accuracy, and
+    the environment that decided the float results (the main worker's; empty on the others).
+    Nothing of it holds the data, released before the figures are drawn."""
+
+    history: History
+    chance: Chance
+    environment: dict[str, Any]
 
 
 class DataSource(Protocol):
@@ -287,10 +301,10 @@ def run_worker(workers: Workers, job: Job, output_dir: Path) -> dict[str, Any]:
     output_dir = workers.broadcast(output_dir)  # torchrun: each rank's Hydra chose its own
     output_dir.mkdir(parents=True, exist_ok=True)
     loggers = [*job.loggers, ConsoleProgress()] if workers.main else []
-    history = run_rounds(workers, job, output_dir, checkpoint, loggers)
+    ran = run_rounds(workers, job, output_dir, checkpoint, loggers)
     del checkpoint
     gc.collect()  # the loop's reference cycles hold the data and models until collected
-    summary = write_summary(job, output_dir, history, loggers) if workers.main else {}
+    summary = write_summary(job, output_dir, ran, loggers) if workers.main else {}
     return workers.broadcast(summary)
 
 
@@ -300,13 +314,13 @@ def run_rounds(
     output_dir: Path,
     checkpoint: dict[str, Any] | None,
     loggers: list[RoundLogger],
-) -> History:
+) -> Ran:
     """Load the data, build the loop (resumed from `checkpoint`, if any) and run its rounds."""
-    settings = job.settings
-    device = workers.device
+    settings, device = job.settings, workers.device
     data = job.data.load().to(device)
 
     labels = data.train_y.cpu().numpy()
+    chance = Chance.of(data.test_y.cpu().numpy())
     client_sets, client_test_sets = job.partition.hold_out(
         job.partition(
             labels, settings.fl.num_clients, numpy_generator(settings.seed, Stream.PARTITION)
@@ -318,12 +332,9 @@ def run_rounds(
         histogram = label_histogram(client_sets, labels, data.num_classes)
         write_label_histogram(output_dir, histogram)
         warn_of_empty_clients(client_sets)
-    client_indices = [torch.as_tensor(s, dtype=torch.int64, device=device) for s in client_sets]
-    client_test_indices = (
-        None
-        if client_test_sets is None
-        else [torch.as_tensor(s, dtype=torch.int64, device=device) for s in client_test_sets]
-    )
+    client_indices = index_tensors(client_sets, device)
+    tested = client_test_sets is not None
+    client_test_indices = index_tensors(client_test_sets, device) if tested else None
 
     torch.manual_seed(derive_seed(settings.seed, Stream.MODEL_INIT))
     module = job.model(input_shape=data.input_shape, num_classes=data.num_classes).to(device)
@@ -348,17 +359,36 @@ def run_rounds(
         loop.load_state_dict(checkpoint, Path(str(settings.resume)))
     workers.barrier()  # the main worker has linked a disk store's resumed files: now they are read
 
+    environment = run_environment(workers, loop, checkpoint)
     run_info = RunInfo(output_dir, job.config, job.choices, job.sweep_group, settings.fl.rounds)
     for logger in loggers:
         logger.start(run_info)
-    return loop.run(
+    history = loop.run(
         loggers,
         output_dir / CHECKPOINT_NAME,
         {
             "config": json.dumps(comparable_config(job.config), sort_keys=True),
             "rounds": settings.fl.rounds,
+            "environment": json.dumps(environment),
         },
     )
+    return Ran(history, chance, environment)
+
+
+def index_tensors(sets: list[np.ndarray], device: torch.device) -> list[torch.Tensor]:
+    """Each client's example indices as a tensor on the run's device."""
+    return [torch.as_tensor(s, dtype=torch.int64, device=device) for s in sets]
+
+
+def run_environment(
+    workers: Workers, loop: FederatedLoop, checkpoint: dict[str, Any] | None
+) -> dict[str, Any]:
+    """What decides this run's float results (`fedlight.environment`), with the values of the
+    run it resumes; on the main worker only, which writes the files."""
+    if not workers.main:
+        return {}
+    now = float_environment(workers.device, loop.engine.name, workers.count)
+    return now if checkpoint is None else resumed_environment(checkpoint.get("environment"), now)
 
 
 def finite_or_null(summary: dict[str, Any]) -> dict[str, Any]:
@@ -378,13 +408,14 @@ def variants_summary(algorithm: Algorithm) -> dict[str, Any]:
 
 
 def write_summary(
-    job: Job, output_dir: Path, history: History, loggers: list[RoundLogger]
+    job: Job, output_dir: Path, ran: Ran, loggers: list[RoundLogger]
 ) -> dict[str, Any]:
     """summary.json and curves.png of a finished run; the loggers' last word."""
-    settings = job.settings
+    settings, history = job.settings, ran.history
     summary = finite_or_null(
         summarize(
             history.rows,
+            chance=ran.chance,
             target_accuracy=settings.eval.target_accuracy,
             total_bytes=history.bytes_up + history.bytes_down,
             wall_seconds=history.wall_seconds,
@@ -398,6 +429,7 @@ def write_summary(
         | {"diverged_at_round": history.diverged_at_round, "divergence": history.divergence}
         | ({"stopped": history.stopped} if history.stopped else {})
         | variants_summary(job.stages.algorithm)
+        | {"environment": ran.environment}
     )
     (output_dir / SUMMARY_NAME).write_text(json.dumps(summary, indent=2, allow_nan=False))
     write_curves(output_dir, history.rows)

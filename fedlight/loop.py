@@ -118,6 +118,16 @@ class Outcome:
     late: bool = False  # it missed the deadline: its update is lost, its state unchanged
 
 
+@dataclass(frozen=True)
+class Probe:
+    """What the selector's questions before a round's training cost the clients."""
+
+    seconds: float  # measured compute, summed over the clients asked
+    bytes_up: int
+    bytes_down: int
+    virtual_seconds: float  # on the system's clock: until the last answer is in (0 without)
+
+
 @dataclass
 class RoundStats:
     train_loss: float  # nan when no participant held data or every update was rejected
@@ -282,12 +292,7 @@ class FederatedLoop:
         clients = self.selection.select(before, fl.clients_per_round, seen)
         lrs = tuple(self.lr_schedule(before, base) for base in self.base_lrs)
         ctx = self.federation.round(round_index, tuple(clients), lrs)
-        # what the selector's questions to candidate clients cost them (before anybody trained)
-        probe_seconds, probe_bytes_up, probe_bytes_down = (
-            pool.seconds,
-            pool.bytes_up,
-            pool.bytes_down,
-        )
+        probe = self.probe_cost(pool)  # the selector's questions before anybody trained
 
         # A client without data takes no step and sends nothing: it is left out of the round.
         participants = algorithm.participants(ctx, self.client_indices)
@@ -343,10 +348,10 @@ class FederatedLoop:
             client_ctx = replace(ctx, metrics=client_metrics[client])
             got = received.pop(client)
             own = algorithm_part(got.state)
-            pool_seconds = pool.seconds
+            pool_seconds, asked = pool.seconds, len(pool.questions)
             reports = self.selection.client_report(client_ctx, client, local.weights, pool)
             upload, new_own = algorithm.upload(client_ctx, got.download, local, own)
-            examples = local.examples
+            examples = local.examples + sum(q.examples for q in pool.questions[asked:])
             if self.personal_engine is not None:
                 started = time.perf_counter()
                 own_before = own if new_own is None else new_own
@@ -483,7 +488,10 @@ class FederatedLoop:
         if self.speeds is not None:
             finished = [o.virtual_seconds for o in outcomes if not o.late]
             stragglers = len(aggregation.late)
-            round_seconds = self.system.round_seconds(finished, stragglers, len(failed))
+            # training starts once the probe's answers are in; a deadline counts from then
+            round_seconds = probe.virtual_seconds + self.system.round_seconds(
+                finished, stragglers, len(failed)
+            )
             ctx.metrics.report("stragglers", stragglers)
             ctx.metrics.report("round_seconds", round_seconds)
         privacy_state = self.privacy.finish_round(ctx, privacy_state, trained)
@@ -499,11 +507,25 @@ class FederatedLoop:
             every_update_rejected=bool(outcomes) and not kept and not aggregation.late,
             virtual_seconds=round_seconds,
             lr=lrs[0],
-            bytes_up=sum(outcome.bytes_up for outcome in outcomes) + probe_bytes_up,
-            bytes_down=sum(outcome.bytes_down for outcome in outcomes) + probe_bytes_down,
-            client_seconds=sum(outcome.seconds for outcome in outcomes) + probe_seconds,
+            bytes_up=sum(outcome.bytes_up for outcome in outcomes) + probe.bytes_up,
+            bytes_down=sum(outcome.bytes_down for outcome in outcomes) + probe.bytes_down,
+            client_seconds=sum(outcome.seconds for outcome in outcomes) + probe.seconds,
             metrics=ctx.metrics.values,
         )
+
+    def probe_cost(self, pool: ClientPool) -> Probe:
+        """What the questions asked so far this round cost the clients; on the system's clock
+        they ran in parallel, so the probe lasts as long as its slowest client's work."""
+        speeds, questions = self.speeds, pool.questions
+        clock = (
+            0.0
+            if speeds is None
+            else max(
+                (speeds.seconds(q.client, q.bytes_down, q.examples, q.bytes_up) for q in questions),
+                default=0.0,
+            )
+        )
+        return Probe(pool.seconds, pool.bytes_up, pool.bytes_down, clock)
 
     def decode_upload(
         self, ctx: RoundContext, upload: ClientUpload, server_extras: StateDict

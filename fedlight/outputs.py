@@ -1,6 +1,8 @@
 """Files a run leaves beside metrics.csv: summary.json, curves.png and the label histogram."""
 
 import json
+import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +36,53 @@ def write_label_histogram(output_dir: Path, histogram: np.ndarray) -> None:
     fig.savefig(output_dir / "label_histogram.png", dpi=100)
 
 
+# A collapse: the last COLLAPSE_EVALUATIONS evaluations at chance after an earlier one above it.
+# One or two evaluations at chance can be a dip a run recovers from (an oscillating SCAFFOLD, a
+# learning-rate spike); three in a row to the end are where the run ended up.
+COLLAPSE_EVALUATIONS = 3
+# Points of accuracy above chance that still count as chance: far above the test-set noise of a
+# chance-level model on 10,000 test images (3 standard errors: 0.9 points), far below what a model
+# that learned anything scores on the benchmarks here. Small test sets widen it to 3 standard
+# errors of a chance-level model's accuracy.
+COLLAPSE_MARGIN = 0.05
+
+
+@dataclass(frozen=True)
+class Chance:
+    """Chance accuracy on the test set: what always answering its most frequent class scores (1/C
+    on a balanced test set; a model guessing at random scores 1/C on average), and the margin
+    above it that still counts as chance."""
+
+    accuracy: float
+    margin: float
+
+    @classmethod
+    def of(cls, test_labels: np.ndarray) -> "Chance":
+        share = float(np.bincount(test_labels).max() / len(test_labels))
+        noise = 3 * math.sqrt(share * (1 - share) / len(test_labels))
+        return cls(share, max(COLLAPSE_MARGIN, noise))
+
+
+def collapsed_at_round(rows: list[MetricsRow], chance: Chance) -> int | None:
+    """The round from which a run's test accuracy stayed at chance (≤ chance + margin) for at
+    least its last COLLAPSE_EVALUATIONS evaluations, after an earlier evaluation above that; None
+    for a run that did not collapse. Only evaluations with a finite test loss count: a collapse
+    is a failure with finite losses, a divergence is recorded on its own."""
+    finite = [r for r in rows if math.isfinite(r["test_loss"])]
+    streak = 0
+    while streak < len(finite) and (
+        finite[-1 - streak]["test_accuracy"] <= chance.accuracy + chance.margin
+    ):
+        streak += 1
+    if streak < COLLAPSE_EVALUATIONS or streak == len(finite):  # never above chance: no fall
+        return None
+    return int(finite[-streak]["round"])
+
+
 def summarize(
     rows: list[MetricsRow],
     *,
+    chance: Chance,
     target_accuracy: float | None,
     total_bytes: int,
     wall_seconds: float,
@@ -65,6 +111,7 @@ def summarize(
         "best_accuracy": max(accuracies),
         "rounds_to_target": reached[0] if reached else None,
         "target_accuracy": target_accuracy,
+        "collapsed_at_round": collapsed_at_round(rows, chance),
         "comm_mb": total_bytes / 1e6,
         "comm_mb_per_round": total_bytes / 1e6 / max(rounds, 1),
         "wall_seconds": wall_seconds,

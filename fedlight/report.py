@@ -3,7 +3,11 @@
 Jobs that differ only in their seed form a group, and every cell is mean ± std over that group's
 seeds, so a gap between methods can be read against the seed-to-seed spread. Unfinished jobs are
 listed, never averaged in; a seed that diverged (`diverged_at_round` in its summary.json) is left
-out of its cell's mean ± std and marked `† <d> of <n> diverged`, with a footnote naming it.
+out of its cell's mean ± std and marked `† <d> of <n> diverged`, with a footnote naming it. A seed
+that collapsed to chance accuracy (`collapsed_at_round`) is a result and stays in, marked
+`‡ <c> of <n> collapsed` with its own footnote. One line gives the environment the jobs ran in
+(`environment` in summary.json: what decides float rounding), and a table whose jobs differ in
+it says so under it.
 """
 
 import argparse
@@ -79,12 +83,19 @@ ACCURACY_AT = re.compile(r"accuracy_at_(\d+)")
 MISSING = "—"
 DIVERGED_MARK = "†"
 DIVERGED_KEY = "diverged_at_round"
+COLLAPSED_MARK = "‡"
+COLLAPSED_KEY = "collapsed_at_round"
+ROUND_KEYS = (DIVERGED_KEY, COLLAPSED_KEY)
+ENVIRONMENT_KEY = "environment"
+UNKNOWN = "unknown"
+NAMED_JOBS = 3  # jobs named per value in a warning that jobs differ in their environment
+OLDER_SUMMARY = "summary.json written before fedlight recorded it"
 REMOVE_JOB = "or move the job directory out of the sweep"
 # Overrides that do not make a different experiment: the seed varies within a group, and a run
 # resumed from a checkpoint gives the uninterrupted run's numbers.
 NOT_GROUPED = ("seed", "resume")
 # Numbers in summary.json that describe the run rather than measure it.
-NOT_METRICS = ("seed", "target_accuracy", DIVERGED_KEY)
+NOT_METRICS = ("seed", "target_accuracy", *ROUND_KEYS)
 
 
 class ReportError(Exception):
@@ -151,6 +162,18 @@ class JobResult:
         summaries older than the key)."""
         return (self.summary or {}).get(DIVERGED_KEY)
 
+    @property
+    def collapsed_at_round(self) -> int | None:
+        """The round from which its accuracy stayed at chance; None for a run that did not
+        collapse (and for summaries older than the key)."""
+        return (self.summary or {}).get(COLLAPSED_KEY)
+
+    @property
+    def environment(self) -> dict[str, Any]:
+        """What decided its float results; empty for summaries older than the record."""
+        environment = (self.summary or {}).get(ENVIRONMENT_KEY)
+        return environment if isinstance(environment, dict) else {}
+
     def setting(self, key: str) -> str | None:
         """A key's value from the command line, else the config group it chose, else None."""
         if key in self.overrides:
@@ -178,6 +201,11 @@ class Group:
     @property
     def diverged(self) -> list[JobResult]:
         return [job for job in self.jobs if job.diverged_at_round is not None]
+
+    @property
+    def collapsed(self) -> list[JobResult]:
+        """The healthy seeds that collapsed: in its statistics, and marked."""
+        return [job for job in self.healthy if job.collapsed_at_round is not None]
 
     def setting(self, key: str) -> str | None:
         return self.jobs[0].setting(key)
@@ -320,11 +348,11 @@ def read_summary(path: Path) -> dict[str, Any] | None:
     if not isinstance(summary, dict):
         kind = {list: "list", str: "string"}.get(type(summary), type(summary).__name__)
         raise ReportError(f"{path} holds a JSON {kind}, not a summary object; {fix}")
+    for key in ROUND_KEYS:
+        at = summary.get(key)
+        if at is not None and (not isinstance(at, int) or isinstance(at, bool)):
+            raise ReportError(f"{path}: {key} is {at!r}, not a round number; {fix}")
     diverged_at = summary.get(DIVERGED_KEY)
-    if diverged_at is not None and (
-        not isinstance(diverged_at, int) or isinstance(diverged_at, bool)
-    ):
-        raise ReportError(f"{path}: {DIVERGED_KEY} is {diverged_at!r}, not a round number; {fix}")
     non_finite = [f"{key}={value}" for key, value in summary.items() if not is_finite_json(value)]
     if non_finite and diverged_at is None:
         # A diverged run may hold NaN: it is left out of every statistic anyway.
@@ -485,14 +513,28 @@ def diverged_marker(group: Group) -> str:
     return f"{DIVERGED_MARK} {len(group.diverged)} of {group.n} diverged"
 
 
+def collapsed_marker(group: Group) -> str:
+    """`‡ 1 of 3 collapsed`: how many of the seeds its cells average fell to chance."""
+    return f"{COLLAPSED_MARK} {len(group.collapsed)} of {group.n} collapsed"
+
+
+def markers(group: Group) -> str:
+    """The group's diverged and collapsed markers, where it has such seeds."""
+    return " ".join(
+        marker(group)
+        for marker, jobs in ((diverged_marker, group.diverged), (collapsed_marker, group.collapsed))
+        if jobs
+    )
+
+
 def cell(group: Group | None, metric: str) -> str:
-    """The healthy seeds' `mean ± std`, followed by the diverged marker when some diverged; only
-    the marker when all did."""
+    """The healthy seeds' `mean ± std`, followed by the diverged and collapsed markers when some
+    diverged or collapsed; only the markers when all diverged."""
     if group is None:
         return MISSING
     healthy = len(group.healthy)
     text = format_cell(metric_values(group, metric), healthy, metric) if healthy else ""
-    return f"{text} {diverged_marker(group)}".strip() if group.diverged else text
+    return f"{text} {markers(group)}".strip()
 
 
 def markdown_table(header: list[str], body: list[list[str]], text_columns: int = 1) -> list[str]:
@@ -563,6 +605,94 @@ def diverged_footnote(section: Section) -> list[str]:
     return [title, "", *entries, ""]
 
 
+def collapsed_footnote(section: Section) -> list[str]:
+    """Each collapsed job of the section: its directory, group, seed, round and final accuracy."""
+    entries = [
+        f"- {job.name} ({section.group_label(group)}, seed {job.setting('seed') or MISSING}): "
+        f"collapsed at round {job.collapsed_at_round}{final_accuracy_text(job)}"
+        for group in section.groups
+        for job in group.collapsed
+    ]
+    if not entries:
+        return []
+    title = (
+        f"{COLLAPSED_MARK} Collapsed (test accuracy fell to chance with finite losses and "
+        "stayed there to the end), kept in mean ± std:"
+    )
+    return [title, "", *entries, ""]
+
+
+def final_accuracy_text(job: JobResult) -> str:
+    """` (final accuracy 10.0%)`, when its summary has it."""
+    final = metric_value(job, "final_accuracy")
+    return "" if final is None else f" (final accuracy {100 * final:.1f}%)"
+
+
+def environment_values(jobs: list[JobResult], key: str) -> dict[str, list[JobResult]]:
+    """The jobs by their value of one environment key, as text (`unknown` where a summary does
+    not record it; the values of a resumed run that changed joined by `, then `)."""
+    by_value: dict[str, list[JobResult]] = {}
+    for job in jobs:
+        value = job.environment.get(key, UNKNOWN)
+        text = ", then ".join(map(str, value)) if isinstance(value, list) else str(value)
+        by_value.setdefault(text, []).append(job)
+    return by_value
+
+
+def environment_keys(jobs: list[JobResult]) -> list[str]:
+    return list(dict.fromkeys(key for job in jobs for key in job.environment))
+
+
+def environment_line(jobs: list[JobResult]) -> str:
+    """The report's one line on what decided the float results: each key's value where the
+    finished jobs that record it agree (keys null everywhere left out), `varies` where not."""
+    finished = [job for job in jobs if job.finished]
+    known = [job for job in finished if job.environment]
+    if not known:
+        return f"Environment: {UNKNOWN} ({OLDER_SUMMARY})."
+    parts = []
+    for key in environment_keys(known):
+        values = environment_values(known, key)
+        if len(values) > 1:
+            parts.append(f"{key} varies (see the tables' warnings)")
+        elif list(values) != ["None"]:
+            parts.append(f"{key}={next(iter(values))}")
+    unknown = len(finished) - len(known)
+    rest = f"; {UNKNOWN} for {plural(unknown, 'job')} ({OLDER_SUMMARY})" if unknown else ""
+    return f"Environment (what decides float rounding): {', '.join(parts)}{rest}."
+
+
+def environment_warning(section: Section) -> str | None:
+    """A warning when the jobs of the section's tables differ in what decides float rounding,
+    naming the values and a few jobs of each, or some record it and others do not; None when
+    neither."""
+    jobs = [job for group in section.groups for job in group.jobs]
+    known = [job for job in jobs if job.environment]
+    differences = []
+    for key in environment_keys(known):
+        values = environment_values(known, key)
+        if len(values) > 1:
+            listed = "; ".join(f"{value}: {jobs_text(named)}" for value, named in values.items())
+            differences.append(f"{key} ({listed})")
+    faults = [f"jobs ran under different {', '.join(differences)}"] if differences else []
+    unrecorded = [job for job in jobs if not job.environment]
+    if known and unrecorded:
+        faults.append(f"{jobs_text(unrecorded)} recorded none ({OLDER_SUMMARY})")
+    if not faults:
+        return None
+    return (
+        f"Warning, this table: {'; '.join(faults)}. Float rounding may differ between its jobs; "
+        "each reproduces bit for bit only under its own values (README, Reproducibility)."
+    )
+
+
+def jobs_text(jobs: list[JobResult]) -> str:
+    """`jobs 0, 1, 2 and 5 more`."""
+    names = ", ".join(job.name for job in jobs[:NAMED_JOBS])
+    more = f" and {len(jobs) - NAMED_JOBS} more" if len(jobs) > NAMED_JOBS else ""
+    return f"job{'s' if len(jobs) > 1 else ''} {names}{more}"
+
+
 def section_markdown(section: Section) -> list[str]:
     layout = section.layout
     if layout.columns and not layout.transpose:
@@ -576,7 +706,10 @@ def section_markdown(section: Section) -> list[str]:
     lines = []
     for title, table in tables:
         lines += [f"### {title}", "", seeds_note(section), "", *table, ""]
+    warning = environment_warning(section)
+    lines += [warning, ""] if warning else []
     lines += diverged_footnote(section)
+    lines += collapsed_footnote(section)
     if layout.reference:
         lines += [f"Reference: {layout.reference}", ""]
     return lines
@@ -624,6 +757,8 @@ def write_markdown(
             lines += [f"Command: unknown (no multirun.yaml or .hydra/ in {sweep_dir}).", ""]
         else:
             lines += ["```bash", command, "```", ""]
+    if sections:
+        lines += [environment_line(jobs), ""]
     for section in sections:
         lines += section_markdown(section)
     if not sections:
@@ -639,7 +774,8 @@ def write_markdown(
 
 def write_csv(output_dir: Path, sections: list[Section]) -> None:
     """One row per group: its overrides, n (the seeds its statistics are over), diverged (the
-    seeds left out because they diverged), and mean/std of every metric in raw units."""
+    seeds left out because they diverged), collapsed (those of the n that collapsed), and
+    mean/std of every metric in raw units."""
     groups = [(s, g) for s in sections for g in s.groups]
     keys = list(dict.fromkeys(k for _, g in groups for k in g.overrides))
     metrics = list(
@@ -647,12 +783,14 @@ def write_csv(output_dir: Path, sections: list[Section]) -> None:
     )
     stats = [f"{m}_{part}" for m in metrics for part in ("mean", "std")]
     with (output_dir / "report.csv").open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=["group", *keys, "n", "diverged", *stats])
+        fieldnames = ["group", *keys, "n", "diverged", "collapsed", *stats]
+        writer = csv.DictWriter(f, fieldnames=fieldnames)
         writer.writeheader()
         for section, group in groups:
             row: dict[str, Any] = {"group": section.group_label(group), **group.overrides}
             row["n"] = len(group.healthy)
             row["diverged"] = len(group.diverged)
+            row["collapsed"] = len(group.collapsed)
             for metric in metrics:
                 mean, std = mean_and_std(metric_values(group, metric))
                 row[f"{metric}_mean"] = "" if mean is None else mean
@@ -706,8 +844,8 @@ def write_curves(output_dir: Path, title: str, sections: list[Section]) -> None:
                     [min(100.0, m + s) for m, s in zip(means, stds, strict=True)],
                 )
             label = section.group_label(group)
-            if group.diverged:
-                label += f" ({diverged_marker(group)})"
+            if markers(group):
+                label += f" ({markers(group)})"
             lines.append(Line(label, xs, means, band))
     banded = any(len(curve_jobs(g)) >= 2 for s in sections for g in s.groups)
     on_clock = any(section.layout.x == "virtual_time" for section in sections)
@@ -897,13 +1035,22 @@ def report(args: argparse.Namespace) -> None:
         written = error.filename or output_dir
         raise ReportError(f"cannot write {written} ({reason(error)}); pass -o DIR") from error
     finished = sum(job.finished for job in jobs)
-    diverged = sum(len(g.diverged) for s in sections for g in s.groups)
-    group_count = sum(len(s.groups) for s in sections)
+    groups = [g for s in sections for g in s.groups]
+    marked = [(sum(len(g.diverged) for g in groups), "diverged")]
+    marked.append((sum(len(g.collapsed) for g in groups), "collapsed"))
     print(path)
     print(
-        f"{plural(finished, 'job')} in {plural(group_count, 'group')}, "
-        f"{len(jobs) - finished} incomplete" + (f", {diverged} diverged" if diverged else "")
+        f"{plural(finished, 'job')} in {plural(len(groups), 'group')}, "
+        f"{len(jobs) - finished} incomplete"
+        + "".join(f", {count} {what}" for count, what in marked if count)
     )
+    for section in sections:
+        if environment_warning(section):
+            print(
+                f"fedlight report: warning: the jobs of table {section.layout.title!r} differ "
+                "in what decides float rounding (see report.md)",
+                file=sys.stderr,
+            )
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 import csv
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -414,6 +415,16 @@ def test_a_summary_that_is_no_summary_object_is_a_one_line_error(
     assert not (sweep / "report.md").exists()
 
 
+def test_a_collapse_round_that_is_no_round_number_is_a_one_line_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sweep = seed_sweep(tmp_path / "sweep")
+    path = sweep / "1" / "summary.json"
+    path.write_text('{"final_accuracy": 0.6, "collapsed_at_round": "5"}')
+    assert main([str(sweep)]) == 2
+    one_line_error(capsys, f"{path}: collapsed_at_round is '5', not a round number", "rerun")
+
+
 @pytest.mark.parametrize(
     "content",
     ["- seed=1\n- algo: [", "seed: 1\n", "- seed: 1\n", "", "\xff\xfe- seed=1"],
@@ -644,3 +655,161 @@ def test_the_command_line_chooses_virtual_time_and_refuses_it_without_a_clock(
     error = capsys.readouterr().err.strip()
     assert error.startswith("fedlight report: error: ") and "has no virtual_time column" in error
     assert main([str(plain)]) == 0
+
+
+@pytest.fixture(scope="module")
+def collapsed_sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """SCAFFOLD over 3 seeds: seed 1 collapsed in round 5, seed 2 collapsed and then diverged;
+    FedAvg over 2 seeds from a fedlight older than `collapsed_at_round`. Reported once."""
+    sweep = tmp_path_factory.mktemp("collapsed") / "sweep"
+    runs = [
+        ("fedavg", 0, 0.70, {}),
+        ("fedavg", 1, 0.72, {}),
+        ("scaffold", 0, 0.80, {"collapsed_at_round": None}),
+        ("scaffold", 1, 0.10, {"collapsed_at_round": 5}),
+        ("scaffold", 2, 0.10, {"collapsed_at_round": 2, "diverged_at_round": 6}),
+    ]
+    for job, (algo, seed, final, fields) in enumerate(runs):
+        summary = summary_of(final, algo=algo, seed=seed, **fields)
+        write_job(sweep, str(job), [f"algo={algo}", f"seed={seed}"], None, summary, [0.4, final])
+    return sweep
+
+
+def test_a_collapsed_seed_stays_in_mean_and_std_and_is_marked(
+    collapsed_sweep: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A collapsed seed is a result: in its cell's statistics, marked `‡`, named in a footnote;
+    a seed that also diverged counts as diverged only; a summary older than the key is healthy."""
+    assert main([str(collapsed_sweep)]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == (
+        "5 jobs in 2 groups, 0 incomplete, 1 diverged, 1 collapsed"
+    )
+    lines, rows = diverged_report(collapsed_sweep)
+    both = f"{statistics.fmean([80, 10]):.1f} ± {statistics.stdev([80, 10]):.1f}"
+    assert both == "45.0 ± 49.5"
+    marked = f"{both} † 1 of 3 diverged ‡ 1 of 3 collapsed"
+    assert table_row("scaffold", marked, marked, "— † 1 of 3 diverged ‡ 1 of 3 collapsed") in (
+        "\n".join(lines)
+    )
+    assert table_row("fedavg", "71.0 ± 1.4", "71.0 ± 1.4", "—") in "\n".join(lines)
+    title = (
+        "‡ Collapsed (test accuracy fell to chance with finite losses and stayed there to the "
+        "end), kept in mean ± std:"
+    )
+    footnote = lines.index(title)
+    assert lines[footnote + 2 : footnote + 4] == [
+        "- 3 (algo=scaffold, seed 1): collapsed at round 5 (final accuracy 10.0%)",
+        "",
+    ]
+    scaffold, fedavg = rows["algo=scaffold"], rows["algo=fedavg"]
+    assert (scaffold["n"], scaffold["diverged"], scaffold["collapsed"]) == ("2", "1", "1")
+    assert float(scaffold["final_accuracy_mean"]) == pytest.approx(0.45)
+    assert (fedavg["n"], fedavg["diverged"], fedavg["collapsed"]) == ("2", "0", "0")
+
+
+def environment_of(**changed: Any) -> dict[str, Any]:
+    """summary.json's `environment` of a CPU run, with `changed` values."""
+    environment = {
+        "torch_threads": 2,
+        "workers": 1,
+        "engine": "sequential",
+        "device": "cpu",
+        "gpu": None,
+        "torch": "2.5.1",
+        "fedlight": "0.1.0",
+    }
+    return environment | changed
+
+
+def environment_sweep(sweep: Path, environments: list[dict[str, Any] | None]) -> Path:
+    """One setting over as many seeds as `environments` (None: a summary without the record)."""
+    for seed, environment in enumerate(environments):
+        fields = {} if environment is None else {"environment": environment}
+        summary = summary_of(0.5, seed=seed, **fields)
+        write_job(sweep, str(seed), [f"seed={seed}"], None, summary, [0.4, 0.5])
+    return sweep
+
+
+def test_the_report_gives_the_environment_in_one_line(tmp_path: Path) -> None:
+    """Values null everywhere (a GPU's name on a CPU) are left out; jobs that agree: no warning."""
+    sweep = environment_sweep(tmp_path / "sweep", [environment_of(), environment_of()])
+    assert main([str(sweep)]) == 0
+    lines = (sweep / "report.md").read_text().splitlines()
+    line = (
+        "Environment (what decides float rounding): torch_threads=2, workers=1, "
+        "engine=sequential, device=cpu, torch=2.5.1, fedlight=0.1.0."
+    )
+    assert lines.index(line) < lines.index("### Sweep sweep")
+    assert not any(line.startswith("Warning") for line in lines)
+
+
+def test_jobs_of_a_table_that_differ_in_their_environment_are_warned_of(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Threads differ between seeds, one seed resumed under other threads, one summary predates
+    the record: the line says the key varies, a warning under the table names values and jobs."""
+    environments = [
+        environment_of(),
+        environment_of(torch_threads=1),
+        environment_of(torch_threads=[1, 2]),
+        None,
+        environment_of(),
+        environment_of(),
+        environment_of(),
+    ]
+    sweep = environment_sweep(tmp_path / "sweep", environments)
+    assert main([str(sweep)]) == 0
+    assert capsys.readouterr().err == (
+        "fedlight report: warning: the jobs of table 'Sweep sweep' differ in what decides float "
+        "rounding (see report.md)\n"
+    )
+    lines = (sweep / "report.md").read_text().splitlines()
+    assert (
+        "Environment (what decides float rounding): torch_threads varies (see the tables' "
+        "warnings), workers=1, engine=sequential, device=cpu, torch=2.5.1, fedlight=0.1.0; "
+        "unknown for 1 job (summary.json written before fedlight recorded it)."
+    ) in lines
+    warning = (
+        "Warning, this table: jobs ran under different torch_threads (2: jobs 0, 4, 5 and 1 "
+        "more; 1: job 1; 1, then 2: job 2); job 3 recorded none (summary.json written before "
+        "fedlight recorded it). Float rounding may differ between its jobs; each reproduces bit "
+        "for bit only under its own values (README, Reproducibility)."
+    )
+    table = table_row("all", *["50.0 ± 0.0"] * 2, "—", "10.0 ± 0.0", "0.5 ± 0.0", "5.0 ± 0.0")
+    assert lines.index(warning) == lines.index(table) + 2
+
+
+def test_summaries_older_than_the_environment_report_it_unknown(tmp_path: Path) -> None:
+    sweep = environment_sweep(tmp_path / "sweep", [None, None])
+    assert main([str(sweep)]) == 0
+    lines = (sweep / "report.md").read_text().splitlines()
+    assert "Environment: unknown (summary.json written before fedlight recorded it)." in lines
+    assert not any(line.startswith("Warning") for line in lines)
+
+
+def test_a_collapse_and_the_environment_through_the_cli(tmp_path: Path) -> None:
+    """A real sweep of one job: a cyclic rate climbing to 200 in round 2 kills the MLP's ReLUs;
+    its accuracy falls from about 40% to chance (about 10%) with finite losses. The run records
+    the round and its environment; the report marks the cell and gives the environment in one
+    line."""
+    sweep = tmp_path / "sweep"
+    schedule = ["lr_schedule=cyclic", "lr_schedule.min_lr=0.1", "lr_schedule.max_lr=200"]
+    run_cli("-m", *TINY, *schedule, "fl.threads_per_worker=1", f"hydra.sweep.dir={sweep}", cwd=REPO)
+    summary = json.loads((sweep / "0" / "summary.json").read_text())
+    assert summary["collapsed_at_round"] == 2 and summary["diverged_at_round"] is None
+    with (sweep / "0" / "metrics.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert float(rows[0]["test_accuracy"]) > 0.3
+    assert all(float(r["test_accuracy"]) < 0.15 for r in rows[1:])
+    assert all(math.isfinite(float(r["test_loss"])) for r in rows)
+    environment = summary["environment"]
+    assert (environment["torch_threads"], environment["workers"]) == (1, 1)
+    assert (environment["engine"], environment["device"]) == ("sequential", "cpu")
+
+    result = run_cli("report", str(sweep), cwd=REPO)
+    assert result.stdout.splitlines()[1] == "1 job in 1 group, 0 incomplete, 1 collapsed"
+    report = (sweep / "report.md").read_text()
+    assert "| all | 10.0 ‡ 1 of 1 collapsed | 40." in report
+    assert "- 0 (all, seed 0): collapsed at round 2 (final accuracy 10.0%)" in report
+    assert "torch_threads=1, workers=1, engine=sequential, device=cpu, " in report
+    assert "Warning" not in report

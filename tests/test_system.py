@@ -25,6 +25,7 @@ from tests.conftest import TINY, rows_without_timings, run_killed_in_round
 
 # Every client in every round, of unequal sizes.
 ALL_CLIENTS = [*TINY, "fl.clients_per_round=10", "partition=dirichlet", "fl.rounds=3"]
+ONE_ROUND_ALL_CLIENTS = [*ALL_CLIENTS[:-1], "fl.rounds=1"]
 
 
 def read_rows(run_dir: Path) -> list[dict[str, float]]:
@@ -196,3 +197,63 @@ def test_a_late_update_is_left_out_and_the_mean_renormalized_on_one_worker_and_a
     merged.combine([s.partials() for s in shares], uploads, [False] * 3, [False, True, False])
     assert merged.late == one.late == [1] and merged.rejected == []
     assert merged.results()[UPDATE]["w"].item() == pytest.approx(expected)
+
+
+def clients_and_sizes(job: Job) -> tuple[list[int], list[int]]:
+    """The clients holding data under the job's partition of 10 clients (seed 0), and every
+    client's number of training examples."""
+    labels = job.data.load().train_y.numpy()
+    sizes = [len(s) for s in job.partition(labels, 10, numpy_generator(0, Stream.PARTITION))]
+    return [c for c in range(10) if sizes[c]], sizes
+
+
+def test_the_power_of_choice_probe_runs_on_the_clock_before_training(
+    make_job: Callable[[list[str]], Job], tmp_path: Path
+) -> None:
+    """By hand: every client holding data is a candidate and trains. The probe sends each the
+    model, it evaluates its n_k examples and answers with one float32; training starts once the
+    slowest answer is in. A round lasts the slowest probe plus the slowest participant (model
+    down, E·n_k examples, model up); with a deadline, which counts from the start of training,
+    the slowest probe plus the deadline."""
+    overrides = [
+        *ONE_ROUND_ALL_CLIENTS,
+        "selection=power_of_choice",
+        "selection.candidates=10",
+        "system=tiers",
+        "system.fraction=0.3",
+        "local.epochs=2",
+    ]
+    job = make_job(overrides)
+    run_job(job, tmp_path / "probe")
+    run_job(make_job([*overrides, "system.deadline=1.0"]), tmp_path / "deadline")
+    clients, sizes = clients_and_sizes(job)
+    speeds = job.stages.system.speeds(10, seed=0)
+    rows = read_rows(tmp_path / "probe")
+    model = int(rows[0]["bytes_up"] - 4 * len(clients)) // len(clients)
+    probe = max(speeds.seconds(c, model, sizes[c], 4) for c in clients)
+    training = max(speeds.seconds(c, model, 2 * sizes[c], model) for c in clients)
+    for row in rows:
+        assert row["participants"] == len(clients)
+        assert row["bytes_down"] == 2 * len(clients) * model  # the probe's and training's
+        assert row["round_seconds"] == pytest.approx(probe + training, rel=1e-12)
+    assert rows[-1]["virtual_time"] == pytest.approx(probe + training, rel=1e-12)
+    for row in read_rows(tmp_path / "deadline"):
+        assert row["stragglers"] > 0
+        assert row["round_seconds"] == pytest.approx(probe + 1.0, rel=1e-12)
+
+
+def test_a_weighted_participants_evaluation_of_its_model_is_on_the_clock(
+    make_job: Callable[[list[str]], Job], tmp_path: Path
+) -> None:
+    """By hand: a weighted-selection participant also evaluates its trained model on its n_k
+    examples (E = 1: as many as it trained on) and sends the accuracy (one float32) with its
+    upload."""
+    overrides = [*ONE_ROUND_ALL_CLIENTS, "selection=weighted", "system=tiers"]
+    job = make_job(overrides)
+    run_job(job, tmp_path)
+    clients, sizes = clients_and_sizes(job)
+    speeds = job.stages.system.speeds(10, seed=0)
+    for row in read_rows(tmp_path):
+        model = int(row["bytes_down"]) // len(clients)
+        times = [speeds.seconds(c, model, sizes[c] + sizes[c], model + 4) for c in clients]
+        assert row["round_seconds"] == pytest.approx(max(times), rel=1e-12)

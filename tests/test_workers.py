@@ -4,6 +4,7 @@ killed and resumed run included), bad settings and failing workers stop the run 
 and the CLI spawns them itself. Worker processes use one torch thread each, like the 1-worker
 runs here."""
 
+import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -139,10 +140,17 @@ def test_scaffold_on_disk_keeps_its_versions_and_resumes_on_two_workers_as_on_on
 def test_the_cli_spawns_the_workers_itself(
     make_job: Callable[[list[str]], Job], tmp_path: Path
 ) -> None:
-    run_cli(*BASE, "fl.workers=2", f"hydra.run.dir={tmp_path / 'two'}", cwd=tmp_path)
+    two = ["fl.workers=2", "fl.threads_per_worker=1", f"hydra.run.dir={tmp_path / 'two'}"]
+    run_cli(*BASE, *two, cwd=tmp_path)
     run_job(make_job(BASE), tmp_path / "one")
     assert rows_without_timings(tmp_path / "two") == rows_without_timings(tmp_path / "one")
-    assert (tmp_path / "two" / "summary.json").is_file()
+    # summary.json's environment: the workers and each one's threads, the rest as one worker's
+    environments = [
+        json.loads((tmp_path / run / "summary.json").read_text())["environment"]
+        for run in ("two", "one")
+    ]
+    assert [(e.pop("workers"), e.pop("torch_threads")) for e in environments] == [(2, 1), (1, 1)]
+    assert environments[0] == environments[1]
     assert [p.name for p in tmp_path.iterdir() if p.is_dir()] in (["two", "one"], ["one", "two"])
 
 

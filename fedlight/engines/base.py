@@ -11,7 +11,7 @@ example order comes from its own generator (seed, LOCAL_TRAINING, round, client)
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import pytorch_lightning as pl
 import torch
@@ -72,6 +72,8 @@ def batch_indices(
 
 class Engine(ABC):
     """Runs the local training of a round's participants on one client module's architecture."""
+
+    name: ClassVar[str]  # as summary.json records the engine a run trained with
 
     def __init__(
         self,

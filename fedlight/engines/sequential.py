@@ -25,6 +25,8 @@ def training_loss(output: Tensor | dict[str, Tensor]) -> Tensor:
 class SequentialEngine(Engine):
     """Trains one client after another on the one client module; see the module docstring."""
 
+    name = "sequential"
+
     def train(
         self, tasks: Iterable[LocalTask], round_index: int, lrs: Sequence[float]
     ) -> Iterator[LocalResult]:

@@ -171,6 +171,8 @@ def keep_where_idle(moving: Tensor | None, updated: Tensor, current: Tensor) -> 
 class VectorizedEngine(Engine):
     """Trains the round's clients in lockstep on stacked weights; see the module docstring."""
 
+    name = "vectorized"
+
     def __init__(
         self,
         module: pl.LightningModule,

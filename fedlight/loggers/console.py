@@ -55,3 +55,11 @@ class ConsoleProgress:
             highlight=False,
             soft_wrap=True,
         )
+        collapsed = summary.get("collapsed_at_round")
+        if collapsed is not None:
+            self.console.print(
+                f"fedlight: warning: test accuracy fell to chance at round {collapsed} and stayed "
+                "there (collapsed_at_round in summary.json)",
+                highlight=False,
+                soft_wrap=True,
+            )

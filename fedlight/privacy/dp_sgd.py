@@ -55,6 +55,8 @@ def client_epsilon(rate: float, noise: float, steps: int, delta: float) -> float
 class DPSGDEngine(SequentialEngine):
     """The sequential engine with Poisson-sampled batches and Opacus's DP optimizer."""
 
+    name = "dp_sgd"
+
     def __init__(
         self,
         module: pl.LightningModule,

@@ -5,7 +5,8 @@ which lives in the server's extras under `selection/` (checkpointed with them, t
 worker). It may ask each participant to report numbers with its upload (`client_report`) and
 update its state from them once the round's uploads are gathered (`update`), and it may ask
 clients how the current global model does on their data before choosing (`ClientPool.evaluate`).
-Every such question is paid for like training: the pool counts the clients' compute and bytes.
+Every such question is paid for like training: the pool counts the clients' compute and bytes,
+and each question's work for the system model's virtual clock.
 """
 
 import time
@@ -22,6 +23,17 @@ from fedlight.tensors import StateDict, nbytes
 
 STATE_PREFIX = "selection/"
 REPORTED_NUMBER_BYTES = 4  # a reported number crosses the wire as a float32
+
+
+@dataclass(frozen=True)
+class Question:
+    """One client's work for a question: bytes it received, examples it evaluated, bytes it sent
+    (what `Speeds.seconds` turns into virtual time)."""
+
+    client: int
+    bytes_down: int
+    examples: int
+    bytes_up: int
 
 
 @dataclass(frozen=True)
@@ -45,22 +57,29 @@ class ClientPool:
         self.sizes = tuple(len(indices) for indices in client_indices)
         self._evaluate = evaluate
         self.seconds = 0.0  # the clients' compute for the questions asked since `reset`
-        self.bytes_up = 0
-        self.bytes_down = 0
+        self.questions: list[Question] = []  # asked since `reset`, in order
 
     def reset(self) -> None:
-        self.seconds, self.bytes_up, self.bytes_down = 0.0, 0, 0
+        self.seconds, self.questions = 0.0, []
+
+    @property
+    def bytes_up(self) -> int:
+        return sum(q.bytes_up for q in self.questions)
+
+    @property
+    def bytes_down(self) -> int:
+        return sum(q.bytes_down for q in self.questions)
 
     def evaluate(self, weights: StateDict, client: int, sent: bool = True) -> ModelQuality:
         """`client` evaluates `weights` on its training data. `sent`: a candidate that is sent
         the weights first and answers with one number; otherwise a participant evaluating its
         own trained model, whose numbers travel in its report (`Selection.client_report`)."""
         started = time.perf_counter()
-        quality = self._evaluate(weights, self.client_indices[client])
+        indices = self.client_indices[client]
+        quality = self._evaluate(weights, indices)
         self.seconds += time.perf_counter() - started
-        if sent:
-            self.bytes_down += nbytes(weights)
-            self.bytes_up += REPORTED_NUMBER_BYTES
+        down, up = (nbytes(weights), REPORTED_NUMBER_BYTES) if sent else (0, 0)
+        self.questions.append(Question(client, down, len(indices), up))
         return quality
 
 

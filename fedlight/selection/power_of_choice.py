@@ -5,7 +5,8 @@ Each round the server draws d candidates without replacement with probability pr
 their data size, sends them the current global model, and each returns its local loss F_k(w) on
 its own training data; the K candidates with the highest loss train. The candidates' evaluation
 is client compute and traffic: the loop counts it in `client_seconds`, `bytes_down` (the model,
-sent to every candidate) and `bytes_up` (two numbers each).
+sent to every candidate) and `bytes_up` (one number each), and with a `system` model the round's
+training starts on the virtual clock only once the slowest candidate has answered.
 """
 
 from dataclasses import dataclass

@@ -8,13 +8,17 @@ base values times them (the option draws the slowdowns: `homogeneous`, `uniform`
 received × seconds per byte down + examples trained on × seconds per example + bytes sent ×
 seconds per byte up. Nothing sleeps: the clock is computed.
 
-A synchronous round lasts as long as its slowest participant. `deadline` (virtual seconds) closes
-the round then: a participant that would finish later is a straggler, its update is lost (left
-out of the aggregate, which renormalizes over the rest; its client state stays as it was) and the
-round lasts the deadline. `dropout` makes each selected client fail with that probability, drawn
-per (seed, SYSTEM, round, client): it trains and sends nothing, and with a deadline the server
-waits for it until the deadline. metrics.csv gains `virtual_time` (cumulative seconds),
-`round_seconds`, `stragglers` and `dropped_out`.
+A synchronous round lasts as long as its slowest participant, after the selector's probe if it
+asks clients before choosing (power-of-choice: the candidates, in parallel, receive the model,
+evaluate it on their examples and answer; training starts once the slowest answer is in). An
+evaluated example costs what a trained one does: the model has one compute speed, so this is an
+upper bound on a forward pass. `deadline` (virtual seconds, counted from the start of training)
+closes the round then: a participant that would finish later is a straggler, its update is lost
+(left out of the aggregate, which renormalizes over the rest; its client state stays as it was)
+and the round lasts the probe plus the deadline. `dropout` makes each selected client fail with
+that probability, drawn per (seed, SYSTEM, round, client): it trains and sends nothing, and with
+a deadline the server waits for it until the deadline. metrics.csv gains `virtual_time`
+(cumulative seconds), `round_seconds`, `stragglers` and `dropped_out`.
 """
 
 from dataclasses import dataclass
@@ -91,8 +95,8 @@ class System:
         return self.dropout > 0 and ctx.generator(Stream.SYSTEM, client).random() < self.dropout
 
     def round_seconds(self, finished: list[float], stragglers: int, failed: int) -> float:
-        """How long a synchronous round lasts: its slowest reporting participant, or the deadline
-        when the server waited for a straggler or a failed client."""
+        """How long a synchronous round's training lasts: its slowest reporting participant, or
+        the deadline when the server waited for a straggler or a failed client."""
         if self.deadline is not None and (stragglers or failed):
             return self.deadline
         return max(finished, default=0.0)
