@@ -9,6 +9,7 @@ sent to every candidate) and `bytes_up` (two numbers each).
 """
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from fedlight.config import require
 from fedlight.context import RoundContext
@@ -17,6 +18,7 @@ from fedlight.selection.base import Population, Selection, draw_by_size
 
 @dataclass
 class PowerOfChoice(Selection):
+    measures_training_data: ClassVar[str | None] = "the global model's loss on each candidate's"
     candidates: int = 20  # d, at least fl.clients_per_round and at most fl.num_clients
 
     def check(self, num_clients: int, clients_per_round: int) -> None:
