@@ -24,7 +24,7 @@ from fedlight.data.base import TensorDataset
 from fedlight.engines.base import Engine, LocalTask
 from fedlight.engines.sequential import SequentialEngine
 from fedlight.experiment import Job, run_job
-from fedlight.privacy.accountant import CALIBRATION_TOLERANCE, ORDERS, PRV_EPS_ERROR
+from fedlight.privacy.accountant import CALIBRATION_TOLERANCE, ORDERS, PRV_EPS_ERROR, epsilon
 from fedlight.privacy.adaptive_clip import AdaptiveClip
 from fedlight.privacy.base import Trained, as_state, default_delta, update_norm
 from fedlight.privacy.dp_fedavg import DPFedAvg, PrivateAggregation
@@ -165,6 +165,7 @@ def test_epsilon_per_round_is_the_accountants_and_delta_defaults_below_one_over_
             independent.compose(event)
             assert reported == pytest.approx(independent.get_epsilon(1e-5), rel=1e-3)
         assert float(row["privacy.delta"]) == 1e-5
+        assert "privacy.clipped" not in row
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["epsilon"] == float(rows[-1]["epsilon"])
     assert summary["privacy.noise_multiplier"] == 1.3
@@ -215,6 +216,8 @@ def test_a_killed_private_run_resumes_bit_exactly_with_its_accountant_and_clip_n
     full = rows_without_timings(tmp_path / "full")
     assert rows_without_timings(tmp_path / "resumed") == full
     assert len({row["privacy.clip"] for row in full}) == (4 if "adaptive" in mechanism[0] else 1)
+    assert "privacy.clipped" not in full[0]  # how many were clipped is released noised, or not
+    assert ("privacy.unclipped_fraction" in full[0]) == ("adaptive" in mechanism[0])
 
 
 def test_dp_sgd_clips_each_examples_gradient_and_without_clip_or_noise_is_sgd(
@@ -481,3 +484,62 @@ def test_fednovas_released_step_uses_the_public_step_count_with_noise_independen
     assert exact.weights["w"].tolist() == pytest.approx([PUBLIC_STEPS * count * 0.01 / 5] * 4)
     noised = released_update(FedNova(), fednova_uploads(count, 100_000, 0.0), 1.0, 100_000)
     assert float(noised.weights["w"].std()) == pytest.approx(PUBLIC_STEPS / 5, rel=0.01)
+
+
+# Integer buffers ----------------------------------------------------------------------------------
+
+BATCH_NORM = ["model._target_=tests.user_module.BatchNormModule", "fl.rounds=2"]
+
+
+def test_a_model_with_integer_buffers_trains_under_dp_fedavg_its_counts_staying_on_the_client(
+    tmp_path: Path,
+) -> None:
+    """The issue's command: BatchNorm's int64 `num_batches_tracked` is neither clipped nor
+    noised, so it never leaves the client (8 bytes less up than down per participant) and the
+    server keeps its own (0); the float running statistics travel clipped and noised."""
+    run = tmp_path / "run"
+    run_cli(*USER_LEVEL, *BATCH_NORM, f"hydra.run.dir={run}", cwd=tmp_path)
+    rows = read_rows(run)
+    for row in rows:
+        participants = int(float(row["participants"]))
+        assert int(row["bytes_down"]) - int(row["bytes_up"]) == 8 * participants
+    weights = torch.load(run / "checkpoint.pt", weights_only=True)["server_weights"]
+    assert int(weights["net.1.num_batches_tracked"]) == 0
+    assert not torch.equal(
+        weights["net.1.running_mean"], torch.zeros_like(weights["net.1.running_mean"])
+    )
+
+
+def test_adaptive_clip_with_scaffold_keeps_integer_buffers_on_the_client(
+    make_job: Callable[[list[str]], Job], tmp_path: Path
+) -> None:
+    private = [*TINY, *BATCH_NORM, "selection=poisson", "privacy=adaptive_clip", "algo=scaffold"]
+    run_job(make_job(private), tmp_path)
+    weights = torch.load(tmp_path / "checkpoint.pt", weights_only=True)["server_weights"]
+    assert int(weights["net.1.num_batches_tracked"]) == 0
+    assert len(read_rows(tmp_path)) == 2
+
+
+def test_a_checkpoint_from_before_the_public_counts_and_the_accountant_resumes(
+    make_job: Callable[[list[str]], Job], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A FedNova run killed in round 3 whose checkpoint lacks the privacy state keys added since
+    (`public_samples`, `public_steps`: they start at their initial values) resumes, here with
+    privacy.accountant=rdp (any accountant may continue a run: the noise is the checkpoint's):
+    every model number is the uninterrupted run's, and rounds 3 and 4 report RDP's ε."""
+    private = [*USER_LEVEL, "algo=fednova", "privacy.clip=0.05"]
+    run_job(make_job(private), tmp_path / "full")
+    run_killed_in_round(make_job(private), tmp_path / "killed", 3, monkeypatch)
+    path = tmp_path / "killed" / "checkpoint.pt"
+    checkpoint = torch.load(path, weights_only=True)
+    for key in ("privacy/public_samples", "privacy/public_steps"):
+        del checkpoint["server_extras"][key]
+    torch.save(checkpoint, path)
+    resumed = [*private, "privacy.accountant=rdp", f"resume={tmp_path / 'killed'}"]
+    run_job(make_job(resumed), tmp_path / "resumed")
+    full, rows = rows_without_timings(tmp_path / "full"), rows_without_timings(tmp_path / "resumed")
+    assert [{**r, "epsilon": ""} for r in rows] == [{**r, "epsilon": ""} for r in full]
+    assert rows[:2] == full[:2]
+    for row in rows[2:]:
+        rdp = epsilon(0.4, 1.0, int(row["round"]), 1e-5, "rdp")
+        assert float(row["epsilon"]) == pytest.approx(rdp, rel=1e-12)
