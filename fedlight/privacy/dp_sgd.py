@@ -13,7 +13,7 @@ post-processed.
 
 The accountant defaults to RDP here (`privacy.accountant=prv` is offered): ε is needed for every
 client's (q, steps), at each round and for the budget check, and calibration runs once per
-distinct client size, so with unequal client sizes PRV's 0.1–2 s an evaluation would cost minutes
+distinct client size, so with unequal client sizes PRV's 0.3–1 s an evaluation would cost minutes
 a round, while after DP-SGD's hundreds of steps RDP is only about 10% looser (q = 16/600, z = 1,
 570 steps, δ = 1.7·10⁻⁶: 4.96 against PRV's 4.50).
 
