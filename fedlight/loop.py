@@ -356,7 +356,9 @@ class FederatedLoop:
             if client in malicious:
                 keys = algorithm.model_update_keys(client_ctx, upload.tensors)
                 upload = self.attack.corrupt_upload(client_ctx, upload, keys)
-            upload, private_reports = self.privacy.clip_upload(client_ctx, privacy_state, upload)
+            upload, private_reports = self.privacy.clip_upload(
+                client_ctx, privacy_state, algorithm, upload
+            )
             payload, state = wire.send(UPLOAD, client_ctx, client, upload.tensors, got.state)
             encoded = replace(upload, tensors=payload)
             bytes_up = nbytes(payload) + REPORTED_NUMBER_BYTES * (

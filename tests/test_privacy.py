@@ -56,10 +56,10 @@ def test_every_contribution_is_clipped_to_the_clip_norm_on_the_client_and_the_se
     expected count is Σ clipped / E, and each upload alone adds at most C / E to it, also when a
     lossy wire lengthened it after the client clipped."""
     privacy = DPFedAvg(clip=0.5, noise_multiplier=0.0)
-    state = as_state(clip=0.5, noise_multiplier=0.0, expected=4.0)
+    state = as_state(clip=0.5, noise_multiplier=0.0, expected=4.0, public_steps=3)
     ctx = FEDERATION.round(1, (0, 1, 2, 3), (0.1,))
     uploads = [random_upload(c, scale) for c, scale in enumerate((0.001, 0.01, 1.0, 10.0))]
-    clipped = [privacy.clip_upload(ctx, state, upload)[0] for upload in uploads]
+    clipped = [privacy.clip_upload(ctx, state, FedAvg(), upload)[0] for upload in uploads]
     for upload, sent in zip(uploads, clipped, strict=True):
         norm = float(update_norm(upload.tensors))
         assert float(update_norm(sent.tensors)) == pytest.approx(min(norm, 0.5), rel=1e-6)
@@ -138,9 +138,10 @@ def test_adaptive_clipping_moves_the_clip_norm_geometrically_toward_the_quantile
     assert ctx.metrics.values["privacy.unclipped_fraction"] == pytest.approx(1.0)
     wide = as_state(noise_multiplier=1.0, count_noise=2.0)
     assert privacy.update_noise_multiplier(wide) == pytest.approx((1 - 1 / 16) ** -0.5)
-    _, reports = privacy.clip_upload(ctx, as_state(clip=0.1), random_upload(0, 10.0))
+    short = as_state(clip=0.1, public_steps=3)
+    _, reports = privacy.clip_upload(ctx, short, FedAvg(), random_upload(0, 10.0))
     assert reports == {"unclipped": 0.0}
-    _, reports = privacy.clip_upload(ctx, as_state(clip=0.1), random_upload(0, 1e-4))
+    _, reports = privacy.clip_upload(ctx, short, FedAvg(), random_upload(0, 1e-4))
     assert reports == {"unclipped": 1.0}
 
 
@@ -423,7 +424,7 @@ def released_update(
     server = algorithm.init_server({"w": torch.zeros(size, dtype=torch.float64)}, federation)
     aggregation = privacy.start_aggregation(ctx, state, algorithm, [u.num_samples for u in uploads])
     for upload in uploads:
-        aggregation.add(ctx, privacy.clip_upload(ctx, state, upload)[0])
+        aggregation.add(ctx, privacy.clip_upload(ctx, state, algorithm, upload)[0])
     aggregates = aggregation.results()
     return algorithm.server_update(ctx, server, aggregates, aggregation.public_contributors)
 
@@ -477,13 +478,20 @@ def test_scaffolds_released_control_moves_by_the_sum_over_n_with_noise_independe
 def test_fednovas_released_step_uses_the_public_step_count_with_noise_independent_of_s(
     count: int,
 ) -> None:
-    """Each client sends d_i = Δ_i/τ_i (0.01 per entry for all, with τ_i = 2, 3, ...); the
-    server steps by τ_pub·(Σ d_i + noise)/E with the public τ_pub = 4, not the participants'
-    own: 4·0.03/5 = 0.024 for 3 clients, 0.048 for 6; the noise's std τ_pub·z·C/E = 0.8."""
+    """Each client sends d_i = Δ_i/τ_i (0.01 per entry for all, with τ_i = 2, 3, ...), clipped
+    to C/τ_pub; the server steps by τ_pub·(Σ d_i + noise)/E with the public τ_pub = 4, not the
+    participants' own: 4·0.03/5 = 0.024 for 3 clients, 0.048 for 6; the noise N(0, (z·C/τ_pub)²)
+    on the sum makes the step's std z·C/E = 0.2, FedAvg's, whoever took part."""
     exact = released_update(FedNova(), fednova_uploads(count, 4, 0.01), 0.0, 4)
     assert exact.weights["w"].tolist() == pytest.approx([PUBLIC_STEPS * count * 0.01 / 5] * 4)
     noised = released_update(FedNova(), fednova_uploads(count, 100_000, 0.0), 1.0, 100_000)
-    assert float(noised.weights["w"].std()) == pytest.approx(PUBLIC_STEPS / 5, rel=0.01)
+    assert float(noised.weights["w"].std()) == pytest.approx(1.0 / 5, rel=0.01)
+    # the clip bounds τ_pub·d_i: a client of 2 steps moving 1 per step and entry is cut to 1/4
+    (long,) = fednova_uploads(1, 4, 1.0)
+    privacy = DPFedAvg(clip=1.0)
+    state = as_state(clip=1.0, public_steps=PUBLIC_STEPS)
+    sent, _ = privacy.clip_upload(FEDERATION.round(1), state, FedNova(), long)
+    assert float(update_norm(sent.tensors)) == pytest.approx(1.0 / PUBLIC_STEPS)
 
 
 # Integer buffers ----------------------------------------------------------------------------------
@@ -543,3 +551,16 @@ def test_a_checkpoint_from_before_the_public_counts_and_the_accountant_resumes(
     for row in rows[2:]:
         rdp = epsilon(0.4, 1.0, int(row["round"]), 1e-5, "rdp")
         assert float(row["epsilon"]) == pytest.approx(rdp, rel=1e-12)
+
+
+def test_fednova_under_dp_fedavg_with_equal_steps_is_dp_fedavg(
+    make_job: Callable[[list[str]], Job], tmp_path: Path
+) -> None:
+    """Every TINY client takes 5 steps, the public count too: FedNova's clipped, noised d_i times
+    τ_eff = 5 is DP-FedAvg's update, noise included (it was τ_eff times FedAvg's noise)."""
+    private = [*USER_LEVEL, "fl.rounds=2"]
+    run_job(make_job([*private, "algo=fedavg"]), tmp_path / "fedavg")
+    run_job(make_job([*private, "algo=fednova"]), tmp_path / "fednova")
+    fedavg, fednova = (read_rows(tmp_path / name) for name in ("fedavg", "fednova"))
+    for avg, nova in zip(fedavg, fednova, strict=True):
+        assert float(nova["test_loss"]) == pytest.approx(float(avg["test_loss"]), rel=1e-4)

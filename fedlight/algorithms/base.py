@@ -227,6 +227,13 @@ class Algorithm(ABC):
         """The server's view of one decoded upload: each of `parts`' tensors."""
         return {}
 
+    def upload_units(self, steps: int) -> float:
+        """How many units of the upload's model part make the model update of a client that took
+        `steps` local steps: 1 where the upload is the model update (FedNova's d_i = Δ_i/‖a_i‖₁
+        needs ‖a‖₁). A private aggregation clips uploads to `privacy.clip` over this at its
+        public step count, so that the clip bounds a model update whatever the upload is."""
+        return 1.0
+
     def model_update_keys(self, ctx: RoundContext, tensors: StateDict) -> list[str]:
         """The entries of an upload that are the client's model update, what an attacking
         client forges (`fedlight.attacks`): by default the trainable parameters' entries."""

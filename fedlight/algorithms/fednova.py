@@ -18,11 +18,11 @@ the aggregator's weighting; the paper's are the sample shares). Buffers are aver
 
 The upload is d_i (and the buffers' deltas), so what a client sends, and what a compressor, an
 attack or a privacy mechanism acts on, is the normalized update. Under a private aggregation
-(`privacy=dp_fedavg`) the clip C therefore bounds ‖d_i‖ (the mean step, about 1/τ of FedAvg's
-update: choose C about FedAvg's clip over τ), and τ_eff is that of the aggregation's public
-stand-in participants (the mean client's step count, `public_contributors`): the server update
-never sees a participant's size or steps, and the noise on the step is τ_eff·z·C/E whoever took
-part.
+(`privacy=dp_fedavg`) τ_eff is that of the aggregation's public stand-in participants (‖a‖₁ of
+the mean client's step count, `public_contributors`), so the server update never sees a
+participant's size or steps, and the mechanism clips d_i to C/τ_eff (`upload_units`): the clip
+bounds τ_eff·d_i, a model update, as it bounds FedAvg's Δ_i, and the noise on the step is z·C/E,
+FedAvg's, whoever took part.
 """
 
 from collections.abc import Mapping, Sequence
@@ -56,6 +56,10 @@ class FedNova(FedAvg):
 
     def step_norm(self, num_steps: int) -> float:
         return momentum_step_norm(num_steps, self.momentum)
+
+    def upload_units(self, steps: int) -> float:
+        """‖a‖₁ of `steps` steps: d_i times it is a model update (1 for a client without steps)."""
+        return self.step_norm(steps) if steps > 0 else 1.0
 
     def upload(
         self,

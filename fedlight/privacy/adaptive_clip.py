@@ -97,9 +97,9 @@ class AdaptiveClip(DPFedAvg):
         return (noise**-2 - (2 * scalar(state, "count_noise")) ** -2) ** -0.5
 
     def clip_upload(
-        self, ctx: RoundContext, state: StateDict, upload: ClientUpload
+        self, ctx: RoundContext, state: StateDict, algorithm: Algorithm, upload: ClientUpload
     ) -> tuple[ClientUpload, dict[str, float]]:
-        tensors, factor = clipped(upload.tensors, scalar(state, "clip"))
+        tensors, factor = clipped(upload.tensors, self.upload_clip(state, algorithm))
         return replace(upload, tensors=tensors), {UNCLIPPED: float(factor == 1.0)}
 
     def finish_round(

@@ -90,7 +90,7 @@ class Privacy:
         return None
 
     def clip_upload(
-        self, ctx: RoundContext, state: StateDict, upload: ClientUpload
+        self, ctx: RoundContext, state: StateDict, algorithm: Algorithm, upload: ClientUpload
     ) -> tuple[ClientUpload, dict[str, float]]:
         """The upload as the client sends it, and the numbers it reports besides (each counted
         as 4 bytes up)."""

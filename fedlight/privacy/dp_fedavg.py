@@ -16,7 +16,9 @@ The server update sees only public numbers about the round (`PrivateAggregation.
 public_contributors`): E participants of the mean client size (the dataset's size over N) taking
 that size's local steps, never the realized participants, their sizes or steps. So SCAFFOLD's
 control moves by (E/N)·(noised sum / E) = (1/N)·noised sum, and FedNova's τ_eff is the mean
-client's step count: noise of the same std whoever took part.
+client's step count: noise of the same std whoever took part. An upload that is not itself a
+model update (FedNova's per-step d_i) is clipped to C over the algorithm's `upload_units` at
+that step count, so that C bounds a model update with every algorithm.
 
 Not covered by the guarantee, as in the paper's simulation: the training loss and counts the
 loop reports (README, "Differential privacy": the full list), and an empty round (no
@@ -204,10 +206,15 @@ class DPFedAvg(GaussianMechanism):
             "accountant"
         )
 
+    def upload_clip(self, state: StateDict, algorithm: Algorithm) -> float:
+        """C over the algorithm's `upload_units` at the public step count: the norm bound of an
+        upload, C for one that is the model update."""
+        return scalar(state, "clip") / algorithm.upload_units(int(state["public_steps"]))
+
     def clip_upload(
-        self, ctx: RoundContext, state: StateDict, upload: ClientUpload
+        self, ctx: RoundContext, state: StateDict, algorithm: Algorithm, upload: ClientUpload
     ) -> tuple[ClientUpload, dict[str, float]]:
-        tensors, _ = clipped(upload.tensors, scalar(state, "clip"))
+        tensors, _ = clipped(upload.tensors, self.upload_clip(state, algorithm))
         return replace(upload, tensors=tensors), {}
 
     def update_noise_multiplier(self, state: StateDict) -> float:
@@ -221,7 +228,7 @@ class DPFedAvg(GaussianMechanism):
         algorithm: Algorithm,
         sample_counts: Sequence[int],
     ) -> RoundAggregation:
-        clip = scalar(state, "clip")
+        clip = self.upload_clip(state, algorithm)
         return PrivateAggregation(
             algorithm,
             sample_counts,
