@@ -51,7 +51,7 @@ def build_job(cfg: DictConfig, choices: dict[str, str], sweep_group: str | None 
     )
     settings: RunSettings = OmegaConf.to_object(settings_node)  # type: ignore[assignment]
     stages = build_stages(cfg, choices)
-    stages.privacy.check(settings, choices, stages.algorithm)
+    stages.privacy.check(settings, choices, stages.algorithm, stages.selection)
     return Job(
         settings=settings,
         data=instantiate_group(cfg, "data"),

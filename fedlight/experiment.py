@@ -71,6 +71,7 @@ RESUME_FREE_KEYS = (
     "checkpoint.every",
     "data.cache_dir",  # where decoded images are kept, not what they are
     "privacy.target_epsilon",  # the budget: the noise a run calibrated is in its checkpoint
+    "privacy.accountant",  # how ε is bounded (the noise is the checkpoint's): any, on resume
 )
 # Paths compared as the place they name: `data.root=../data/` is `data.root=../data`.
 PATH_KEYS = ("data.root",)

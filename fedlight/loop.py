@@ -361,7 +361,9 @@ class FederatedLoop:
             if client in malicious:
                 keys = algorithm.model_update_keys(client_ctx, upload.tensors)
                 upload = self.attack.corrupt_upload(client_ctx, upload, keys)
-            upload, private_reports = self.privacy.clip_upload(client_ctx, privacy_state, upload)
+            upload, private_reports = self.privacy.clip_upload(
+                client_ctx, privacy_state, algorithm, upload
+            )
             payload, state = wire.send(UPLOAD, client_ctx, client, upload.tensors, got.state)
             encoded = replace(upload, tensors=payload)
             bytes_up = nbytes(payload) + REPORTED_NUMBER_BYTES * (
@@ -457,7 +459,7 @@ class FederatedLoop:
                 )
             else:
                 updated = algorithm.server_update(
-                    ctx, self.server, aggregates, aggregation.contributors
+                    ctx, self.server, aggregates, aggregation.public_contributors
                 )
                 self.server = ServerState(
                     updated.weights,
@@ -779,8 +781,11 @@ class FederatedLoop:
         """Restore the checkpoint (loaded on the CPU) of the run in `run_dir` onto the device of
         the client module."""
         device = next(self.module.parameters()).device
+        # A privacy state key added since the checkpoint was written keeps its initial value.
+        fresh = stage_state(self.server.extras, PRIVACY_STATE, keep=True)
         self.server = ServerState(
-            on_device(state["server_weights"], device), on_device(state["server_extras"], device)
+            on_device(state["server_weights"], device),
+            fresh | on_device(state["server_extras"], device),
         )
         self.client_states.load_state_dict(state["client_states"], run_dir)
         settings = self.settings

@@ -91,6 +91,12 @@ def uploads_of(deltas: Sequence[tuple[list[float], int, int]]) -> list[ClientUpl
     ]
 
 
+def local_result(start: StateDict, upload: ClientUpload) -> LocalResult:
+    """The local training that moved `start` by the upload's tensors."""
+    weights = {name: t + upload.tensors[name] for name, t in start.items()}
+    return LocalResult(upload.client_id, weights, upload.num_samples, upload.num_steps, 0.1, 0.0)
+
+
 FEDERATION = Federation(num_clients=10, trainable=frozenset({"w"}))
 CTX = FEDERATION.round(1)
 
@@ -192,9 +198,15 @@ def test_fednova_normalizes_each_delta_by_its_steps() -> None:
     server = start(fednova, [1.0, 2.0])
     # client A: n=10, τ=2;  client B: n=30, τ=6
     uploads = uploads_of([([4.0, -2.0], 10, 2), ([12.0, 6.0], 30, 6)])
-    new = fednova.aggregate(CTX, server, uploads)
-    # p = (1/4, 3/4);  d_A = Δ_A/2 = (2, -1);  d_B = Δ_B/6 = (2, 1)
-    # Σ p d = (2, 1/2);  τ_eff = 2/4 + 18/4 = 5;  x + 0.5 · 5 · (2, 1/2)
+    # the client sends d_i = Δ_i/τ_i = (2, -1) and (2, 1); the buffer's delta as it is
+    sent = [
+        fednova.upload(CTX, server.weights, local_result(server.weights, upload), None)[0]
+        for upload in uploads
+    ]
+    assert [u.tensors["w"].tolist() for u in sent] == [[2.0, -1.0], [2.0, 1.0]]
+    assert all(u.tensors["bn"].tolist() == [1.0] for u in sent)
+    new = fednova.aggregate(CTX, server, sent)
+    # p = (1/4, 3/4);  Σ p d = (2, 1/2);  τ_eff = 2/4 + 18/4 = 5;  x + 0.5 · 5 · (2, 1/2)
     assert new.weights["w"].tolist() == pytest.approx([1.0 + 5.0, 2.0 + 1.25])
     # FedAvg would give x + 0.5 · (1/4 Δ_A + 3/4 Δ_B) = (1 + 5, 2 + 2): the 6-step client dominates
     fedavg = FedAvg(server_lr=0.5)

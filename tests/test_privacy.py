@@ -11,10 +11,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from dp_accounting.rdp.rdp_privacy_accountant import RdpAccountant
 from opacus.accountants import RDPAccountant
 
-from fedlight.algorithms.base import ClientUpload
+from fedlight.algorithms.base import Algorithm, ClientUpload, LocalResult, ServerState
 from fedlight.algorithms.fedavg import UPDATE, FedAvg
+from fedlight.algorithms.fednova import FedNova
 from fedlight.algorithms.scaffold import Scaffold
 from fedlight.config import ConfigError
 from fedlight.context import Federation
@@ -22,13 +24,14 @@ from fedlight.data.base import TensorDataset
 from fedlight.engines.base import Engine, LocalTask
 from fedlight.engines.sequential import SequentialEngine
 from fedlight.experiment import Job, run_job
-from fedlight.privacy.accountant import CALIBRATION_TOLERANCE, ORDERS
+from fedlight.privacy.accountant import CALIBRATION_TOLERANCE, ORDERS, PRV_EPS_ERROR, epsilon
 from fedlight.privacy.adaptive_clip import AdaptiveClip
-from fedlight.privacy.base import Trained, as_state, update_norm
+from fedlight.privacy.base import Trained, as_state, default_delta, update_norm
 from fedlight.privacy.dp_fedavg import DPFedAvg, PrivateAggregation
 from fedlight.privacy.dp_sgd import DPSGDEngine
 from fedlight.tensors import detached_copy
-from tests.conftest import TINY, rows_without_timings, run_killed_in_round
+from tests.conftest import TINY, rows_without_timings, run_cli, run_killed_in_round
+from tests.test_privacy_accountant import PLD_INTERVAL, pld_epsilon, sampled_gaussian
 
 USER_LEVEL = [*TINY, "selection=poisson", "privacy=dp_fedavg"]
 FEDERATION = Federation(num_clients=100, trainable=frozenset({"w", "b"}))
@@ -53,18 +56,20 @@ def test_every_contribution_is_clipped_to_the_clip_norm_on_the_client_and_the_se
     expected count is Σ clipped / E, and each upload alone adds at most C / E to it, also when a
     lossy wire lengthened it after the client clipped."""
     privacy = DPFedAvg(clip=0.5, noise_multiplier=0.0)
-    state = as_state(clip=0.5, noise_multiplier=0.0, expected=4.0)
+    state = as_state(clip=0.5, noise_multiplier=0.0, expected=4.0, public_steps=3)
     ctx = FEDERATION.round(1, (0, 1, 2, 3), (0.1,))
     uploads = [random_upload(c, scale) for c, scale in enumerate((0.001, 0.01, 1.0, 10.0))]
-    clipped = [privacy.clip_upload(ctx, state, upload)[0] for upload in uploads]
+    clipped = [privacy.clip_upload(ctx, state, FedAvg(), upload)[0] for upload in uploads]
     for upload, sent in zip(uploads, clipped, strict=True):
         norm = float(update_norm(upload.tensors))
         assert float(update_norm(sent.tensors)) == pytest.approx(min(norm, 0.5), rel=1e-6)
-    assert ctx.metrics.values["privacy.clipped"] == 2  # the two long ones
+    assert "privacy.clipped" not in ctx.metrics.values  # an un-noised count: not released
 
     def aggregate(sent: list[ClientUpload]) -> torch.Tensor:
         generator = torch.Generator().manual_seed(0)
-        aggregation = PrivateAggregation(FedAvg(), [10] * len(sent), 4.0, 0.5, 0.0, generator)
+        aggregation = PrivateAggregation(
+            FedAvg(), [10] * len(sent), 4.0, 0.5, 0.0, generator, (10, 3)
+        )
         for upload in sent:
             aggregation.add(ctx, upload)
         update = aggregation.results()[UPDATE]
@@ -86,7 +91,7 @@ def test_the_server_noise_has_std_z_clip_over_the_expected_participants() -> Non
 
     def noised(seed: int) -> torch.Tensor:
         generator = torch.Generator().manual_seed(seed)
-        aggregation = PrivateAggregation(FedAvg(), [5, 5], 10.0, 0.5, 2.0 * 0.5, generator)
+        aggregation = PrivateAggregation(FedAvg(), [5, 5], 10.0, 0.5, 2.0 * 0.5, generator, (5, 1))
         aggregation.add(ctx, zeros)
         aggregation.add(ctx, zeros)
         update = aggregation.results()[UPDATE]
@@ -107,7 +112,7 @@ def test_scaffold_clips_and_noises_both_parts_of_its_upload_as_one_vector() -> N
     algorithm = Scaffold()
     long = ClientUpload(0, 10, 3, {"delta_y/w": torch.full((4,), 3.0), "delta_c/w": torch.ones(4)})
     aggregation = PrivateAggregation(
-        algorithm, [10], 1.0, 1.0, 0.0, torch.Generator().manual_seed(0)
+        algorithm, [10], 1.0, 1.0, 0.0, torch.Generator().manual_seed(0), (10, 3)
     )
     aggregation.add(ctx, long)
     parts = aggregation.results()
@@ -133,26 +138,44 @@ def test_adaptive_clipping_moves_the_clip_norm_geometrically_toward_the_quantile
     assert ctx.metrics.values["privacy.unclipped_fraction"] == pytest.approx(1.0)
     wide = as_state(noise_multiplier=1.0, count_noise=2.0)
     assert privacy.update_noise_multiplier(wide) == pytest.approx((1 - 1 / 16) ** -0.5)
-    _, reports = privacy.clip_upload(ctx, as_state(clip=0.1), random_upload(0, 10.0))
+    short = as_state(clip=0.1, public_steps=3)
+    _, reports = privacy.clip_upload(ctx, short, FedAvg(), random_upload(0, 10.0))
     assert reports == {"unclipped": 0.0}
-    _, reports = privacy.clip_upload(ctx, as_state(clip=0.1), random_upload(0, 1e-4))
+    _, reports = privacy.clip_upload(ctx, short, FedAvg(), random_upload(0, 1e-4))
     assert reports == {"unclipped": 1.0}
 
 
-def test_epsilon_per_round_is_the_librarys_and_delta_defaults_to_one_over_n(
-    make_job: Callable[[list[str]], Job], tmp_path: Path
+@pytest.mark.parametrize("accountant", ["prv", "rdp"])
+def test_epsilon_per_round_is_the_accountants_and_delta_defaults_below_one_over_n(
+    make_job: Callable[[list[str]], Job], tmp_path: Path, accountant: str
 ) -> None:
-    run_job(make_job([*USER_LEVEL, "privacy.noise_multiplier=1.3"]), tmp_path)
+    """Each round's ε is the configured accountant's for (q = 4/10, z, rounds so far, δ), checked
+    against Google's dp-accounting (PLD within PRV's stated error; RDP at the same orders); δ
+    defaults to min(10⁻⁵, 0.1/N) = 10⁻⁵ with N = 10."""
+    overrides = [*USER_LEVEL, "privacy.noise_multiplier=1.3", f"privacy.accountant={accountant}"]
+    run_job(make_job(overrides), tmp_path)
     rows = read_rows(tmp_path)
-    accountant = RDPAccountant()
-    for row in rows:
-        accountant.step(noise_multiplier=1.3, sample_rate=4 / 10)
-        library = accountant.get_epsilon(1 / 10, alphas=list(ORDERS))
-        assert float(row["epsilon"]) == pytest.approx(max(0.0, library), rel=1e-12)
-        assert float(row["privacy.delta"]) == 0.1
+    for rounds, row in enumerate(rows, start=1):
+        event = sampled_gaussian(4 / 10, 1.3, rounds)
+        reported = float(row["epsilon"])
+        if accountant == "prv":
+            exact = pld_epsilon(4 / 10, 1.3, rounds, 1e-5)
+            assert exact - PLD_INTERVAL <= reported <= exact + 2 * PRV_EPS_ERROR
+        else:
+            independent = RdpAccountant(orders=list(ORDERS))
+            independent.compose(event)
+            assert reported == pytest.approx(independent.get_epsilon(1e-5), rel=1e-3)
+        assert float(row["privacy.delta"]) == 1e-5
+        assert "privacy.clipped" not in row
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["epsilon"] == float(rows[-1]["epsilon"])
     assert summary["privacy.noise_multiplier"] == 1.3
+
+
+def test_default_delta_is_below_a_tenth_over_the_protected_set() -> None:
+    assert default_delta(100) == 1e-5
+    assert default_delta(60_000) == pytest.approx(0.1 / 60_000)
+    assert default_delta(10**6) == pytest.approx(1e-7)
 
 
 def test_target_epsilon_is_met_by_the_calibrated_noise_and_the_budget_stops_a_longer_run(
@@ -194,6 +217,8 @@ def test_a_killed_private_run_resumes_bit_exactly_with_its_accountant_and_clip_n
     full = rows_without_timings(tmp_path / "full")
     assert rows_without_timings(tmp_path / "resumed") == full
     assert len({row["privacy.clip"] for row in full}) == (4 if "adaptive" in mechanism[0] else 1)
+    assert "privacy.clipped" not in full[0]  # how many were clipped is released noised, or not
+    assert ("privacy.unclipped_fraction" in full[0]) == ("adaptive" in mechanism[0])
 
 
 def test_dp_sgd_clips_each_examples_gradient_and_without_clip_or_noise_is_sgd(
@@ -264,6 +289,26 @@ def test_dp_sgd_reports_the_largest_client_epsilon_and_resumes_bit_exactly(
             r"^privacy.noise_multiplier=1.0 and privacy.target_epsilon=1: give exactly one",
         ),
         (["privacy=dp_sgd", "fl.engine=vectorized"], r"^privacy=dp_sgd .*use fl.engine=auto$"),
+        (
+            ["privacy=dp_sgd", "selection=power_of_choice", "selection.candidates=6"],
+            r"^privacy=dp_sgd does not cover selection=power_of_choice: it chooses clients by "
+            r"the global model's loss on each candidate's training data, measured without noise"
+            r", .*; use selection=random or selection=poisson$",
+        ),
+        (
+            ["privacy=dp_sgd", "selection=weighted"],
+            r"^privacy=dp_sgd does not cover selection=weighted: it chooses clients by each "
+            r"participant's accuracy on its own training data, ",
+        ),
+        (
+            ["privacy=dp_sgd", "algo=central"],
+            r"^privacy=dp_sgd cannot account for algo=central: its trainer's sampling rate "
+            r"B/\(draw size\) and steps change with each round's selection, ",
+        ),
+        (
+            ["privacy=dp_fedavg", "selection=poisson", "privacy.accountant=pld"],
+            r"^privacy.accountant=pld is not an accountant; use prv or rdp$",
+        ),
     ],
 )
 def test_settings_that_would_void_the_guarantee_are_refused_in_one_line(
@@ -276,10 +321,6 @@ def test_settings_that_would_void_the_guarantee_are_refused_in_one_line(
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (
-            ["selection=poisson", "privacy=adaptive_clip"],
-            r"^privacy.noise_multiplier=1 must be below 2·σ_b=0.4 .*privacy=dp_fedavg$",
-        ),
         (
             ["privacy=dp_sgd", "model._target_=tests.user_module.BatchNormModule"],
             r"^privacy=dp_sgd: the model is not Opacus-compatible \(.*BatchNorm.*simple_cnn\)$",
@@ -318,3 +359,208 @@ def test_dp_sgd_trains_every_built_in_model(
     (result,) = engine.train([LocalTask(0, torch.arange(8), start, [])], 1, [0.1])
     engine.close()
     assert all(not torch.equal(result.weights[k], start[k]) for k in start)
+
+
+def test_adaptive_clips_refusal_of_its_settings_comes_before_any_worker_or_data(
+    tmp_path: Path,
+) -> None:
+    """σ_b = 0.4 leaves no noise for the updates at z = 1: refused in one line (exit 2) while the
+    settings are checked, before two workers spawn or Fashion-MNIST is looked for in an empty
+    data.root (which would fail as a missing download instead)."""
+    result = run_cli(
+        *TINY,
+        "data=fmnist",
+        f"data.root={tmp_path / 'no_data'}",
+        "fl.workers=2",
+        "selection=poisson",
+        "privacy=adaptive_clip",
+        "privacy.count_noise=0.4",
+        cwd=tmp_path,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "fedlight: error: privacy.noise_multiplier=1 must be below 2·σ_b=0.8 to leave noise for "
+        "the updates (Andrew et al. 2021, Theorem 1); raise privacy.count_noise (null: max(E/20,"
+        " z)), or use privacy=dp_fedavg"
+    ]
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_adaptive_clips_defaults_work_at_ten_clients_per_round(
+    make_job: Callable[[list[str]], Job], tmp_path: Path
+) -> None:
+    """E = 10, z = 1: σ_b = max(E/20, z) = 1, the updates' multiplier (1 − 1/4)^(−1/2)."""
+    overrides = [*TINY, "fl.rounds=1", "fl.clients_per_round=10", "selection=poisson"]
+    run_job(make_job([*overrides, "privacy=adaptive_clip"]), tmp_path)
+    state = torch.load(tmp_path / "checkpoint.pt", weights_only=True)["server_extras"]
+    assert float(state["privacy/count_noise"]) == 1.0
+    privacy = AdaptiveClip()
+    state = {key.removeprefix("privacy/"): t for key, t in state.items()}
+    assert privacy.update_noise_multiplier(state) == pytest.approx(0.75**-0.5)
+
+
+# SCAFFOLD and FedNova under DP-FedAvg: the server update sees only public counts -------------
+
+PUBLIC_STEPS = 4  # the stand-in participant's local steps (the mean client's)
+
+
+def released_update(
+    algorithm: Algorithm, uploads: list[ClientUpload], noise: float, size: int
+) -> ServerState:
+    """The server state after one DP-FedAvg round of `uploads` (clipped on the client to C = 1,
+    summed, N(0, noise²) added, over E = 5), of a federation of N = 10 whose parameter "w" has
+    `size` entries, starting from zeros."""
+    federation = Federation(num_clients=10, trainable=frozenset({"w"}), seed=0)
+    ctx = federation.round(1, tuple(u.client_id for u in uploads), (0.1,))
+    privacy = DPFedAvg(clip=1.0, noise_multiplier=noise)
+    state = as_state(
+        clip=1.0,
+        noise_multiplier=noise,
+        expected=5.0,
+        public_samples=100,
+        public_steps=PUBLIC_STEPS,
+    )
+    server = algorithm.init_server({"w": torch.zeros(size, dtype=torch.float64)}, federation)
+    aggregation = privacy.start_aggregation(ctx, state, algorithm, [u.num_samples for u in uploads])
+    for upload in uploads:
+        aggregation.add(ctx, privacy.clip_upload(ctx, state, algorithm, upload)[0])
+    aggregates = aggregation.results()
+    return algorithm.server_update(ctx, server, aggregates, aggregation.public_contributors)
+
+
+def scaffold_uploads(count: int, size: int, delta_c: float) -> list[ClientUpload]:
+    """`count` SCAFFOLD uploads of Δy = 0 and Δc = `delta_c` everywhere, unequal sizes and steps."""
+    return [
+        ClientUpload(
+            client,
+            10 * (client + 1),
+            client + 2,
+            {
+                "delta_y/w": torch.zeros(size, dtype=torch.float64),
+                "delta_c/w": torch.full((size,), delta_c, dtype=torch.float64),
+            },
+        )
+        for client in range(count)
+    ]
+
+
+def fednova_uploads(count: int, size: int, per_step: float) -> list[ClientUpload]:
+    """`count` FedNova uploads of clients that took 2, 3, 4, ... steps, each moving `per_step`
+    per step and entry, as FedNova's client computes them (d_i = Δ_i / τ_i)."""
+    fednova = FedNova()
+    federation = Federation(num_clients=10, trainable=frozenset({"w"}))
+    ctx = federation.round(1)
+    start = {"w": torch.zeros(size, dtype=torch.float64)}
+    uploads = []
+    for client in range(count):
+        steps = client + 2
+        moved = {"w": torch.full((size,), per_step * steps, dtype=torch.float64)}
+        local = LocalResult(client, moved, 10 * (client + 1), steps, 0.1, 0.0)
+        uploads.append(fednova.upload(ctx, start, local, None)[0])
+    return uploads
+
+
+@pytest.mark.parametrize("count", [3, 6])
+def test_scaffolds_released_control_moves_by_the_sum_over_n_with_noise_independent_of_s(
+    count: int,
+) -> None:
+    """E = 5, N = 10: c moves by (E/N)·(Σ Δc_i + noise)/E = (Σ Δc_i + noise)/N whether 3 or 6
+    clients took part (0.003 or 0.006 for Δc_i = 0.01), and the noise on c has std z·C/N = 0.1
+    in both cases (with |S|/N in place of E/N it was 0.06 and 0.12)."""
+    exact = released_update(Scaffold(), scaffold_uploads(count, 4, 0.01), 0.0, 4)
+    assert exact.extras["control/w"].tolist() == pytest.approx([count * 0.01 / 10] * 4)
+    noised = released_update(Scaffold(), scaffold_uploads(count, 100_000, 0.0), 1.0, 100_000)
+    assert float(noised.extras["control/w"].std()) == pytest.approx(0.1, rel=0.01)
+
+
+@pytest.mark.parametrize("count", [3, 6])
+def test_fednovas_released_step_uses_the_public_step_count_with_noise_independent_of_s(
+    count: int,
+) -> None:
+    """Each client sends d_i = Δ_i/τ_i (0.01 per entry for all, with τ_i = 2, 3, ...), clipped
+    to C/τ_pub; the server steps by τ_pub·(Σ d_i + noise)/E with the public τ_pub = 4, not the
+    participants' own: 4·0.03/5 = 0.024 for 3 clients, 0.048 for 6; the noise N(0, (z·C/τ_pub)²)
+    on the sum makes the step's std z·C/E = 0.2, FedAvg's, whoever took part."""
+    exact = released_update(FedNova(), fednova_uploads(count, 4, 0.01), 0.0, 4)
+    assert exact.weights["w"].tolist() == pytest.approx([PUBLIC_STEPS * count * 0.01 / 5] * 4)
+    noised = released_update(FedNova(), fednova_uploads(count, 100_000, 0.0), 1.0, 100_000)
+    assert float(noised.weights["w"].std()) == pytest.approx(1.0 / 5, rel=0.01)
+    # the clip bounds τ_pub·d_i: a client of 2 steps moving 1 per step and entry is cut to 1/4
+    (long,) = fednova_uploads(1, 4, 1.0)
+    privacy = DPFedAvg(clip=1.0)
+    state = as_state(clip=1.0, public_steps=PUBLIC_STEPS)
+    sent, _ = privacy.clip_upload(FEDERATION.round(1), state, FedNova(), long)
+    assert float(update_norm(sent.tensors)) == pytest.approx(1.0 / PUBLIC_STEPS)
+
+
+# Integer buffers ----------------------------------------------------------------------------------
+
+BATCH_NORM = ["model._target_=tests.user_module.BatchNormModule", "fl.rounds=2"]
+
+
+def test_a_model_with_integer_buffers_trains_under_dp_fedavg_its_counts_staying_on_the_client(
+    tmp_path: Path,
+) -> None:
+    """The issue's command: BatchNorm's int64 `num_batches_tracked` is neither clipped nor
+    noised, so it never leaves the client (8 bytes less up than down per participant) and the
+    server keeps its own (0); the float running statistics travel clipped and noised."""
+    run = tmp_path / "run"
+    run_cli(*USER_LEVEL, *BATCH_NORM, f"hydra.run.dir={run}", cwd=tmp_path)
+    rows = read_rows(run)
+    for row in rows:
+        participants = int(float(row["participants"]))
+        assert int(row["bytes_down"]) - int(row["bytes_up"]) == 8 * participants
+    weights = torch.load(run / "checkpoint.pt", weights_only=True)["server_weights"]
+    assert int(weights["net.1.num_batches_tracked"]) == 0
+    assert not torch.equal(
+        weights["net.1.running_mean"], torch.zeros_like(weights["net.1.running_mean"])
+    )
+
+
+def test_adaptive_clip_with_scaffold_keeps_integer_buffers_on_the_client(
+    make_job: Callable[[list[str]], Job], tmp_path: Path
+) -> None:
+    private = [*TINY, *BATCH_NORM, "selection=poisson", "privacy=adaptive_clip", "algo=scaffold"]
+    run_job(make_job(private), tmp_path)
+    weights = torch.load(tmp_path / "checkpoint.pt", weights_only=True)["server_weights"]
+    assert int(weights["net.1.num_batches_tracked"]) == 0
+    assert len(read_rows(tmp_path)) == 2
+
+
+def test_a_checkpoint_from_before_the_public_counts_and_the_accountant_resumes(
+    make_job: Callable[[list[str]], Job], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A FedNova run killed in round 3 whose checkpoint lacks the privacy state keys added since
+    (`public_samples`, `public_steps`: they start at their initial values) resumes, here with
+    privacy.accountant=rdp (any accountant may continue a run: the noise is the checkpoint's):
+    every model number is the uninterrupted run's, and rounds 3 and 4 report RDP's ε."""
+    private = [*USER_LEVEL, "algo=fednova", "privacy.clip=0.05"]
+    run_job(make_job(private), tmp_path / "full")
+    run_killed_in_round(make_job(private), tmp_path / "killed", 3, monkeypatch)
+    path = tmp_path / "killed" / "checkpoint.pt"
+    checkpoint = torch.load(path, weights_only=True)
+    for key in ("privacy/public_samples", "privacy/public_steps"):
+        del checkpoint["server_extras"][key]
+    torch.save(checkpoint, path)
+    resumed = [*private, "privacy.accountant=rdp", f"resume={tmp_path / 'killed'}"]
+    run_job(make_job(resumed), tmp_path / "resumed")
+    full, rows = rows_without_timings(tmp_path / "full"), rows_without_timings(tmp_path / "resumed")
+    assert [{**r, "epsilon": ""} for r in rows] == [{**r, "epsilon": ""} for r in full]
+    assert rows[:2] == full[:2]
+    for row in rows[2:]:
+        rdp = epsilon(0.4, 1.0, int(row["round"]), 1e-5, "rdp")
+        assert float(row["epsilon"]) == pytest.approx(rdp, rel=1e-12)
+
+
+def test_fednova_under_dp_fedavg_with_equal_steps_is_dp_fedavg(
+    make_job: Callable[[list[str]], Job], tmp_path: Path
+) -> None:
+    """Every TINY client takes 5 steps, the public count too: FedNova's clipped, noised d_i times
+    τ_eff = 5 is DP-FedAvg's update, noise included (it was τ_eff times FedAvg's noise)."""
+    private = [*USER_LEVEL, "fl.rounds=2"]
+    run_job(make_job([*private, "algo=fedavg"]), tmp_path / "fedavg")
+    run_job(make_job([*private, "algo=fednova"]), tmp_path / "fednova")
+    fedavg, fednova = (read_rows(tmp_path / name) for name in ("fedavg", "fednova"))
+    for avg, nova in zip(fedavg, fednova, strict=True):
+        assert float(nova["test_loss"]) == pytest.approx(float(avg["test_loss"]), rel=1e-4)

@@ -1,48 +1,102 @@
-"""The accountant: ε is Opacus's for the same (q, z, T, δ), composed step by step; it grows with
-steps and sampling rate and shrinks with noise; target-ε calibration inverts it."""
+"""The accountants against an independent implementation, Google's dp-accounting: `rdp` is its
+RDP accountant's ε for the same orders, `prv` lies above its privacy-loss distribution (PLD)
+accountant's ε by at most PRV's stated error; ε grows with steps and sampling rate and shrinks
+with noise; target-ε calibration inverts either accountant."""
 
 import math
 
+import dp_accounting
 import pytest
-from opacus.accountants import RDPAccountant
+from dp_accounting.pld.pld_privacy_accountant import PLDAccountant
+from dp_accounting.rdp.rdp_privacy_accountant import RdpAccountant
 
 from fedlight.privacy.accountant import (
     CALIBRATION_TOLERANCE,
     ORDERS,
+    PRV_EPS_ERROR,
     calibrate_noise,
     epsilon,
 )
 
+PLD_INTERVAL = 1e-3  # the PLD's discretization: its ε is pessimistic by about this much at most
 
-@pytest.mark.parametrize(("q", "z", "steps", "delta"), [(0.1, 1.0, 10, 1e-2), (0.01, 0.8, 6, 1e-3)])
-def test_epsilon_is_the_librarys_for_steps_composed_one_by_one(
-    q: float, z: float, steps: int, delta: float
-) -> None:
-    accountant = RDPAccountant()
-    for _ in range(steps):
-        accountant.step(noise_multiplier=z, sample_rate=q)
-    assert epsilon(q, z, steps, delta) == pytest.approx(
-        accountant.get_epsilon(delta, alphas=list(ORDERS)), rel=1e-12
+
+def sampled_gaussian(q: float, z: float, steps: int) -> dp_accounting.DpEvent:
+    return dp_accounting.SelfComposedDpEvent(
+        dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(z)), steps
     )
 
 
-def test_epsilon_grows_with_steps_and_sampling_and_falls_with_noise() -> None:
-    base = epsilon(0.1, 1.2, 100, 1e-2)
-    assert epsilon(0.1, 1.2, 200, 1e-2) > base
-    assert epsilon(0.2, 1.2, 100, 1e-2) > base
-    assert epsilon(0.1, 2.4, 100, 1e-2) < base
-    assert epsilon(0.1, 1.2, 100, 1e-4) > base
-    assert epsilon(0.1, 1.2, 0, 1e-2) == 0.0
-    assert math.isinf(epsilon(0.1, 0.0, 5, 1e-2))
+def pld_epsilon(q: float, z: float, steps: int, delta: float) -> float:
+    accountant = PLDAccountant(value_discretization_interval=PLD_INTERVAL)
+    accountant.compose(sampled_gaussian(q, z, steps))
+    return accountant.get_epsilon(delta)
+
+
+CASES = [  # (q, z, steps, δ): a DP-FedAvg round, a few, 50 rounds, K/N = 4/10, DP-SGD's steps
+    (0.1, 1.0, 1, 1e-2),
+    (0.1, 1.0, 3, 1e-2),
+    (0.1, 1.0, 50, 1e-5),
+    (0.4, 1.3, 4, 1e-5),
+    (16 / 600, 1.0, 570, 1e-6),
+]
+
+
+@pytest.mark.parametrize(("q", "z", "steps", "delta"), CASES)
+def test_rdp_is_dp_accountings_rdp_for_the_same_orders(
+    q: float, z: float, steps: int, delta: float
+) -> None:
+    independent = RdpAccountant(orders=list(ORDERS))
+    independent.compose(sampled_gaussian(q, z, steps))
+    assert epsilon(q, z, steps, delta, "rdp") == pytest.approx(
+        independent.get_epsilon(delta), rel=1e-3
+    )
+
+
+@pytest.mark.parametrize(("q", "z", "steps", "delta"), CASES)
+def test_prv_bounds_the_pld_epsilon_within_its_stated_error(
+    q: float, z: float, steps: int, delta: float
+) -> None:
+    """PRV's ε is the upper end of an interval of ±PRV_EPS_ERROR around its estimate: at least
+    the exact ε (the PLD's, less its discretization) and at most 2·PRV_EPS_ERROR above it."""
+    exact = pld_epsilon(q, z, steps, delta)
+    assert exact - PLD_INTERVAL <= epsilon(q, z, steps, delta, "prv") <= exact + 2 * PRV_EPS_ERROR
+
+
+def test_prv_is_two_to_three_times_tighter_than_rdp_after_few_rounds() -> None:
+    """The audit's numbers: q = 0.1, z = 1, δ = 0.01: RDP 0.649 after 1 round, 0.884 after 3;
+    the PLD 0.198 and 0.437."""
+    assert epsilon(0.1, 1.0, 1, 0.01, "rdp") == pytest.approx(0.649, abs=5e-4)
+    assert epsilon(0.1, 1.0, 3, 0.01, "rdp") == pytest.approx(0.884, abs=5e-4)
+    assert epsilon(0.1, 1.0, 1, 0.01, "prv") == pytest.approx(0.198, abs=0.015)
+    assert epsilon(0.1, 1.0, 3, 0.01, "prv") == pytest.approx(0.437, abs=0.015)
+
+
+def test_prv_falls_back_to_rdp_where_its_grid_would_not_fit() -> None:
+    """z = 0.05: PRV's grid would need millions of points; RDP's bound (in the thousands)."""
+    assert epsilon(0.1, 0.05, 5, 1e-5, "prv") == epsilon(0.1, 0.05, 5, 1e-5, "rdp")
+    assert math.isfinite(epsilon(0.1, 0.05, 5, 1e-5, "prv"))
+
+
+@pytest.mark.parametrize("accountant", ["prv", "rdp"])
+def test_epsilon_grows_with_steps_and_sampling_and_falls_with_noise(accountant: str) -> None:
+    base = epsilon(0.1, 1.2, 100, 1e-2, accountant)
+    assert epsilon(0.1, 1.2, 200, 1e-2, accountant) > base
+    assert epsilon(0.2, 1.2, 100, 1e-2, accountant) > base
+    assert epsilon(0.1, 2.4, 100, 1e-2, accountant) < base
+    assert epsilon(0.1, 1.2, 100, 1e-4, accountant) > base
+    assert epsilon(0.1, 1.2, 0, 1e-2, accountant) == 0.0
+    assert math.isinf(epsilon(0.1, 0.0, 5, 1e-2, accountant))
 
 
 @pytest.mark.parametrize(
-    ("q", "steps", "target", "delta"), [(0.1, 100, 1.0, 1e-2), (0.01, 1000, 4.0, 1e-3)]
+    ("q", "steps", "target", "delta", "accountant"),
+    [(0.1, 50, 1.0, 1e-5, "prv"), (0.1, 100, 1.0, 1e-2, "rdp"), (0.01, 1000, 4.0, 1e-3, "rdp")],
 )
 def test_calibration_finds_the_noise_that_spends_the_target(
-    q: float, steps: int, target: float, delta: float
+    q: float, steps: int, target: float, delta: float, accountant: str
 ) -> None:
-    z = calibrate_noise(q, steps, target, delta)
-    reached = epsilon(q, z, steps, delta)
+    z = calibrate_noise(q, steps, target, delta, accountant)
+    reached = epsilon(q, z, steps, delta, accountant)
     assert target - CALIBRATION_TOLERANCE <= reached <= target
-    assert epsilon(q, 0.98 * z, steps, delta) > target  # no much smaller z would do
+    assert epsilon(q, 0.98 * z, steps, delta, accountant) > target  # no much smaller z would do

@@ -226,6 +226,12 @@ class RoundAggregation:
         self.rejected: list[int] = []  # clients whose update was not finite, in order
         self.late: list[int] = []  # clients whose update missed the round's deadline, in order
 
+    @property
+    def public_contributors(self) -> Sequence[tuple[int, int, int]]:
+        """The (client, samples, steps) the server update may depend on: the realized
+        contributors, unless a private aggregation must hide them (DP-FedAvg's stand-ins)."""
+        return self.contributors
+
     def add(self, ctx: "RoundContext", upload: "ClientUpload") -> bool:
         """The server's view of one decoded upload, added to every part; an upload with a NaN or
         Inf entry is rejected instead (False), all its parts with it."""

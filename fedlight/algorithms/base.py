@@ -162,6 +162,9 @@ class Algorithm(ABC):
     # The `selection` option a configured variant's aggregation assumes, and why (FedProx's
     # plain mean is unbiased under sampling ∝ n_k only); None: any selection.
     required_selection: tuple[str, str] | None = None
+    # True where a round's trainer learns from examples pooled across clients, drawn afresh each
+    # round (`central`), not each selected client from its own data.
+    pools_data: ClassVar[bool] = False
     # Epochs of a second local training of each participant, of a model it keeps (Ditto's
     # personal model), after its upload; 0: none (`personal_training`).
     personal_epochs: int = 0
@@ -224,6 +227,13 @@ class Algorithm(ABC):
         """The server's view of one decoded upload: each of `parts`' tensors."""
         return {}
 
+    def upload_units(self, steps: int) -> float:
+        """How many units of the upload's model part make the model update of a client that took
+        `steps` local steps: 1 where the upload is the model update (FedNova's d_i = Δ_i/‖a_i‖₁
+        needs ‖a‖₁). A private aggregation clips uploads to `privacy.clip` over this at its
+        public step count, so that the clip bounds a model update whatever the upload is."""
+        return 1.0
+
     def model_update_keys(self, ctx: RoundContext, tensors: StateDict) -> list[str]:
         """The entries of an upload that are the client's model update, what an attacking
         client forges (`fedlight.attacks`): by default the trainable parameters' entries."""
@@ -237,7 +247,8 @@ class Algorithm(ABC):
         contributors: Sequence[tuple[int, int, int]],
     ) -> ServerState:
         """The next server state from the round's aggregates (None: no client contributed to
-        that part). `contributors` are (client, samples, steps) of the uploads, in order."""
+        that part). `contributors` are (client, samples, steps) of the uploads, in order: the
+        round's `public_contributors` (under a private aggregation, public stand-ins)."""
         return server
 
     def aggregate(
@@ -251,7 +262,9 @@ class Algorithm(ABC):
         aggregation = self.start_aggregation([u.num_samples for u in uploads])
         for upload in uploads:
             aggregation.add(ctx, upload)
-        return self.server_update(ctx, server, aggregation.results(), aggregation.contributors)
+        return self.server_update(
+            ctx, server, aggregation.results(), aggregation.public_contributors
+        )
 
     def start_aggregation(self, sample_counts: Sequence[int]) -> RoundAggregation:
         """A round's accumulators for participants with these sample counts: the configurable

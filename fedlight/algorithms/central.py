@@ -12,6 +12,7 @@ the number of optimizer steps differs only by the clients' partial last batches.
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import Tensor
@@ -29,6 +30,8 @@ POOLED_TRAINER = 0
 @dataclass
 class Central(Local):
     """`Local` training of a single participant that holds everybody's data."""
+
+    pools_data: ClassVar[bool] = True
 
     def participants(
         self, ctx: RoundContext, client_indices: Sequence[Tensor]

@@ -11,22 +11,29 @@ Variant implemented: local SGD with heavy-ball momentum ρ (PyTorch's SGD withou
 Nesterov), for which ‖a_i‖₁ = [τ_i − ρ(1 − ρ^τ_i)/(1 − ρ)] / (1 − ρ), which is τ_i for plain
 SGD (ρ = 0). τ_i is the number of optimizer steps the client took this round, so clients with
 more data take more steps. ρ must match the local optimizer: the YAML takes it from
-`optim.momentum`. The normalization happens on the server before aggregation and the rescaling
-after it, so d_i goes through the configured aggregator and τ_eff Σ p_i d_i through the server
-optimizer (p_i follow the aggregator's weighting; the paper's are the sample shares). Buffers are
-averaged as in FedAvg (they are not the result of gradient steps). With equal τ_i this is FedAvg
-up to float rounding.
+`optim.momentum`. The client normalizes and the server rescales after aggregating, so d_i goes
+through the configured aggregator and τ_eff Σ p_i d_i through the server optimizer (p_i follow
+the aggregator's weighting; the paper's are the sample shares). Buffers are averaged as in FedAvg
+(they are not the result of gradient steps). With equal τ_i this is FedAvg up to float rounding.
+
+The upload is d_i (and the buffers' deltas), so what a client sends, and what a compressor, an
+attack or a privacy mechanism acts on, is the normalized update. Under a private aggregation
+(`privacy=dp_fedavg`) τ_eff is that of the aggregation's public stand-in participants (‖a‖₁ of
+the mean client's step count, `public_contributors`), so the server update never sees a
+participant's size or steps, and the mechanism clips d_i to C/τ_eff (`upload_units`): the clip
+bounds τ_eff·d_i, a model update, as it bounds FedAvg's Δ_i, and the noise on the step is z·C/E,
+FedAvg's, whoever took part.
 """
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from fedlight.aggregation.base import client_weight
-from fedlight.algorithms.base import ClientUpload, ServerState
-from fedlight.algorithms.fedavg import BUFFERS, UPDATE, FedAvg, split_parameters
+from fedlight.algorithms.base import ClientUpload, LocalResult, ServerState
+from fedlight.algorithms.fedavg import BUFFERS, UPDATE, FedAvg
 from fedlight.config import require
 from fedlight.context import RoundContext
-from fedlight.tensors import StateDict
+from fedlight.tensors import StateDict, subtract
 
 
 def momentum_step_norm(num_steps: int, momentum: float) -> float:
@@ -50,14 +57,24 @@ class FedNova(FedAvg):
     def step_norm(self, num_steps: int) -> float:
         return momentum_step_norm(num_steps, self.momentum)
 
-    def split(self, ctx: RoundContext, upload: ClientUpload) -> dict[str, StateDict]:
+    def upload_units(self, steps: int) -> float:
+        """‖a‖₁ of `steps` steps: d_i times it is a model update (1 for a client without steps)."""
+        return self.step_norm(steps) if steps > 0 else 1.0
+
+    def upload(
+        self,
+        ctx: RoundContext,
+        received: StateDict,
+        local: LocalResult,
+        client_state: StateDict | None,
+    ) -> tuple[ClientUpload, StateDict | None]:
         """d_i = Δ_i / ‖a_i‖₁ for the parameters (a client that took no step has Δ_i = 0, so
-        d_i = 0 whatever its norm); buffers as they are."""
-        parts = split_parameters(upload.tensors, ctx.trainable)
-        norm = self.step_norm(upload.num_steps)
+        d_i = 0 whatever its norm); buffers' deltas as they are."""
+        delta = subtract(local.weights, received)
+        norm = self.step_norm(local.num_steps)
         if norm > 0:
-            parts[UPDATE] = {name: t / norm for name, t in parts[UPDATE].items()}
-        return parts
+            delta = {name: t / norm if name in ctx.trainable else t for name, t in delta.items()}
+        return ClientUpload(local.client_id, local.num_samples, local.num_steps, delta), None
 
     def server_update(
         self,

@@ -46,7 +46,10 @@ control, S the sampled clients, N the federation size, η_g the server learning 
   uniform mean) and server optimizer (`server_opt=sgd`, lr η_g) compute it; another aggregator or
   server optimizer replaces these two steps only. c ← c + (|S|/N) · (1/|S|) Σ_{i∈S} Δc_i, a plain
   mean by definition whatever the aggregator. With the |S|/N factor,
-  c stays the mean over all N clients of c_i (absent ones counting as zero). Buffers (e.g.
+  c stays the mean over all N clients of c_i (absent ones counting as zero). |S| is the count the
+  round's aggregation divides by (`public_contributors`): the realized participants, or under
+  `privacy=dp_fedavg` the expected E, whose noised sum over E makes c move by (1/N)·(Σ Δc_i +
+  noise), noise std z·C/N whoever took part. Buffers (e.g.
   BatchNorm statistics) are not optimized and are averaged exactly as FedAvg does: sample-weighted,
   without η_g, integer buffers rounded back.
 """
@@ -369,7 +372,8 @@ class Scaffold(FedAvg):
         contributors: Sequence[tuple[int, int, int]],
     ) -> ServerState:
         """x by the server optimizer on mean Δy (buffers: FedAvg's weighted mean),
-        c += (|S|/N)·mean Δc."""
+        c += (|S|/N)·mean Δc, |S| the contributors the means are over (public ones under a
+        private aggregation)."""
         # A client without data took no step and sent Δy = Δc = 0: left out of the means rather
         # than diluting them. c is unaffected, since (|S|/N)·mean_S Δc = (1/N)·Σ_S Δc.
         delta_y, buffers, delta_c = aggregates[DELTA_Y], aggregates[BUFFERS], aggregates[DELTA_C]

@@ -6,20 +6,25 @@ b_i = 1[‖Δ_i‖ ≤ C]; the server forms the noisy fraction
 b̄ = (Σ_i (b_i − ½) + N(0, σ_b²)) / E + ½ (E the expected participants) and sets
 C ← C·exp(−η_C (b̄ − γ)). Both releases are Gaussian mechanisms on the same clients; Theorem 1 makes
 their composition one Gaussian mechanism of multiplier z (the one the accountant sees) when the
-updates' sum gets multiplier z_Δ = (z⁻² − (2σ_b)⁻²)^(−1/2). The paper's defaults: γ = ½, η_C = 0.2,
-σ_b = E/20, C₀ = 0.1.
+updates' sum gets multiplier z_Δ = (z⁻² − (2σ_b)⁻²)^(−1/2), which needs z < 2σ_b. The paper's
+defaults: γ = ½, η_C = 0.2, σ_b = E/20, C₀ = 0.1. Its σ_b = E/20 is meant for E in the hundreds:
+at E = 10 (σ_b = ½) it leaves nothing for the updates at z = 1. So σ_b defaults to max(E/20, z),
+the paper's value wherever that is larger, else z, for which z_Δ = z/√(3/4) ≈ 1.155·z. The noised
+fraction b̄ is the only count of clipped updates this mechanism releases
+(`privacy.unclipped_fraction`).
 """
 
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from fedlight.algorithms.base import ClientUpload
+from fedlight.algorithms.base import Algorithm, ClientUpload
 from fedlight.config import RunSettings, require
 from fedlight.context import Federation, RoundContext
-from fedlight.privacy.base import Trained, as_state, clip_factor, scalar, scaled, update_norm
+from fedlight.privacy.base import Trained, as_state, clipped, scalar
 from fedlight.privacy.dp_fedavg import DPFedAvg
 from fedlight.rng import Stream
+from fedlight.selection.base import Selection
 from fedlight.tensors import StateDict
 
 UNCLIPPED = "unclipped"  # b_i, what a client reports besides its update
@@ -33,7 +38,7 @@ class AdaptiveClip(DPFedAvg):
     clip: float = 0.1
     target_quantile: float = 0.5  # γ
     clip_lr: float = 0.2  # η_C
-    count_noise: float | None = None  # σ_b; null: E/20
+    count_noise: float | None = None  # σ_b; null: max(E/20, z)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -44,23 +49,38 @@ class AdaptiveClip(DPFedAvg):
         require(self.clip_lr > 0, f"privacy.clip_lr={self.clip_lr} must be > 0; use e.g. 0.2")
         require(
             self.count_noise is None or self.count_noise > 0,
-            f"privacy.count_noise={self.count_noise} must be > 0; null means E/20",
+            f"privacy.count_noise={self.count_noise} must be > 0; null means max(E/20, z)",
+        )
+
+    def planned_count_noise(self, settings: RunSettings, noise: float) -> float:
+        """σ_b: `privacy.count_noise`, or max(E/20, z) for the run's z = `noise`."""
+        if self.count_noise is not None:
+            return self.count_noise
+        return max(settings.fl.clients_per_round / 20, noise)
+
+    def check(
+        self,
+        settings: RunSettings,
+        choices: dict[str, str],
+        algorithm: Algorithm,
+        selection: Selection,
+    ) -> None:
+        super().check(settings, choices, algorithm, selection)
+        noise = self.planned_noise(settings)
+        count_noise = self.planned_count_noise(settings, noise)
+        require(
+            noise < 2 * count_noise,
+            f"privacy.noise_multiplier={noise:.4g} must be below 2·σ_b={2 * count_noise:.4g} to "
+            "leave noise for the updates (Andrew et al. 2021, Theorem 1); raise "
+            "privacy.count_noise (null: max(E/20, z)), or use privacy=dp_fedavg",
         )
 
     def init_state(
         self, settings: RunSettings, federation: Federation, client_sizes: Sequence[int]
     ) -> StateDict:
         state = super().init_state(settings, federation, client_sizes)
-        expected = scalar(state, "expected")
-        count_noise = expected / 20 if self.count_noise is None else self.count_noise
         noise = scalar(state, "noise_multiplier")
-        require(
-            noise < 2 * count_noise,
-            f"privacy.noise_multiplier={noise:.4g} must be below 2·σ_b={2 * count_noise:.4g} to "
-            "leave noise for the clipped count (Andrew et al. 2021, Theorem 1); raise "
-            "privacy.count_noise or fl.clients_per_round, or use privacy=dp_fedavg",
-        )
-        return state | as_state(count_noise=count_noise)
+        return state | as_state(count_noise=self.planned_count_noise(settings, noise))
 
     def describe(self, state: StateDict) -> str | None:
         fixed = super().describe(state)
@@ -77,12 +97,10 @@ class AdaptiveClip(DPFedAvg):
         return (noise**-2 - (2 * scalar(state, "count_noise")) ** -2) ** -0.5
 
     def clip_upload(
-        self, ctx: RoundContext, state: StateDict, upload: ClientUpload
+        self, ctx: RoundContext, state: StateDict, algorithm: Algorithm, upload: ClientUpload
     ) -> tuple[ClientUpload, dict[str, float]]:
-        factor = clip_factor(float(update_norm(upload.tensors)), scalar(state, "clip"))
-        ctx.metrics.add("privacy.clipped", float(factor < 1.0))
-        clipped = replace(upload, tensors=scaled(upload.tensors, factor))
-        return clipped, {UNCLIPPED: float(factor == 1.0)}
+        tensors, factor = clipped(upload.tensors, self.upload_clip(state, algorithm))
+        return replace(upload, tensors=tensors), {UNCLIPPED: float(factor == 1.0)}
 
     def finish_round(
         self, ctx: RoundContext, state: StateDict, trained: Sequence[Trained]

@@ -31,6 +31,8 @@ from fedlight.config import RunSettings, require
 from fedlight.context import Federation, RoundContext
 from fedlight.data.base import TensorDataset
 from fedlight.engines.base import Engine
+from fedlight.privacy.accountant import ACCOUNTANTS
+from fedlight.selection.base import Selection
 from fedlight.tensors import StateDict
 
 STATE_PREFIX = "privacy/"
@@ -54,9 +56,16 @@ class Privacy:
         """The option's name in the `privacy` group (its module's)."""
         return type(self).__module__.rsplit(".", 1)[-1]
 
-    def check(self, settings: RunSettings, choices: dict[str, str], algorithm: Algorithm) -> None:
-        """Refuse (ConfigError) what the mechanism cannot guarantee with, before any work;
-        `choices` maps each config group to its option."""
+    def check(
+        self,
+        settings: RunSettings,
+        choices: dict[str, str],
+        algorithm: Algorithm,
+        selection: Selection,
+    ) -> None:
+        """Refuse (ConfigError) what the mechanism cannot guarantee with, before any work (every
+        refusal that the settings decide belongs here, not in `init_state`); `choices` maps each
+        config group to its option."""
         return None
 
     def init_state(
@@ -81,7 +90,7 @@ class Privacy:
         return None
 
     def clip_upload(
-        self, ctx: RoundContext, state: StateDict, upload: ClientUpload
+        self, ctx: RoundContext, state: StateDict, algorithm: Algorithm, upload: ClientUpload
     ) -> tuple[ClientUpload, dict[str, float]]:
         """The upload as the client sends it, and the numbers it reports besides (each counted
         as 4 bytes up)."""
@@ -109,16 +118,27 @@ class Privacy:
         return None
 
 
+def default_delta(protected: int) -> float:
+    """δ = min(10⁻⁵, 0.1/n) for a protected set of n units (clients, or examples): the chance
+    that the guarantee fails for someone stays below 10% over the whole set (δ = 1/n would allow
+    a mechanism that publishes one unit's data outright), and never above the usual 10⁻⁵ (Abadi
+    et al. 2016 use 10⁻⁵ for MNIST's 60,000 examples; Ponomareva et al., "How to DP-fy ML",
+    JAIR 2023, ask for δ ≪ 1/n)."""
+    return min(1e-5, 0.1 / max(protected, 1))
+
+
 @dataclass
 class GaussianMechanism(Privacy):
     """The settings of a mechanism that clips to `clip` and adds Gaussian noise of multiplier z:
-    z given, or calibrated for `target_epsilon` (exactly one of the two), at `delta`."""
+    z given, or calibrated for `target_epsilon` (exactly one of the two), at `delta`, with ε
+    from `accountant` (see `accountant.py`)."""
 
     clip: float = 1.0
     noise_multiplier: float | None = 1.0  # z; null together with target_epsilon
     target_epsilon: float | None = None  # calibrate z for the planned rounds; stop at the budget
     delta: float | None = None  # δ; null: the option's default (`default_delta`)
-    default_delta: ClassVar[str] = "1/N"
+    accountant: str = "prv"  # prv | rdp: ε's reporting, budget and calibration
+    default_delta: ClassVar[str] = "min(1e-5, 0.1/N)"
 
     def __post_init__(self) -> None:
         require(self.clip > 0, f"privacy.clip={self.clip} must be > 0; use e.g. privacy.clip=1.0")
@@ -140,6 +160,11 @@ class GaussianMechanism(Privacy):
             self.delta is None or 0 < self.delta < 1,
             f"privacy.delta={self.delta} must lie in (0, 1); null means {self.default_delta}",
         )
+        require(
+            self.accountant in ACCOUNTANTS,
+            f"privacy.accountant={self.accountant} is not an accountant; use "
+            f"{' or '.join(ACCOUNTANTS)}",
+        )
 
     def report(self, ctx: RoundContext, state: StateDict, spent: float) -> None:
         """The privacy spent after this round and the mechanism's settings, to the metrics."""
@@ -151,7 +176,11 @@ class GaussianMechanism(Privacy):
 
 def update_norm(tensors: StateDict) -> Tensor:
     """The L2 norm of every floating-point entry of an update together, in float64."""
-    norms = [torch.linalg.vector_norm(t, dtype=torch.float64) for t in tensors.values()]
+    norms = [
+        torch.linalg.vector_norm(t, dtype=torch.float64)
+        for t in tensors.values()
+        if t.is_floating_point()
+    ]
     return (
         torch.linalg.vector_norm(torch.stack(norms))
         if norms
@@ -164,11 +193,15 @@ def clip_factor(norm: float, clip: float) -> float:
     return min(1.0, clip / norm) if norm > 0 else 1.0
 
 
-def scaled(tensors: StateDict, factor: float) -> StateDict:
-    """The floating-point entries times `factor` (others as they are); the same dict if 1."""
+def clipped(tensors: StateDict, clip: float) -> tuple[StateDict, float]:
+    """The floating-point entries of an upload scaled together to L2 norm ≤ `clip`, and the scale
+    (1: within it already). Integer entries (BatchNorm's `num_batches_tracked`) are dropped: they
+    cannot be clipped or noised, so they stay on the client and the server keeps its own."""
+    floating = {name: t for name, t in tensors.items() if t.is_floating_point()}
+    factor = clip_factor(float(update_norm(floating)), clip)
     if factor == 1.0:
-        return tensors
-    return {name: t * factor if t.is_floating_point() else t for name, t in tensors.items()}
+        return floating, factor
+    return {name: t * factor for name, t in floating.items()}, factor
 
 
 def scalar(state: StateDict, key: str) -> float:

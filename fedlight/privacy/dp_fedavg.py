@@ -2,17 +2,27 @@
 Models", ICLR 2018 (Algorithm 1, the fixed-denominator estimator with uniform client weights).
 
 Each participant's whole upload (every part the server aggregates: the model update, and with
-SCAFFOLD the control-variate update) is clipped to L2 norm C on the client, before compression.
-The server sums the decoded uploads, each projected again to norm ≤ C (a no-op for a lossless wire;
-it keeps the sensitivity at C when a compressor such as QSGD or int8 lengthens an update), adds
-N(0, (z·C)²) to every entry of the sum, and divides by the expected number of participants qN
-(not the realized one, which would leak who took part), then the server optimizer steps. With
-Poisson sampling of clients at rate q = K/N (`selection=poisson`) each round is the subsampled
-Gaussian mechanism that the accountant composes; one client's data is the unit of privacy, and
-δ defaults to 1/N.
+SCAFFOLD the control-variate update) is clipped to L2 norm C on the client, before compression;
+integer entries (BatchNorm's `num_batches_tracked`) cannot be clipped or noised and never leave the
+client (the server keeps its own). The server sums the decoded uploads, each projected again to
+norm ≤ C (a no-op for a lossless wire; it keeps the sensitivity at C when a compressor such as
+QSGD or int8 lengthens an update), adds N(0, (z·C)²) to every entry of the sum, and divides by
+the expected number of participants E = qN (not the realized one, which would leak who took part),
+then the server optimizer steps. With Poisson sampling of clients at rate q = K/N
+(`selection=poisson`) each round is the subsampled Gaussian mechanism that the accountant
+composes; one client's data is the unit of privacy, and δ defaults to min(10⁻⁵, 0.1/N).
+
+The server update sees only public numbers about the round (`PrivateAggregation.
+public_contributors`): E participants of the mean client size (the dataset's size over N) taking
+that size's local steps, never the realized participants, their sizes or steps. So SCAFFOLD's
+control moves by (E/N)·(noised sum / E) = (1/N)·noised sum, and FedNova's τ_eff is the mean
+client's step count: noise of the same std whoever took part. An upload that is not itself a
+model update (FedNova's per-step d_i) is clipped to C over the algorithm's `upload_units` at
+that step count, so that C bounds a model update with every algorithm.
 
 Not covered by the guarantee, as in the paper's simulation: the training loss and counts the
-loop reports (metrics.csv), and an empty round (no participant: the model is kept, no noise).
+loop reports (README, "Differential privacy": the full list), and an empty round (no
+participant: the model is kept, no noise).
 """
 
 from collections.abc import Mapping, Sequence
@@ -25,18 +35,23 @@ from fedlight.aggregation.mean import RunningMean
 from fedlight.algorithms.base import Algorithm, ClientUpload
 from fedlight.config import RunSettings, require
 from fedlight.context import Federation, RoundContext
+from fedlight.engines.base import num_local_steps
 from fedlight.privacy.accountant import calibrate_noise, epsilon
 from fedlight.privacy.base import (
     GaussianMechanism,
     Trained,
     as_state,
     clip_factor,
+    clipped,
+    default_delta,
     scalar,
-    scaled,
     update_norm,
 )
 from fedlight.rng import Stream
+from fedlight.selection.base import Selection
 from fedlight.tensors import StateDict
+
+PUBLIC_PARTICIPANT = -1  # the client id of the stand-ins in `public_contributors`
 
 
 @dataclass
@@ -53,7 +68,8 @@ class PrivateAggregation(RoundAggregation):
     """Every part of each accepted upload projected (all parts together) to norm ≤ `clip`, added
     with weight 1 over `expected`; `results` adds N(0, noise_std²/expected²) to every
     floating-point entry, drawn from `generator` part by part and tensor by tensor in order, so
-    every worker draws the same noise."""
+    every worker draws the same noise. The server update is told only `public` (samples, steps)
+    of E stand-in participants."""
 
     def __init__(
         self,
@@ -63,11 +79,19 @@ class PrivateAggregation(RoundAggregation):
         clip: float,
         noise_std: float,
         generator: torch.Generator,
+        public: tuple[int, int],
     ) -> None:
         rule = OverExpected(expected=expected)
         super().__init__(algorithm, rule, rule, sample_counts)
         self.expected, self.clip, self.noise_std = expected, clip, noise_std
         self.generator = generator
+        self.public = public
+
+    @property
+    def public_contributors(self) -> list[tuple[int, int, int]]:
+        """E participants of the public mean size and step count: what the means are over."""
+        samples, steps = self.public
+        return [(PUBLIC_PARTICIPANT, samples, steps)] * round(self.expected)
 
     def accumulate(self, upload: ClientUpload, parts: Mapping[str, StateDict]) -> None:
         """Every part with weight 1, held jointly to norm ≤ C again."""
@@ -103,13 +127,19 @@ class PrivateAggregation(RoundAggregation):
 class DPFedAvg(GaussianMechanism):
     """`privacy=dp_fedavg`: see the module docstring; `clip` is C, the noise on the sum z·C."""
 
-    def check(self, settings: RunSettings, choices: dict[str, str], algorithm: Algorithm) -> None:
+    def check(
+        self,
+        settings: RunSettings,
+        choices: dict[str, str],
+        algorithm: Algorithm,
+        selection: Selection,
+    ) -> None:
         name = self.option
-        selection = choices.get("selection", "random")
+        chosen = choices.get("selection", "random")
         require(
-            selection == "poisson",
+            chosen == "poisson",
             f"privacy={name} accounts for Poisson sampling of clients (each takes part with "
-            f"probability q = K/N), which selection={selection} is not; use selection=poisson",
+            f"probability q = K/N), which selection={chosen} is not; use selection=poisson",
         )
         require(
             bool(algorithm.parts),
@@ -126,22 +156,39 @@ class DPFedAvg(GaussianMechanism):
     def sampling_rate(self, settings: RunSettings) -> float:
         return settings.fl.clients_per_round / settings.fl.num_clients
 
+    def planned_delta(self, settings: RunSettings) -> float:
+        """δ: `privacy.delta`, or min(10⁻⁵, 0.1/N) (`default_delta`)."""
+        return default_delta(settings.fl.num_clients) if self.delta is None else self.delta
+
+    def planned_noise(self, settings: RunSettings) -> float:
+        """z: `privacy.noise_multiplier`, or calibrated so that fl.rounds rounds spend
+        `privacy.target_epsilon` by the configured accountant."""
+        if self.target_epsilon is None:
+            assert self.noise_multiplier is not None  # one of the two is set
+            return self.noise_multiplier
+        return calibrate_noise(
+            self.sampling_rate(settings),
+            settings.fl.rounds,
+            self.target_epsilon,
+            self.planned_delta(settings),
+            self.accountant,
+        )
+
     def init_state(
         self, settings: RunSettings, federation: Federation, client_sizes: Sequence[int]
     ) -> StateDict:
-        rate = self.sampling_rate(settings)
-        delta = 1.0 / federation.num_clients if self.delta is None else self.delta
-        if self.target_epsilon is None:
-            assert self.noise_multiplier is not None  # one of the two is set
-            noise = self.noise_multiplier
-        else:
-            noise = calibrate_noise(rate, federation.rounds, self.target_epsilon, delta)
+        # The dataset's size is public (the data set is), a client's is not: the stand-in
+        # participant holds the mean and takes its steps.
+        mean_size = round(sum(client_sizes) / max(len(client_sizes), 1))
+        local = settings.local
         return as_state(
-            noise_multiplier=noise,
+            noise_multiplier=self.planned_noise(settings),
             clip=self.clip,
-            delta=delta,
-            sampling_rate=rate,
+            delta=self.planned_delta(settings),
+            sampling_rate=self.sampling_rate(settings),
             expected=float(settings.fl.clients_per_round),
+            public_samples=mean_size,
+            public_steps=num_local_steps(mean_size, local.epochs, local.batch_size),
         )
 
     def describe(self, state: StateDict) -> str | None:
@@ -151,19 +198,24 @@ class DPFedAvg(GaussianMechanism):
             if self.target_epsilon is not None
             else "privacy.noise_multiplier"
         )
-        default = " (1/N)" if self.delta is None else ""
+        default = f" ({self.default_delta})" if self.delta is None else ""
         return (
             f"privacy={self.option}: user-level DP, q={scalar(state, 'sampling_rate'):.4g}, "
             f"noise multiplier {noise:.4g} ({how}), clip {scalar(state, 'clip'):.4g}, "
-            f"delta={scalar(state, 'delta'):.3g}{default}"
+            f"delta={scalar(state, 'delta'):.3g}{default}, epsilon by the {self.accountant} "
+            "accountant"
         )
 
+    def upload_clip(self, state: StateDict, algorithm: Algorithm) -> float:
+        """C over the algorithm's `upload_units` at the public step count: the norm bound of an
+        upload, C for one that is the model update."""
+        return scalar(state, "clip") / algorithm.upload_units(int(state["public_steps"]))
+
     def clip_upload(
-        self, ctx: RoundContext, state: StateDict, upload: ClientUpload
+        self, ctx: RoundContext, state: StateDict, algorithm: Algorithm, upload: ClientUpload
     ) -> tuple[ClientUpload, dict[str, float]]:
-        factor = clip_factor(float(update_norm(upload.tensors)), scalar(state, "clip"))
-        ctx.metrics.add("privacy.clipped", float(factor < 1.0))
-        return replace(upload, tensors=scaled(upload.tensors, factor)), {}
+        tensors, _ = clipped(upload.tensors, self.upload_clip(state, algorithm))
+        return replace(upload, tensors=tensors), {}
 
     def update_noise_multiplier(self, state: StateDict) -> float:
         """z of the noise on the updates' sum."""
@@ -176,7 +228,7 @@ class DPFedAvg(GaussianMechanism):
         algorithm: Algorithm,
         sample_counts: Sequence[int],
     ) -> RoundAggregation:
-        clip = scalar(state, "clip")
+        clip = self.upload_clip(state, algorithm)
         return PrivateAggregation(
             algorithm,
             sample_counts,
@@ -184,6 +236,7 @@ class DPFedAvg(GaussianMechanism):
             clip=clip,
             noise_std=self.update_noise_multiplier(state) * clip,
             generator=ctx.torch_generator(Stream.PRIVACY),
+            public=(int(state["public_samples"]), int(state["public_steps"])),
         )
 
     def spent(self, state: StateDict, rounds: int) -> float:
@@ -193,6 +246,7 @@ class DPFedAvg(GaussianMechanism):
             scalar(state, "noise_multiplier"),
             rounds,
             scalar(state, "delta"),
+            self.accountant,
         )
 
     def finish_round(

@@ -13,6 +13,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 from torch import Tensor
@@ -106,6 +107,10 @@ def draw_by_size(ctx: RoundContext, sizes: Sequence[int], count: int) -> list[in
 
 class Selection(ABC):
     """The `selection` config group: which clients take part in a round."""
+
+    # What the selector measures on the clients' training data to choose them (losses,
+    # accuracies), in words; None: nothing (sizes at most). Example-level DP-SGD refuses it.
+    measures_training_data: ClassVar[str | None] = None
 
     def check(self, num_clients: int, clients_per_round: int) -> None:
         """Refuse (ConfigError, one line) settings this selector cannot work with; every

@@ -10,6 +10,7 @@ training starts on the virtual clock only once the slowest candidate has answere
 """
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from fedlight.config import require
 from fedlight.context import RoundContext
@@ -18,6 +19,7 @@ from fedlight.selection.base import Population, Selection, draw_by_size
 
 @dataclass
 class PowerOfChoice(Selection):
+    measures_training_data: ClassVar[str | None] = "the global model's loss on each candidate's"
     candidates: int = 20  # d, at least fl.clients_per_round and at most fl.num_clients
 
     def check(self, num_clients: int, clients_per_round: int) -> None:

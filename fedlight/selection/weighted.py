@@ -9,6 +9,7 @@ more often; the run's participation.json and Jain's index show whom that starves
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
@@ -24,6 +25,7 @@ ACCURACY = "accuracy"
 
 @dataclass
 class Weighted(Selection):
+    measures_training_data: ClassVar[str | None] = "each participant's accuracy on its own"
     decay: float = 0.95  # d: how much of its old score a client keeps per round it trains
     temperature: float = 1.0  # softmax temperature: lower favours high scores more
 
