@@ -26,9 +26,9 @@ def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
     try:
         with replaced(path) as file:
             torch.save(state, file)
-    except (OSError, RuntimeError) as error:
-        cause = next((e for e in (error, error.__context__) if isinstance(e, OSError)), None)
-        if cause is None:
+    except RuntimeError as error:  # torch's report of a write that failed with an OSError
+        cause = error.__context__
+        if not isinstance(cause, OSError):
             raise
         raise OSError(cause.errno, cause.strerror, str(path)) from None
 

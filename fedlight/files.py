@@ -55,15 +55,18 @@ def create_new(partial: Path) -> int:
 @contextmanager
 def replaced(path: Path) -> Iterator[BinaryIO]:
     """A binary file whose content replaces `path` as a whole when the block ends; `path` is left
-    as it was (and no temporary `<stem>.tmp` is left) when the block fails."""
+    as it was (and no temporary `<stem>.tmp` is left) when the block fails, an `OSError` (a full
+    disk) then naming `path`."""
     partial = path.with_suffix(".tmp")
     file = os.fdopen(create_new(partial), "wb")
     try:
         with file:
             yield file
         os.replace(partial, path)
-    except BaseException:
+    except BaseException as error:
         partial.unlink(missing_ok=True)
+        if isinstance(error, OSError):  # a full disk: named by the file it was for
+            raise OSError(error.errno, error.strerror, str(path)) from None
         raise
 
 
