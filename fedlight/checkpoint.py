@@ -1,10 +1,13 @@
 """Checkpoints: written atomically, read with weights-only `torch.load` (no pickled code runs).
 
+A write that fails (a full disk) leaves the previous checkpoint as it was and no temporary file,
+and is reported as the `OSError` it was, naming the file: torch reports it as its own
+`RuntimeError` ("enforce fail ... unexpected pos"), raised while handling the OSError.
+
 A resume is checked before any data is loaded or any file written: the directory, the file, its
 readability and its keys, each fault refused in one line that says what to give instead.
 """
 
-import os
 import zipfile
 from collections.abc import Collection
 from pathlib import Path
@@ -13,14 +16,21 @@ from typing import Any
 import torch
 
 from fedlight.config import ConfigError, one_line
+from fedlight.files import replaced
 
 CHECKPOINT_NAME = "checkpoint.pt"
 
 
 def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
-    partial = path.with_suffix(".tmp")
-    torch.save(state, partial)
-    os.replace(partial, path)
+    """`state` in `path`, written whole or not at all, never through a link (`fedlight.files`)."""
+    try:
+        with replaced(path) as file:
+            torch.save(state, file)
+    except RuntimeError as error:  # torch's report of a write that failed with an OSError
+        cause = error.__context__
+        if not isinstance(cause, OSError):
+            raise
+        raise OSError(cause.errno, cause.strerror, str(path)) from None
 
 
 def load_checkpoint(path: Path, mmap: bool = False) -> dict[str, Any]:

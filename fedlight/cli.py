@@ -9,7 +9,7 @@ import re
 import shlex
 import sys
 from collections.abc import Iterator
-from contextlib import nullcontext
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -35,7 +35,7 @@ from fedlight.data.base import DataError
 from fedlight.experiment import DivergenceError, Job, resumed_checkpoint, run_job
 from fedlight.stages import CONF_DIR as STAGES_CONF_DIR
 from fedlight.stages import build_stages, instantiate_group
-from fedlight.workers import WorkerError
+from fedlight.workers import Terminated, WorkerError
 
 CONF_DIR = str(STAGES_CONF_DIR)
 MULTIRUN_FLAGS = ("-m", "--multirun")
@@ -141,6 +141,11 @@ def preset_sweep(job: list[str]) -> list[str]:
 def validate_command_line(args: list[str]) -> list[list[str]]:
     """Compose and build every job the command line describes, without running any of them;
     returns each job's overrides."""
+    return [overrides for overrides, _ in validated_jobs(args)]
+
+
+def validated_jobs(args: list[str]) -> list[tuple[list[str], RunSettings]]:
+    """`validate_command_line`'s jobs, each with its settings."""
     multirun = any(a in MULTIRUN_FLAGS for a in args)
     overrides = [
         a for a in args if a not in MULTIRUN_FLAGS and not a.startswith(("hydra.", "hydra/"))
@@ -152,6 +157,7 @@ def validate_command_line(args: list[str]) -> list[list[str]]:
         raise
     except Exception as error:  # noqa: BLE001 - Hydra's parser errors become one line
         raise ConfigError(one_line(error)) from None
+    validated = []
     with hydra.initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
         if multirun:
             jobs = job_override_lists([*preset_sweep(jobs[0]), *overrides], multirun)
@@ -169,12 +175,14 @@ def validate_command_line(args: list[str]) -> list[list[str]]:
             with open_dict(cfg):
                 del cfg["hydra"]
             try:
-                resumed_checkpoint(build_job(cfg, choices), mmap=True)
+                built = build_job(cfg, choices)
+                resumed_checkpoint(built, mmap=True)
             except ConfigError:
                 raise
             except Exception as error:  # noqa: BLE001 - OmegaConf validation errors
                 raise ConfigError(one_line(error)) from None
-    return jobs
+            validated.append((job, built.settings))
+    return validated
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
@@ -186,10 +194,13 @@ def hydra_entry(cfg: DictConfig) -> None:
     output_dir = Path(hydra_cfg.runtime.output_dir)
     setting = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     try:
-        with run_dir.locked(output_dir, setting) if writes_run_dir() else nullcontext():
-            run_job(build_job(cfg, choices, sweep_group), output_dir)
-    except (ConfigError, DataError, WorkerError) as error:
+        job = build_job(cfg, choices, sweep_group)
+        with writing(output_dir, setting, job.settings):
+            run_job(job, output_dir)
+    except (ConfigError, DataError) as error:
         fail(str(error), 2)
+    except WorkerError as error:
+        fail(str(error), error.exit_code)
     except DivergenceError as error:
         if not multirun:
             fail(str(error), 3)
@@ -199,8 +210,36 @@ def hydra_entry(cfg: DictConfig) -> None:
     except KeyboardInterrupt:
         print(interrupted(output_dir, list(hydra_cfg.overrides.task)), file=sys.stderr)
         sys.exit(130)
+    except Terminated:  # SIGTERM while workers ran: they are stopped
+        overrides = list(hydra_cfg.overrides.task)
+        print(interrupted(output_dir, overrides, "terminated"), file=sys.stderr)
+        sys.exit(143)
     except OSError as error:
-        fail(f"{error.filename or 'a file'} cannot be written: {error.strerror}", 1)
+        fail(cannot_write(error, output_dir), 1)
+
+
+def cannot_write(error: OSError, output_dir: Path) -> str:
+    """A file that could not be written (a full disk), and how to go on: the previous checkpoint
+    is intact (written whole or not at all)."""
+    kept = (
+        f"; {CHECKPOINT_NAME} keeps the last checkpointed round: once that is fixed, continue "
+        f"with resume={output_dir} hydra.run.dir={output_dir}"
+        if (output_dir / CHECKPOINT_NAME).exists()
+        else ""
+    )
+    return f"{error.filename or 'a file'} cannot be written: {error.strerror}{kept}"
+
+
+@contextmanager
+def writing(output_dir: Path, setting: str, settings: RunSettings) -> Iterator[None]:
+    """The run directory locked for this run and prepared for it (`fedlight.run_dir.prepare`)
+    while it runs, where this process writes it."""
+    if not writes_run_dir():
+        yield
+        return
+    with run_dir.locked(output_dir, setting):
+        run_dir.prepare(output_dir, setting, settings)
+        yield
 
 
 def fail(message: str, code: int) -> NoReturn:
@@ -213,30 +252,40 @@ def writes_run_dir() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
 
-def interrupted(output_dir: Path, overrides: list[str]) -> str:
-    """What to type to go on after Ctrl-C: continue from the run's own checkpoint, in place."""
+def interrupted(output_dir: Path, overrides: list[str], event: str = "interrupted") -> str:
+    """What to type to go on after Ctrl-C (or SIGTERM): continue from the run's own checkpoint,
+    in place, or start again there, replacing the rows it logged."""
     if (output_dir / CHECKPOINT_NAME).exists():
         kept = [o for o in overrides if not o.startswith("resume=")]
         command = ["python", "-m", "fedlight", *kept, f"resume={output_dir}"]
         what = "continue from its last checkpoint"
     else:
-        command = ["python", "-m", "fedlight", *overrides]
+        replaces = ["overwrite=true"] if run_dir.results_in(output_dir) else []
+        command = ["python", "-m", "fedlight", *overrides, *replaces]
         what = "no checkpoint yet (see checkpoint.every); start again"
     command.append(f"hydra.run.dir={output_dir}")
-    return f"fedlight: interrupted; {what} with: {shlex.join(command)}"
+    return f"fedlight: {event}; {what} with: {shlex.join(command)}"
 
 
-def check_output_dir(args: list[str], multirun: bool) -> None:
-    """A run directory given on the command line is writable and this run's alone (locked until
-    the run ends) before Hydra writes into it; a sweep directory is writable."""
+def check_output_dir(args: list[str], multirun: bool, jobs: list[RunSettings]) -> Path | None:
+    """The run or sweep directory given on the command line, locked for this run (or sweep)
+    alone and prepared for it (no links, no other run's results: see `fedlight.run_dir`) before
+    Hydra writes into it; None where none is given or this process does not write it."""
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     value = next((a.split("=", 1)[1] for a in args if a.startswith(f"{key}=")), None)
-    if value is None or "${" in value:
-        return
-    if multirun:
-        run_dir.writable_dir(Path(value), key)
-    elif writes_run_dir():
-        run_dir.acquire(Path(value), key)
+    if value is None or "${" in value or not writes_run_dir():
+        return None
+    directory = Path(value)
+    run_dir.acquire(directory, key)
+    try:
+        if multirun:
+            run_dir.prepare_sweep(directory, key, jobs)
+        else:
+            run_dir.prepare(directory, key, jobs[0])
+    except ConfigError:
+        run_dir.release(directory)
+        raise
+    return directory
 
 
 def main() -> None:
@@ -248,10 +297,15 @@ def main() -> None:
         sys.exit(report_main(args[1:]))
     register_schema()
     hydra_flags = [a for a in args if a.startswith("-") and a not in MULTIRUN_FLAGS]
+    locked = None
     if not hydra_flags:
         try:
-            validate_command_line(args)
-            check_output_dir(args, any(a in MULTIRUN_FLAGS for a in args))
+            jobs = [settings for _, settings in validated_jobs(args)]
+            locked = check_output_dir(args, any(a in MULTIRUN_FLAGS for a in args), jobs)
         except ConfigError as error:
             fail(str(error), 2)
-    hydra_entry()
+    try:
+        hydra_entry()
+    finally:  # a sweep's directory: its lock is held until its last job has ended
+        if locked is not None:
+            run_dir.release(locked)

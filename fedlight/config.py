@@ -93,6 +93,9 @@ class FLSettings:
     backend: str = "auto"  # auto: nccl on CUDA, gloo otherwise
     exchange: str = "uploads"  # uploads: bit-identical to 1 worker; sums: one model per worker
     on_divergence: str = "stop"  # stop: exit at the first non-finite round; continue: go on
+    # Seconds a worker waits for the others at an exchange before it ends the run naming them
+    # (a stopped or hung worker); torch's own default timeout of a gloo collective.
+    worker_timeout: float = 1800.0
 
     def __post_init__(self) -> None:
         require(self.num_clients >= 1, f"fl.num_clients={self.num_clients} must be >= 1")
@@ -140,6 +143,11 @@ class FLSettings:
             self.exchange in EXCHANGES,
             f"fl.exchange={self.exchange} is not an exchange; use uploads (every encoded upload "
             "crosses, numbers of 1 worker bit for bit) or sums (one partial sum per worker)",
+        )
+        require(
+            self.worker_timeout > 0,
+            f"fl.worker_timeout={self.worker_timeout} must be > 0 (seconds a worker waits for "
+            "the others at an exchange)",
         )
         require(
             self.on_divergence in ON_DIVERGENCE,
@@ -215,6 +223,7 @@ class RunSettings:
     checkpoint: CheckpointSettings = field(default_factory=CheckpointSettings)
     device: str = "auto"
     resume: str | None = None
+    overwrite: bool = False  # replace the results of another run in the run directory
 
     def __post_init__(self) -> None:
         require(self.seed >= 0, f"seed={self.seed} must be >= 0")
@@ -271,7 +280,17 @@ CONFIG_GROUPS: dict[str, str] = {
     "system": "client speeds on a virtual clock, deadlines, dropouts (fedlight/system)",
     "logger": "where metrics go besides metrics.csv (fedlight/loggers)",
 }
-SETTING_KEYS = ("seed", "fl", "local", "optim", "eval", "checkpoint", "device", "resume")
+SETTING_KEYS = (
+    "seed",
+    "fl",
+    "local",
+    "optim",
+    "eval",
+    "checkpoint",
+    "device",
+    "resume",
+    "overwrite",
+)
 
 # The schema of `conf/config.yaml`: plain settings plus one node per config group, and the table
 # layout `fedlight report` uses for an experiment preset (see conf/experiment/).

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from fedlight.files import replaced
+
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
@@ -34,6 +36,12 @@ def figure(width: float, height: float) -> "Figure":
     return Figure(figsize=(width, height))
 
 
+def save(fig: "Figure", path: Path, dpi: int) -> None:
+    """`fig` as a PNG at `path`, written whole or not at all and never through a link."""
+    with replaced(path) as file:
+        fig.savefig(file, format="png", dpi=dpi)
+
+
 def write_curves(path: Path, panels: list[Panel], width: float, dpi: int) -> None:
     from matplotlib.ticker import MaxNLocator
 
@@ -57,4 +65,4 @@ def write_curves(path: Path, panels: list[Panel], width: float, dpi: int) -> Non
         if any(line.label for line in panel.lines):
             ax.legend(title=panel.legend_title, fontsize="small")
     fig.tight_layout()
-    fig.savefig(path, dpi=dpi)
+    save(fig, path, dpi)

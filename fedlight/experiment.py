@@ -27,6 +27,7 @@ from fedlight.client_states import client_state_store
 from fedlight.config import ConfigError, RunSettings, require
 from fedlight.data.base import DataError, TensorDataset
 from fedlight.environment import float_environment, resumed_environment
+from fedlight.files import write_text
 from fedlight.loggers.base import RoundLogger, RunInfo
 from fedlight.loggers.console import ConsoleProgress
 from fedlight.loop import STATE_KEYS, FederatedLoop, History
@@ -44,6 +45,7 @@ from fedlight.outputs import (
 )
 from fedlight.partitions.base import Partition
 from fedlight.rng import Stream, derive_seed, numpy_generator
+from fedlight.run_dir import SUMMARY_NAME
 from fedlight.selection.base import Selection
 from fedlight.stages import Stages
 from fedlight.variants import resolved_variants
@@ -63,10 +65,12 @@ from fedlight.workers import (
 # `fl.threads_per_worker` changes float rounding only; summary.json's environment records it.
 RESUME_FREE_KEYS = (
     "resume",
+    "overwrite",
     "logger",
     "fl.workers",
     "fl.threads_per_worker",
     "fl.backend",
+    "fl.worker_timeout",
     "fl.rounds",
     "checkpoint.every",
     "data.cache_dir",  # where decoded images are kept, not what they are
@@ -76,7 +80,6 @@ RESUME_FREE_KEYS = (
 # Paths compared as the place they name: `data.root=../data/` is `data.root=../data`.
 PATH_KEYS = ("data.root",)
 CHECKPOINT_KEYS = (*STATE_KEYS, "config", "rounds")
-SUMMARY_NAME = "summary.json"
 EMPTY_CLIENTS_WARNED = 0.1  # the share of clients without data above which a run warns
 
 
@@ -257,7 +260,8 @@ def run_job(job: Job, output_dir: Path) -> dict[str, Any]:
     if in_process_group():
         summary = run_worker(join_workers(job.settings), job, output_dir)
     elif job.settings.fl.workers > 1:
-        spawn_workers(job.settings, run_worker, (job, output_dir), (ConfigError, DataError))
+        passed_on = (ConfigError, DataError, OSError)  # one-line errors, as in one process
+        spawn_workers(job.settings, run_worker, (job, output_dir), passed_on)
         summary = json.loads((output_dir / SUMMARY_NAME).read_text())
     else:
         with threads_of(job.settings.fl):
@@ -432,7 +436,7 @@ def write_summary(
         | variants_summary(job.stages.algorithm)
         | {"environment": ran.environment}
     )
-    (output_dir / SUMMARY_NAME).write_text(json.dumps(summary, indent=2, allow_nan=False))
+    write_text(output_dir / SUMMARY_NAME, json.dumps(summary, indent=2, allow_nan=False))
     write_curves(output_dir, history.rows)
     write_participation(output_dir, history.participation)
     if history.local_accuracies:

@@ -10,6 +10,7 @@ import numpy as np
 
 from fedlight import curves
 from fedlight.curves import Line, Panel
+from fedlight.files import write_text
 from fedlight.loggers.base import METRIC_COLUMNS, MetricsRow
 
 
@@ -21,8 +22,9 @@ def label_histogram(
 
 
 def write_label_histogram(output_dir: Path, histogram: np.ndarray) -> None:
-    (output_dir / "label_histogram.json").write_text(
-        json.dumps({str(c): row.tolist() for c, row in enumerate(histogram)})
+    write_text(
+        output_dir / "label_histogram.json",
+        json.dumps({str(c): row.tolist() for c, row in enumerate(histogram)}),
     )
     height = min(2 + 0.12 * len(histogram), 30)
     fig = curves.figure(1.5 + 0.5 * histogram.shape[1], height)
@@ -33,7 +35,7 @@ def write_label_histogram(output_dir: Path, histogram: np.ndarray) -> None:
     ax.set_ylabel("client")
     ax.set_title("samples per client and class")
     fig.colorbar(image, ax=ax)
-    fig.savefig(output_dir / "label_histogram.png", dpi=100)
+    curves.save(fig, output_dir / "label_histogram.png", dpi=100)
 
 
 # A collapse: the last COLLAPSE_EVALUATIONS evaluations at chance after an earlier one above it.
@@ -166,8 +168,9 @@ def participation_summary(counts: list[int]) -> dict[str, float | int | None]:
 def write_participation(output_dir: Path, counts: list[int]) -> None:
     """participation.json ({"counts": {client id: rounds trained}}, every client listed) and
     participation.png: how often each client trained, and how many clients trained how often."""
-    (output_dir / "participation.json").write_text(
-        json.dumps({"counts": {str(client): count for client, count in enumerate(counts)}})
+    write_text(
+        output_dir / "participation.json",
+        json.dumps({"counts": {str(client): count for client, count in enumerate(counts)}}),
     )
     fig = curves.figure(10, 3.5)
     by_client, histogram = fig.subplots(1, 2)
@@ -181,7 +184,7 @@ def write_participation(output_dir: Path, counts: list[int]) -> None:
     histogram.bar(values, frequencies, width=0.8)
     histogram.set_xlabel("rounds trained")
     histogram.set_ylabel("clients")
-    fig.savefig(output_dir / "participation.png", dpi=100)
+    curves.save(fig, output_dir / "participation.png", dpi=100)
 
 
 def write_local_accuracies(output_dir: Path, accuracies: list[float]) -> None:
@@ -189,14 +192,15 @@ def write_local_accuracies(output_dir: Path, accuracies: list[float]) -> None:
     the histogram of the clients' accuracies on their local test sets at the last evaluation,
     with their mean and 10th percentile marked."""
     tested = [a for a in accuracies if not np.isnan(a)]
-    (output_dir / "local_accuracy.json").write_text(
+    write_text(
+        output_dir / "local_accuracy.json",
         json.dumps(
             {
                 "accuracies": {
                     str(client): None if np.isnan(a) else a for client, a in enumerate(accuracies)
                 }
             }
-        )
+        ),
     )
     fig = curves.figure(6, 3.5)
     ax = fig.subplots()
@@ -210,4 +214,4 @@ def write_local_accuracies(output_dir: Path, accuracies: list[float]) -> None:
     ax.set_xlabel("accuracy on the client's local test set")
     ax.set_ylabel("clients")
     ax.legend()
-    fig.savefig(output_dir / "local_accuracy.png", dpi=100)
+    curves.save(fig, output_dir / "local_accuracy.png", dpi=100)

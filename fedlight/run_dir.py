@@ -4,19 +4,41 @@ Two processes writing one directory interleave their metrics.csv rows and share 
 `checkpoint.tmp`. Each run therefore takes a `flock` on `<run dir>/.fedlight.lock` (holding its
 pid) before it writes anything of its own; a second writer is refused naming the holder. The
 kernel drops the lock when the holder dies, even by `kill -9`, so a crashed run's lock is stale
-by construction: the next run takes it over and says so. A finished run removes the file.
+by construction: the next run takes it over and says so. A finished run removes the file. Worker
+processes a run spawns share the open lock (`fedlight.workers`), so it stays held while any process
+of the run lives. A sweep holds the lock of its sweep directory the same way, from before Hydra
+writes `multirun.yaml` until its last job ends.
+
+Nothing is read or written through a symbolic link: the lock file is opened with `O_NOFOLLOW` and
+must be a regular file of one link, and a run directory holding a link where fedlight or Hydra
+writes is refused before anything is written (see `fedlight.files` for the files themselves).
+
+A new run never replaces the results of another: a directory that holds a checkpoint, metrics or
+summary is refused unless the run resumes from it in place or the user says `overwrite=true`,
+which removes them first.
 """
 
 import fcntl
 import os
+import shutil
+import stat
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from fedlight.config import ConfigError
+from fedlight.checkpoint import CHECKPOINT_NAME
+from fedlight.client_states import CLIENT_STATES_DIR
+from fedlight.config import ConfigError, RunSettings
+from fedlight.files import linked
 
 LOCK_NAME = ".fedlight.lock"
+SUMMARY_NAME = "summary.json"
+# What a run leaves that a new run into its directory would replace (metrics.csv: the csv
+# logger's default name).
+RESULTS = (CHECKPOINT_NAME, SUMMARY_NAME, "metrics.csv")
+# The folders of a run directory that fedlight and Hydra write into, searched for links.
+WRITTEN_FOLDERS = (".hydra", CLIENT_STATES_DIR)
 
 # The locks this process holds: directory (resolved) -> the open lock file's descriptor.
 held: dict[Path, int] = {}
@@ -48,14 +70,11 @@ def acquire(directory: Path, setting: str) -> None:
         return
     path = directory / LOCK_NAME
     while True:
-        try:
-            descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as error:
-            raise unusable(directory, setting, error) from None
+        descriptor = open_lock(path, setting)
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.pread(descriptor, 32, 0).decode(errors="replace").strip() or "unknown"
+            holder = written_pid(descriptor) or "unknown"
             os.close(descriptor)
             raise ConfigError(
                 f"{setting}={directory} is being written by another fedlight run (pid {holder}, "
@@ -64,7 +83,7 @@ def acquire(directory: Path, setting: str) -> None:
         if same_file(descriptor, path):  # not removed by a holder that finished meanwhile
             break
         os.close(descriptor)
-    stale = os.pread(descriptor, 32, 0).decode(errors="replace").strip()
+    stale = written_pid(descriptor)
     if stale:
         print(
             f"fedlight: {directory} was left locked by process {stale}, which has ended; "
@@ -75,6 +94,31 @@ def acquire(directory: Path, setting: str) -> None:
     os.ftruncate(descriptor, 0)
     os.pwrite(descriptor, f"{os.getpid()}\n".encode(), 0)
     held[directory] = descriptor
+
+
+def open_lock(path: Path, setting: str) -> int:
+    """The lock file, made if missing; a link (not followed), a file of several names or anything
+    but a regular file is refused: the lock's pid is written into it."""
+    try:
+        descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as error:
+        if path.is_symlink():
+            raise linked(path) from None
+        raise unusable(path.parent, setting, error) from None
+    status = os.fstat(descriptor)
+    if not stat.S_ISREG(status.st_mode) or status.st_nlink != 1:
+        os.close(descriptor)
+        raise ConfigError(
+            f"{path} is not a lock file fedlight made (a special file, or a file with other "
+            "names); remove it, or choose another directory"
+        )
+    return descriptor
+
+
+def written_pid(descriptor: int) -> str:
+    """The pid a lock file holds ("" if it holds none; anything else is not echoed)."""
+    text = os.pread(descriptor, 32, 0).decode(errors="replace").strip()
+    return text if text.isdigit() else ""
 
 
 def same_file(descriptor: int, path: Path) -> bool:
@@ -102,3 +146,81 @@ def locked(directory: Path, setting: str) -> Iterator[None]:
         yield
     finally:
         release(directory)
+
+
+def first_link(directory: Path) -> Path | None:
+    """The first symbolic link among `directory`'s entries and in its WRITTEN_FOLDERS (W&B's own
+    links in `wandb/` are its business)."""
+    if not directory.is_dir():
+        return None
+    entries = sorted(directory.iterdir())
+    for folder in WRITTEN_FOLDERS:
+        inside = directory / folder
+        if inside.is_dir() and not inside.is_symlink():
+            entries += sorted(
+                Path(parent, name)
+                for parent, dirs, files in os.walk(inside)
+                for name in dirs + files
+            )
+    return next((entry for entry in entries if entry.is_symlink()), None)
+
+
+def check_no_links(directory: Path) -> None:
+    link = first_link(directory)
+    if link is not None:
+        raise linked(link)
+
+
+def resumes_in_place(directory: Path, settings: RunSettings) -> bool:
+    return settings.resume is not None and Path(settings.resume).resolve() == directory.resolve()
+
+
+def results_in(directory: Path) -> list[str]:
+    return [name for name in RESULTS if (directory / name).exists()]
+
+
+def refuse_results(directory: Path, setting: str, found: list[str]) -> ConfigError:
+    resume = (
+        f"continue that run with resume={directory} (and its overrides), "
+        if CHECKPOINT_NAME in found
+        else ""
+    )
+    return ConfigError(
+        f"{setting}={directory} holds the results of another run ({', '.join(found)}); "
+        f"{resume}choose another directory, or give overwrite=true to replace them"
+    )
+
+
+def prepare(directory: Path, setting: str, settings: RunSettings) -> None:
+    """A run directory this run may write: no links in it, and no other run's results unless this
+    run resumes from it in place or overwrites them (`overwrite=true` removes them now, with
+    the disk store's client states, so nothing of the other run is left to resume)."""
+    check_no_links(directory)
+    found = results_in(directory)
+    if not found or resumes_in_place(directory, settings):
+        return
+    if not settings.overwrite:
+        raise refuse_results(directory, setting, found)
+    for name in RESULTS:
+        (directory / name).unlink(missing_ok=True)
+    if (directory / CLIENT_STATES_DIR).is_dir():
+        shutil.rmtree(directory / CLIENT_STATES_DIR)
+
+
+def prepare_sweep(directory: Path, setting: str, jobs: list[RunSettings]) -> None:
+    """A sweep directory this sweep may write (before Hydra writes into it): no links in it or
+    its job folders, and no results of an earlier sweep in them unless every job overwrites."""
+    check_no_links(directory)
+    folders = sorted(p for p in directory.iterdir() if p.is_dir() and not p.is_symlink())
+    for folder in folders:
+        check_no_links(folder)
+    if all(job.overwrite for job in jobs):
+        return
+    for folder in folders:
+        found = results_in(folder)
+        if found:
+            raise ConfigError(
+                f"{setting}={directory} holds the results of an earlier sweep "
+                f"({folder / found[0]}); choose another directory, or give overwrite=true to "
+                "replace them job by job"
+            )

@@ -21,27 +21,44 @@ How workers start (`fedlight.experiment.run_job` picks):
 - `fl.workers=N > 1` otherwise: N fresh processes on this machine (`spawn_workers`), which meet
   at a TCP store on 127.0.0.1 that this process holds on a free port;
 - else this process alone (`OneWorker`, where share and gather are the identity).
+
+Spawned workers live and die with the run: each one asks the kernel for SIGKILL when its parent
+dies (Linux `prctl(PR_SET_PDEATHSIG)`; torch asks for SIGINT, which a process started with SIGINT
+ignored, as in a background job, never acts on) and ends at once if the parent died before it
+asked; they share the parent's run-directory locks (`fedlight.run_dir`), so a directory stays
+locked until the last process of its run has ended; SIGTERM to the parent stops them first. At
+every exchange a worker waits at most `fl.worker_timeout` seconds for the others, then ends the
+run naming the worker that did not come (a stopped or hung process). A worker that is killed or
+lost ends the run with exit code 4 (`WorkerLostError`); one that raised an unexpected error with
+exit code 1, below its traceback.
 """
 
 import atexit
+import ctypes
 import io
+import itertools
 import math
 import os
 import pickle
+import signal
 import sys
-import traceback
+import threading
+import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import timedelta
+from multiprocessing import reduction
 from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as torch_mp
 from torch import Tensor
-from torch.multiprocessing.spawn import ProcessException
+from torch.multiprocessing.spawn import ProcessException, ProcessRaisedException
 
+from fedlight import run_dir
 from fedlight.config import FLSettings, RunSettings, check_nccl, one_line, require
 
 Item = TypeVar("Item")
@@ -50,8 +67,29 @@ Value = TypeVar("Value")
 TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
+TIMEOUT_SETTING = "fl.worker_timeout"
+GRACE_SECONDS = 1.0  # after a worker failed, how long the others may take to end by themselves
+LAST_CALL_SECONDS = 10.0  # how long workers wait for each other after a collective timed out
+PR_SET_PDEATHSIG = 1  # prctl(2)
+# Each ProcessGroupWorkers of a process gets the next number; every process makes them in the
+# same order, so the numbers name the same exchanges in every process.
+GENERATIONS = itertools.count()
+
+
 class WorkerError(RuntimeError):
     """A worker process failed; the message names the worker and its error on one line."""
+
+    exit_code = 1  # an unexpected error, as in one process: its traceback is printed above
+
+
+class WorkerLostError(WorkerError):
+    """A worker process was killed by a signal, or did not come to an exchange in time."""
+
+    exit_code = 4
+
+
+class Terminated(BaseException):
+    """This process got SIGTERM while its workers ran (they are stopped before it ends)."""
 
 
 def resolve_device(name: str) -> torch.device:
@@ -199,27 +237,81 @@ def unpack(packed: Packed, flat: Tensor, device: torch.device) -> list[Any]:
 
 
 class ProcessGroupWorkers(Workers):
-    """The ranks of torch.distributed's default process group."""
+    """The ranks of torch.distributed's default process group.
 
-    def __init__(self, device: torch.device) -> None:
+    Before each collective the workers meet at the group's store: each sets its key and waits
+    for the others' for at most `timeout` seconds, so that a worker that never comes (stopped,
+    hung) ends the run with a `WorkerLostError` naming it instead of a silent wait. A collective
+    that times out (gloo's timeout is `timeout` too: a worker stopped during it) is followed by a
+    last meeting that names the worker that did not come to it.
+    """
+
+    def __init__(self, device: torch.device, timeout: float) -> None:
         super().__init__(dist.get_rank(), dist.get_world_size(), device)
         # NCCL moves GPU tensors; gloo moves CPU tensors (it has no all_gather for CUDA).
         self.transport = device if dist.get_backend() == "nccl" else torch.device("cpu")
+        self.timeout = timeout
+        self.store = dist.PrefixStore(
+            f"fedlight/{next(GENERATIONS)}/", dist.distributed_c10d._get_default_store()
+        )
+        self.store.set(f"pid/{self.rank}", str(os.getpid()))
+        self.exchanges = 0
+
+    @contextmanager
+    def exchange(self) -> Iterator[None]:
+        """The block's collectives, once every worker has come to them."""
+        self.exchanges += 1
+        self.meet(f"exchange/{self.exchanges}", self.timeout)
+        if self.exchanges > 1:  # everyone passed the previous meeting: its keys are done with
+            self.store.delete_key(f"exchange/{self.exchanges - 1}/{self.rank}")
+        started = time.monotonic()
+        try:
+            yield
+        except RuntimeError:
+            if time.monotonic() - started >= self.timeout:  # timed out, not a local error
+                self.meet("last", min(self.timeout, LAST_CALL_SECONDS))
+            raise
+
+    def meet(self, name: str, timeout: float) -> None:
+        """Returns once every worker has come to the meeting `name`; raises `WorkerLostError`
+        naming the workers that did not come within `timeout` seconds."""
+        keys = [f"{name}/{rank}" for rank in range(self.count)]
+        self.store.set(keys[self.rank], "")
+        try:
+            self.store.wait(keys, timedelta(seconds=timeout))
+        except dist.DistStoreError:
+            missing = [rank for rank, key in enumerate(keys) if not self.store.check([key])]
+            if missing:
+                raise WorkerLostError(self.lost(missing)) from None
+
+    def lost(self, missing: list[int]) -> str:
+        named = ", ".join(
+            f"{rank} (pid {self.store.get(f'pid/{rank}').decode()})"
+            if self.store.check([f"pid/{rank}"])
+            else str(rank)
+            for rank in missing
+        )
+        return (
+            f"worker {named} did not come to an exchange of the {self.count} workers within "
+            f"{TIMEOUT_SETTING}={self.timeout:g} s (stopped or hung); the run stopped: resume "
+            f"from its last checkpoint, with a larger {TIMEOUT_SETTING} if a worker needs longer"
+        )
 
     def gather(self, share: Share, mine: Sequence[Item]) -> list[Item]:
         """Two collectives: the pickled items without tensors (all_gather_object), then all
         tensor bytes (all_gather of one padded uint8 buffer per worker)."""
         packed, flat = pack(mine, self.transport)
         everyone: list[Packed | None] = [None] * self.count
-        dist.all_gather_object(everyone, packed)
-        packs = [p for p in everyone if p is not None]
-        longest = max(p.nbytes for p in packs)
-        buffers = [flat] * self.count
-        if longest:
-            padded = torch.zeros(longest, dtype=torch.uint8, device=self.transport)
-            padded[: flat.numel()] = flat
-            buffers = [torch.empty_like(padded) for _ in range(self.count)]
-            dist.all_gather(buffers, padded)
+        with self.exchange():
+            dist.all_gather_object(everyone, packed)
+            packs = [p for p in everyone if p is not None]
+            longest = max(p.nbytes for p in packs)
+            buffers = [flat] * self.count
+            if longest:
+                padded = torch.zeros(longest, dtype=torch.uint8, device=self.transport)
+                padded[: flat.numel()] = flat
+                buffers = [torch.empty_like(padded) for _ in range(self.count)]
+                dist.all_gather(buffers, padded)
         items: list[Any] = [None] * sum(len(positions) for positions in share.positions)
         for rank, positions in enumerate(share.positions):
             theirs = mine if rank == self.rank else unpack(packs[rank], buffers[rank], self.device)
@@ -229,11 +321,13 @@ class ProcessGroupWorkers(Workers):
 
     def broadcast(self, value: Value) -> Value:
         box = [value]
-        dist.broadcast_object_list(box, src=0)
+        with self.exchange():
+            dist.broadcast_object_list(box, src=0)
         return box[0]
 
     def barrier(self) -> None:
-        dist.barrier()
+        with self.exchange():
+            pass  # the meeting is the barrier
 
 
 def resolve_backend(setting: str, device: torch.device) -> str:
@@ -282,13 +376,14 @@ def join_workers(settings: RunSettings) -> ProcessGroupWorkers:
     if device.type == "cuda":
         torch.cuda.set_device(device)
     if not dist.is_initialized():
-        dist.init_process_group(resolve_backend(settings.fl.backend, device))
+        timeout = timedelta(seconds=settings.fl.worker_timeout)
+        dist.init_process_group(resolve_backend(settings.fl.backend, device), timeout=timeout)
         # Ended before the interpreter exits: a group left to teardown can abort the process
         # after the run ("terminate called without an active exception", exit −6).
         atexit.register(destroy_if_initialized)
     if settings.fl.threads_per_worker is not None:
         torch.set_num_threads(settings.fl.threads_per_worker)
-    return ProcessGroupWorkers(device)
+    return ProcessGroupWorkers(device, settings.fl.worker_timeout)
 
 
 def destroy_if_initialized() -> None:
@@ -311,29 +406,100 @@ def spawn_workers(
 ) -> None:
     """Runs `target(workers, *args)` in `fl.workers` new processes of this machine and waits.
 
-    A worker's failure stops them all (torch terminates the others) and is raised here: errors of
-    the `passed_on` types as they are (a user's one-line config or data error), anything else as a
-    one-line `WorkerError` after the worker has printed its traceback.
+    A worker's failure stops them all and is raised here: errors of the `passed_on` types as
+    they are (a user's one-line config or data error), a worker killed or lost as a
+    `WorkerLostError`, anything else as a one-line `WorkerError` below the worker's traceback.
     """
     count = settings.fl.workers
     resolve_backend(settings.fl.backend, worker_device(settings, 0, count))  # refused: no spawn
     store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
     errors = torch_mp.get_context("spawn").SimpleQueue()
-    worker_args = (count, store.port, spawned_threads(settings.fl), errors, passed_on)
-    try:
-        torch_mp.start_processes(
+    locks = InheritedFds(run_dir.held.values())
+    worker_args = (count, store.port, spawned_threads(settings.fl), errors, passed_on, locks)
+    with sigterm_raises_terminated():
+        context = torch_mp.start_processes(
             run_spawned,
-            args=(*worker_args, settings, target, args),
+            args=(*worker_args, os.getpid(), settings, target, args),
             nprocs=count,
             start_method="spawn",
+            join=False,
         )
-    except ProcessException as failure:
-        if errors.empty():
-            raise WorkerError(
-                f"fl.workers={count}: worker {failure.error_index} died "
-                f"(exit {getattr(failure, 'exit_code', '?')}); see its output above"
-            ) from None
-        raise errors.get() from None
+        try:
+            while not context.join(grace_period=GRACE_SECONDS):
+                pass
+        except ProcessException as failure:
+            raise reported_failure(failure, errors, count) from None
+        finally:  # interrupted (Ctrl-C, SIGTERM): no worker outlives this process
+            for process in context.processes:
+                process.kill()
+                process.join()
+
+
+@contextmanager
+def sigterm_raises_terminated() -> Iterator[None]:
+    """SIGTERM raises `Terminated` in this (main) thread for the duration, so that the workers
+    are stopped before this process ends."""
+
+    def terminated(signum: int, frame: Any) -> None:
+        raise Terminated
+
+    if threading.current_thread() is not threading.main_thread():  # only it handles signals
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def reported_failure(failure: ProcessException, errors: Any, count: int) -> BaseException:
+    """The error to raise for the worker that failed first: what it reported, or how it ended."""
+    reported: dict[int, tuple[BaseException, bool]] = {}
+    while not errors.empty():
+        rank, error, traced = errors.get()
+        reported.setdefault(rank, (error, traced))
+    worker = f"fl.workers={count}: worker {failure.error_index} (pid {failure.error_pid})"
+    if failure.error_index in reported:
+        error, traced = reported[failure.error_index]
+        if traced and isinstance(failure, ProcessRaisedException):
+            print(failure.msg.strip(), file=sys.stderr, flush=True)
+        return error
+    signal_name = getattr(failure, "signal_name", None)
+    if signal_name is not None:
+        return WorkerLostError(
+            f"{worker} was killed by {signal_name}; the run stopped: resume from its last "
+            "checkpoint"
+        )
+    return WorkerError(
+        f"{worker} ended with exit code {getattr(failure, 'exit_code', '?')} without reporting "
+        "an error"
+    )
+
+
+class InheritedFds:
+    """File descriptors a spawned worker inherits (the same open files: a lock held on them is
+    held by the worker too). Pickled while a process is spawned, they join the descriptors it
+    passes to the new process."""
+
+    def __init__(self, descriptors: Iterable[int]) -> None:
+        self.descriptors = tuple(descriptors)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (inherited_fds, (tuple(reduction.DupFd(fd) for fd in self.descriptors),))
+
+
+def inherited_fds(wrappers: tuple[Any, ...]) -> tuple[int, ...]:
+    return tuple(wrapper.detach() for wrapper in wrappers)
+
+
+def die_with_parent(parent: int) -> None:
+    """SIGKILL for this process when its parent dies (Linux), and its end now if the parent died
+    already (this process was then given to another parent before it asked)."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:
+        os._exit(1)
 
 
 def run_spawned(
@@ -343,15 +509,20 @@ def run_spawned(
     threads: int,
     errors: Any,
     passed_on: tuple[type[Exception], ...],
+    locks: tuple[int, ...],
+    parent: int,
     settings: RunSettings,
     target: Callable[..., Any],
     args: tuple[Any, ...],
 ) -> None:
     """One spawned worker: join the others at the parent's TCP store, run, leave the group.
 
-    An error is reported before the group is left: leaving makes the others fail too, and the
-    parent raises the first error reported.
+    An error is reported (rank, error, whether its traceback should be shown) before the group is
+    left: leaving makes the others fail too, and the parent raises the error of the worker that
+    failed first. `locks`, the parent's run-directory locks, are open in this process until it
+    ends (inherited as it started): nothing is done with them.
     """
+    die_with_parent(parent)
     torch.set_num_threads(threads)
     try:
         device = worker_device(settings, rank, count)
@@ -359,16 +530,20 @@ def run_spawned(
             torch.cuda.set_device(device)
         store = dist.TCPStore("127.0.0.1", port, is_master=False)
         dist.init_process_group(
-            resolve_backend(settings.fl.backend, device), store=store, rank=rank, world_size=count
+            resolve_backend(settings.fl.backend, device),
+            store=store,
+            rank=rank,
+            world_size=count,
+            timeout=timedelta(seconds=settings.fl.worker_timeout),
         )
-        target(ProcessGroupWorkers(device), *args)
-    except passed_on as error:
-        errors.put(error)
+        target(ProcessGroupWorkers(device, settings.fl.worker_timeout), *args)
+    except (*passed_on, WorkerLostError) as error:
+        errors.put((rank, error, False))
         raise
     except Exception as error:
-        traceback.print_exc(file=sys.stderr)
         summary = one_line(error, separator=" ", limit=300)
-        errors.put(WorkerError(f"worker {rank} failed: {type(error).__name__}: {summary}"))
+        failed = WorkerError(f"worker {rank} failed: {type(error).__name__}: {summary}")
+        errors.put((rank, failed, True))
         raise
     finally:
         if dist.is_initialized():

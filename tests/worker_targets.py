@@ -2,12 +2,15 @@
 name). Only light imports at the top, so that the failure tests' workers start quickly; running
 jobs imports fedlight's experiment when the jobs arrive anyway."""
 
+import os
+import signal
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from fedlight.workers import Workers
+from fedlight.workers import ProcessGroupWorkers, Workers
 
 
 def fail_on_rank_one(workers: Workers, error: Exception) -> None:
@@ -29,3 +32,23 @@ def run_jobs(workers: Workers, runs: list[tuple[Any, Path, int | None]]) -> None
             run_job(job, run_dir)
         else:
             run_killed_in_round(job, run_dir, kill_round, pytest.MonkeyPatch())
+
+
+def hold_until(workers: Workers, ready: Path, go: Path) -> None:
+    """Each worker says it runs (a file named by its rank in `ready`), then waits for `go`."""
+    (ready / str(workers.rank)).touch()
+    while not go.exists():
+        time.sleep(0.05)
+
+
+def fail_quietly_on_rank_one(workers: ProcessGroupWorkers, how: str) -> None:
+    """Rank 1 ends without a word (`exit`: exit code 3) or stops (`stop_in_collective`: SIGSTOP
+    once both workers have met, inside the collective that rank 0 then waits in)."""
+    import torch.distributed as dist
+
+    if how == "exit" and workers.rank == 1:
+        os._exit(3)
+    with workers.exchange():
+        if workers.rank == 1:
+            os.kill(os.getpid(), signal.SIGSTOP)
+        dist.barrier()

@@ -4,14 +4,16 @@ The columns are the fixed ones (`METRIC_COLUMNS`) followed by every other name a
 in the order they first appeared (sorted within a round). A name that appears after the first row
 rewrites the file with the wider header (atomically, from the rows so far), so the file always
 has one header that covers every row; a resumed run replays its rows and gets the same header.
+The file is made by a rename and reopened without following links (`fedlight.files`).
 """
 
 import csv
-import os
+import io
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from fedlight.files import open_to_append, write_text
 from fedlight.loggers.base import METRIC_COLUMNS, MetricsRow, RunInfo
 
 
@@ -27,14 +29,7 @@ class CSVLogger:
     def start(self, run: RunInfo) -> None:
         self._path = run.output_dir / self.filename
         self._columns, self._rows = list(METRIC_COLUMNS), []
-        self._open("w")
-        self._writer.writeheader()
-        self._file.flush()
-
-    def _open(self, mode: str) -> None:
-        assert self._path is not None
-        self._file = self._path.open(mode, newline="")
-        self._writer = csv.DictWriter(self._file, fieldnames=self._columns, extrasaction="ignore")
+        self._rewrite()
 
     def log_round(self, row: MetricsRow) -> None:
         self._rows.append(row)
@@ -47,16 +42,18 @@ class CSVLogger:
             self._file.flush()
 
     def _rewrite(self) -> None:
-        """The whole file again with the wider header, replacing the old one atomically."""
-        assert self._path is not None and self._file is not None
-        self._file.close()
-        partial = self._path.with_suffix(".csv.tmp")
-        with partial.open("w", newline="") as file:
-            writer = csv.DictWriter(file, fieldnames=self._columns, extrasaction="ignore")
-            writer.writeheader()
-            writer.writerows(self._rows)
-        os.replace(partial, self._path)
-        self._open("a")
+        """The whole file again (the header and the rows so far), replacing the old one
+        atomically, then open to append the next rows."""
+        assert self._path is not None
+        if self._file is not None:
+            self._file.close()
+        text = io.StringIO(newline="")
+        writer = csv.DictWriter(text, fieldnames=self._columns, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(self._rows)
+        write_text(self._path, text.getvalue())
+        self._file = open_to_append(self._path)
+        self._writer = csv.DictWriter(self._file, fieldnames=self._columns, extrasaction="ignore")
 
     def finish(self, summary: dict[str, Any]) -> None:
         if self._file is not None:
