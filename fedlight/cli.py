@@ -16,11 +16,13 @@ from typing import Any, NoReturn
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import CompactHydraException
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from fedlight import run_dir
 from fedlight.checkpoint import CHECKPOINT_NAME
+from fedlight.client_states import ClientStateLostError
 from fedlight.config import (
     CONFIG_GROUPS,
     SETTING_KEYS,
@@ -189,7 +191,9 @@ def hydra_entry(cfg: DictConfig) -> None:
         with run_dir.locked(output_dir, setting) if writes_run_dir() else nullcontext():
             run_job(build_job(cfg, choices, sweep_group), output_dir)
     except (ConfigError, DataError, WorkerError) as error:
-        fail(str(error), 2)
+        job_failed(str(error), 2, multirun, output_dir)
+    except ClientStateLostError as error:
+        job_failed(str(error), 1, multirun, output_dir)
     except DivergenceError as error:
         if not multirun:
             fail(str(error), 3)
@@ -200,12 +204,37 @@ def hydra_entry(cfg: DictConfig) -> None:
         print(interrupted(output_dir, list(hydra_cfg.overrides.task)), file=sys.stderr)
         sys.exit(130)
     except OSError as error:
-        fail(f"{error.filename or 'a file'} cannot be written: {error.strerror}", 1)
+        message = f"{error.filename or 'a file'} cannot be written: {error.strerror}"
+        job_failed(message, 1, multirun, output_dir)
 
 
 def fail(message: str, code: int) -> NoReturn:
     print(f"fedlight: error: {message}", file=sys.stderr)
     sys.exit(code)
+
+
+class JobFailedError(CompactHydraException):
+    """A job of a sweep failed (it said why on its own line): Hydra runs the sweep's other jobs,
+    then raises the first such error, prints it and exits; `main` exits with the job's code."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(
+            "fedlight: error: some jobs of the sweep failed, each said why above "
+            "(fedlight: <job dir>: error: ...); its other jobs ran"
+        )
+        self.code = code
+
+    def __reduce__(self) -> tuple[Any, ...]:  # crosses processes with hydra/launcher=joblib
+        return (JobFailedError, (self.code,))
+
+
+def job_failed(message: str, code: int, multirun: bool, output_dir: Path) -> NoReturn:
+    """A run's failure ends it with `code`; a sweep's job says so on one line and the sweep goes
+    on, as with a diverged job, but ends with the job's code."""
+    if not multirun:
+        fail(message, code)
+    print(f"fedlight: {output_dir}: error: {message}", file=sys.stderr, flush=True)
+    raise JobFailedError(code)
 
 
 def writes_run_dir() -> bool:
@@ -254,4 +283,14 @@ def main() -> None:
             check_output_dir(args, any(a in MULTIRUN_FLAGS for a in args))
         except ConfigError as error:
             fail(str(error), 2)
-    hydra_entry()
+    try:
+        hydra_entry()
+    except JobFailedError as failed:  # HYDRA_FULL_ERROR=1: Hydra raises it instead
+        print(failed, file=sys.stderr)
+        sys.exit(failed.code)
+    except SystemExit as exiting:
+        # Hydra reports a failed job's error and exits 1 while handling it: exit with its code
+        failed = exiting.__context__
+        if isinstance(failed, JobFailedError):
+            sys.exit(failed.code)
+        raise

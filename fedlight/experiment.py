@@ -22,7 +22,7 @@ import torch
 from fedlight.algorithms.base import Algorithm
 from fedlight.asynchronous import AsynchronousLoop
 from fedlight.checkpoint import CHECKPOINT_NAME, resumable_checkpoint
-from fedlight.client_states import client_state_store
+from fedlight.client_states import ClientStateLostError, check_state_files, client_state_store
 from fedlight.config import ConfigError, RunSettings, require
 from fedlight.data.base import DataError, TensorDataset
 from fedlight.loggers.base import RoundLogger, RunInfo
@@ -178,9 +178,12 @@ def comparable_config(config: dict[str, Any], prefix: str = "") -> dict[str, Any
     return comparable
 
 
-def resumed_checkpoint(job: Job, mmap: bool = False) -> dict[str, Any] | None:
+def resumed_checkpoint(
+    job: Job, mmap: bool = False, check_files: bool = True
+) -> dict[str, Any] | None:
     """The checkpoint `resume=` names, once it is known to continue this job's run (None without
-    `resume=`); refused in one line otherwise. Checked before any data is loaded."""
+    `resume=`); refused in one line otherwise. Checked before any data is loaded, with every
+    client-state file it names (`check_files`: one worker of a run reads them)."""
     settings = job.settings
     if settings.resume is None:
         return None
@@ -210,6 +213,8 @@ def resumed_checkpoint(job: Job, mmap: bool = False) -> dict[str, Any] | None:
         f"fl.rounds={settings.fl.rounds} but resume={settings.resume} has completed {done} "
         f"rounds; give fl.rounds >= {done} (a run can be extended, not shortened)",
     )
+    if check_files:
+        check_state_files(settings.resume, checkpoint)
     return checkpoint
 
 
@@ -219,7 +224,8 @@ def run_job(job: Job, output_dir: Path) -> dict[str, Any]:
     if in_process_group():
         summary = run_worker(join_workers(job.settings), job, output_dir)
     elif job.settings.fl.workers > 1:
-        spawn_workers(job.settings, run_worker, (job, output_dir), (ConfigError, DataError))
+        passed_on = (ConfigError, DataError, ClientStateLostError)
+        spawn_workers(job.settings, run_worker, (job, output_dir), passed_on)
         summary = json.loads((output_dir / SUMMARY_NAME).read_text())
     else:
         with threads_of(job.settings.fl):
@@ -260,7 +266,7 @@ def run_worker(workers: Workers, job: Job, output_dir: Path) -> dict[str, Any]:
     summary and its figures are written once the rounds' data, models and client states are
     released, so that plotting reuses their memory instead of adding to the run's peak."""
     workers.barrier()  # a resumed checkpoint is complete: its writer has left the job before
-    checkpoint = resumed_checkpoint(job)
+    checkpoint = resumed_checkpoint(job, check_files=workers.main)
     output_dir = workers.broadcast(output_dir)  # torchrun: each rank's Hydra chose its own
     output_dir.mkdir(parents=True, exist_ok=True)
     loggers = [*job.loggers, ConsoleProgress()] if workers.main else []
