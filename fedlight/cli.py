@@ -255,12 +255,34 @@ def interrupted(output_dir: Path, overrides: list[str]) -> str:
     return f"fedlight: interrupted; {what} with: {shlex.join(command)}"
 
 
+def check_overrides(args: list[str]) -> None:
+    """Every override, Hydra's own (`hydra.run.dir=...`) included, parses in Hydra's grammar,
+    or is refused in one line naming it and how to quote it (a path with spaces and brackets,
+    `hydra.run.dir=my run (1)`, is Hydra's lexer traceback otherwise)."""
+    parser = OverridesParser.create()
+    for arg in args:
+        if arg in MULTIRUN_FLAGS:
+            continue
+        try:
+            parser.parse_overrides([arg])
+        except Exception as error:  # noqa: BLE001 - the grammar's errors become one line
+            key, _, value = arg.partition("=")
+            quote = '"' if "'" in value else "'"
+            raise ConfigError(
+                f"{arg}: Hydra cannot parse it ({one_line(error, separator=' ', limit=80)}); "
+                f"quote the value: {key}={quote}{value}{quote} (in a shell, quote it all again)"
+            ) from None
+
+
 def check_output_dir(args: list[str], multirun: bool) -> None:
     """A run directory given on the command line is writable and this run's alone (locked until
     the run ends) before Hydra writes into it; a sweep directory is writable."""
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
-    value = next((a.split("=", 1)[1] for a in args if a.startswith(f"{key}=")), None)
-    if value is None or "${" in value:
+    given = [a for a in args if a.startswith(f"{key}=")]
+    if not given:
+        return
+    value = str(OverridesParser.create().parse_overrides(given[-1:])[0].value())
+    if "${" in value:
         return
     if multirun:
         run_dir.writable_dir(Path(value), key)
@@ -279,6 +301,7 @@ def main() -> None:
     hydra_flags = [a for a in args if a.startswith("-") and a not in MULTIRUN_FLAGS]
     if not hydra_flags:
         try:
+            check_overrides(args)
             validate_command_line(args)
             check_output_dir(args, any(a in MULTIRUN_FLAGS for a in args))
         except ConfigError as error:

@@ -21,9 +21,9 @@ import torch
 
 from fedlight.algorithms.base import Algorithm
 from fedlight.asynchronous import AsynchronousLoop
-from fedlight.checkpoint import CHECKPOINT_NAME, resumable_checkpoint
+from fedlight.checkpoint import CHECKPOINT_NAME, load_checkpoint, resumable_checkpoint
 from fedlight.client_states import ClientStateLostError, check_state_files, client_state_store
-from fedlight.config import ConfigError, RunSettings, require
+from fedlight.config import ConfigError, FLSettings, RunSettings, require
 from fedlight.data.base import DataError, TensorDataset
 from fedlight.loggers.base import RoundLogger, RunInfo
 from fedlight.loggers.console import ConsoleProgress
@@ -73,6 +73,8 @@ PATH_KEYS = ("data.root",)
 CHECKPOINT_KEYS = (*STATE_KEYS, "config", "rounds")
 SUMMARY_NAME = "summary.json"
 EMPTY_CLIENTS_WARNED = 0.1  # the share of clients without data above which a run warns
+MAX_CLIENTS_PER_EXAMPLE = 100  # beyond it, > 99% of the clients are necessarily without data
+LARGE_FEDERATION = 100_000  # from this many clients on, setup says what it is doing
 
 
 class DivergenceError(RuntimeError):
@@ -221,6 +223,7 @@ def resumed_checkpoint(
 def run_job(job: Job, output_dir: Path) -> dict[str, Any]:
     """Run the job into `output_dir` and return its summary: as one rank of this process's
     (or torchrun's) process group, on `fl.workers` new processes, or in this process alone."""
+    warn_of_oversubscription(job.settings.fl)
     if in_process_group():
         summary = run_worker(join_workers(job.settings), job, output_dir)
     elif job.settings.fl.workers > 1:
@@ -230,19 +233,67 @@ def run_job(job: Job, output_dir: Path) -> dict[str, Any]:
     else:
         with threads_of(job.settings.fl):
             summary = run_worker(OneWorker(resolve_device(job.settings.device)), job, output_dir)
-    stop_if_diverged(job.settings, summary)
+    stop_if_diverged(job.settings, summary, output_dir / CHECKPOINT_NAME)
     return summary
 
 
-def stop_if_diverged(settings: RunSettings, summary: dict[str, Any]) -> None:
+def stop_if_diverged(settings: RunSettings, summary: dict[str, Any], checkpoint: Path) -> None:
     """A run that diverged with `fl.on_divergence=stop` ends in a `DivergenceError` (its files are
-    written: metrics.csv shows the round, checkpoint.pt holds the last good one)."""
+    written: metrics.csv shows the round, `checkpoint` holds the last good one if the run
+    saved one before it)."""
     round_index = summary.get("diverged_at_round")
-    if round_index is not None and settings.fl.on_divergence == "stop":
-        raise DivergenceError(
-            f"the run diverged at round {round_index} ({summary['divergence']}) and stopped; "
-            "checkpoint.pt keeps the last good round: lower optim.lr, or set "
-            "fl.on_divergence=continue to keep training"
+    if round_index is None or settings.fl.on_divergence != "stop":
+        return
+    if checkpoint.exists():
+        good = load_checkpoint(checkpoint, mmap=True)["completed_rounds"]
+        kept = f"{CHECKPOINT_NAME} keeps round {good}, the last good one"
+    else:
+        every = settings.checkpoint.every
+        kept = f"no {CHECKPOINT_NAME} was written before it (checkpoint.every={every})"
+    raise DivergenceError(
+        f"the run diverged at round {round_index} ({summary['divergence']}) and stopped; {kept}: "
+        "lower optim.lr, or set fl.on_divergence=continue to keep training"
+    )
+
+
+def warn_of_oversubscription(fl: FLSettings) -> None:
+    """One warning when `fl.threads_per_worker` × `fl.workers` torch threads exceed the CPUs this
+    process may use: the run goes on, slower (1,000 threads on 2 cores: a 512×512 matmul 4.5×
+    slower), with the numbers of a machine that has them (the thread count changes float
+    results, so reproducing a number may need it)."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    threads = (fl.threads_per_worker or 0) * fl.workers
+    if cpus and threads > cpus:
+        print(
+            f"fedlight: warning: fl.threads_per_worker={fl.threads_per_worker} × "
+            f"fl.workers={fl.workers} = {threads} torch threads on the {cpus} CPUs this process "
+            "may use: they share them, slower; lower fl.threads_per_worker unless you reproduce "
+            "numbers computed with that many threads",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def check_federation_size(
+    num_clients: int, examples: int, choices: dict[str, str], main: bool
+) -> None:
+    """Refuse more than MAX_CLIENTS_PER_EXAMPLE clients per training example: more than 99% of
+    them could never hold data or train, while setting them up takes time and memory linear in
+    their number (10^6 clients: 100 s and 1.9 GB on 2 cores; 10^7 sat in setup for minutes,
+    silently). Up to that, a large federation says what it is doing first (`main` worker)."""
+    require(
+        num_clients <= MAX_CLIENTS_PER_EXAMPLE * examples,
+        f"fl.num_clients={num_clients} but data={choices['data']} has {examples} training "
+        f"examples: more than {1 - 1 / MAX_CLIENTS_PER_EXAMPLE:.0%} of the clients could never "
+        f"hold data or train; give fl.num_clients <= {MAX_CLIENTS_PER_EXAMPLE * examples} (at most "
+        f"{examples}, so that every client can hold an example)",
+    )
+    if main and num_clients >= LARGE_FEDERATION:
+        print(
+            f"fedlight: setting up {num_clients:,} clients (partition, index sets, label "
+            "histogram; time and memory grow with fl.num_clients)",
+            file=sys.stderr,
+            flush=True,
         )
 
 
@@ -288,7 +339,7 @@ def run_rounds(
     settings = job.settings
     device = workers.device
     data = job.data.load().to(device)
-
+    check_federation_size(settings.fl.num_clients, len(data.train_y), job.choices, workers.main)
     labels = data.train_y.cpu().numpy()
     client_sets, client_test_sets = job.partition.hold_out(
         job.partition(
@@ -308,8 +359,7 @@ def run_rounds(
         else [torch.as_tensor(s, dtype=torch.int64, device=device) for s in client_test_sets]
     )
 
-    torch.manual_seed(derive_seed(settings.seed, Stream.MODEL_INIT))
-    module = job.model(input_shape=data.input_shape, num_classes=data.num_classes).to(device)
+    module = build_module(job, data, device)
     driver = AsynchronousLoop if job.stages.algorithm.asynchronous else FederatedLoop
     loop = driver(
         settings,
@@ -342,6 +392,20 @@ def run_rounds(
             "rounds": settings.fl.rounds,
         },
     )
+
+
+def build_module(job: Job, data: TensorDataset, device: torch.device) -> pl.LightningModule:
+    """The client module, initialized from the seed; one without parameters (nothing to train
+    or average) is refused in one line."""
+    torch.manual_seed(derive_seed(job.settings.seed, Stream.MODEL_INIT))
+    module = job.model(input_shape=data.input_shape, num_classes=data.num_classes).to(device)
+    target = job.config.get("model", {}).get("_target_", type(module).__name__)
+    require(
+        next(module.parameters(), None) is not None,
+        f"model._target_={target} has no parameters: federated training trains and averages "
+        "them; give the model at least one trainable layer",
+    )
+    return module
 
 
 def finite_or_null(summary: dict[str, Any]) -> dict[str, Any]:
