@@ -215,10 +215,9 @@ def test_a_job_whose_data_fails_is_said_and_the_sweep_goes_on(
 
 
 @pytest.mark.slow
-def test_with_joblib_the_valid_job_of_a_sweep_with_a_failing_job_runs(
-    tmp_path: Path, deadline: None
-) -> None:
-    """Through a real process: joblib runs the jobs in worker processes."""
+def test_with_joblib_the_valid_job_of_a_sweep_with_a_failing_job_runs(tmp_path: Path) -> None:
+    """Through a real process (run_cli's timeout guards against a hang): joblib runs the jobs in
+    worker processes, and the failed job's error crosses back to the sweep's exit code."""
     from .conftest import run_cli
 
     good, bad = mnist_roots(tmp_path)
