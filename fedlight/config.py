@@ -143,9 +143,14 @@ class FLSettings:
             "some workers would never train; lower fl.workers",
         )
         require(
-            self.threads_per_worker is None or 1 <= self.threads_per_worker <= MAX_THREADS,
-            f"fl.threads_per_worker={self.threads_per_worker} must be between 1 and "
-            f"{MAX_THREADS} (or null: the process's torch threads divided among the workers)",
+            self.threads_per_worker is None or self.threads_per_worker >= 1,
+            f"fl.threads_per_worker={self.threads_per_worker} must be >= 1 (or null: the "
+            "process's torch threads divided among the workers)",
+        )
+        require(
+            self.threads_per_worker is None or self.threads_per_worker <= MAX_THREADS,
+            f"fl.threads_per_worker={self.threads_per_worker} must be <= {MAX_THREADS} (torch "
+            "crashes at 10^6 threads); more than the CPUs only slows a run down",
         )
         require(
             self.backend in BACKENDS,

@@ -399,7 +399,11 @@ def test_more_threads_than_cpus_warn_and_absurd_counts_are_refused(
     ]
     code, err = cli_exit([*TINY, f"fl.threads_per_worker={MAX_THREADS + 1}"], monkeypatch, capsys)
     assert code == 2
-    assert_one_line(err, rf"fl.threads_per_worker={MAX_THREADS + 1} must be between 1 and 1024")
+    assert_one_line(
+        err,
+        rf"^fedlight: error: fl.threads_per_worker={MAX_THREADS + 1} must be <= 1024 \(torch "
+        r"crashes at 10\^6 threads\); more than the CPUs only slows a run down$",
+    )
 
 
 def test_far_more_clients_than_examples_are_refused_before_setup(
