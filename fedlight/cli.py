@@ -16,11 +16,13 @@ from typing import Any, NoReturn
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import CompactHydraException
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from fedlight import run_dir
 from fedlight.checkpoint import CHECKPOINT_NAME
+from fedlight.client_states import ClientStateLostError
 from fedlight.config import (
     CONFIG_GROUPS,
     SETTING_KEYS,
@@ -198,9 +200,11 @@ def hydra_entry(cfg: DictConfig) -> None:
         with writing(output_dir, setting, job.settings):
             run_job(job, output_dir)
     except (ConfigError, DataError) as error:
-        fail(str(error), 2)
+        job_failed(str(error), 2, multirun, output_dir)
     except WorkerError as error:
-        fail(str(error), error.exit_code)
+        job_failed(str(error), error.exit_code, multirun, output_dir)
+    except ClientStateLostError as error:
+        job_failed(str(error), 1, multirun, output_dir)
     except DivergenceError as error:
         if not multirun:
             fail(str(error), 3)
@@ -215,7 +219,7 @@ def hydra_entry(cfg: DictConfig) -> None:
         print(interrupted(output_dir, overrides, "terminated"), file=sys.stderr)
         sys.exit(143)
     except OSError as error:
-        fail(cannot_write(error, output_dir), 1)
+        job_failed(cannot_write(error, output_dir), 1, multirun, output_dir)
 
 
 def cannot_write(error: OSError, output_dir: Path) -> str:
@@ -247,6 +251,30 @@ def fail(message: str, code: int) -> NoReturn:
     sys.exit(code)
 
 
+class JobFailedError(CompactHydraException):
+    """A job of a sweep failed (it said why on its own line): Hydra runs the sweep's other jobs,
+    then raises the first such error, prints it and exits; `main` exits with the job's code."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(
+            "fedlight: error: some jobs of the sweep failed, each said why above "
+            "(fedlight: <job dir>: error: ...); its other jobs ran"
+        )
+        self.code = code
+
+    def __reduce__(self) -> tuple[Any, ...]:  # crosses processes with hydra/launcher=joblib
+        return (JobFailedError, (self.code,))
+
+
+def job_failed(message: str, code: int, multirun: bool, output_dir: Path) -> NoReturn:
+    """A run's failure ends it with `code`; a sweep's job says so on one line and the sweep goes
+    on, as with a diverged job, but ends with the job's code."""
+    if not multirun:
+        fail(message, code)
+    print(f"fedlight: {output_dir}: error: {message}", file=sys.stderr, flush=True)
+    raise JobFailedError(code)
+
+
 def writes_run_dir() -> bool:
     """Whether this process writes the run directory: not the other ranks under torchrun."""
     return int(os.environ.get("RANK", "0")) == 0
@@ -267,13 +295,35 @@ def interrupted(output_dir: Path, overrides: list[str], event: str = "interrupte
     return f"fedlight: {event}; {what} with: {shlex.join(command)}"
 
 
+def check_overrides(args: list[str]) -> None:
+    """Every override, Hydra's own (`hydra.run.dir=...`) included, parses in Hydra's grammar,
+    or is refused in one line naming it and how to quote it (a path with spaces and brackets,
+    `hydra.run.dir=my run (1)`, is Hydra's lexer traceback otherwise)."""
+    parser = OverridesParser.create()
+    for arg in args:
+        if arg in MULTIRUN_FLAGS:
+            continue
+        try:
+            parser.parse_overrides([arg])
+        except Exception as error:  # noqa: BLE001 - the grammar's errors become one line
+            key, _, value = arg.partition("=")
+            quote = '"' if "'" in value else "'"
+            raise ConfigError(
+                f"{arg}: Hydra cannot parse it ({one_line(error, separator=' ', limit=80)}); "
+                f"quote the value: {key}={quote}{value}{quote} (in a shell, quote it all again)"
+            ) from None
+
+
 def check_output_dir(args: list[str], multirun: bool, jobs: list[RunSettings]) -> Path | None:
     """The run or sweep directory given on the command line, locked for this run (or sweep)
     alone and prepared for it (no links, no other run's results: see `fedlight.run_dir`) before
     Hydra writes into it; None where none is given or this process does not write it."""
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
-    value = next((a.split("=", 1)[1] for a in args if a.startswith(f"{key}=")), None)
-    if value is None or "${" in value or not writes_run_dir():
+    given = [a for a in args if a.startswith(f"{key}=")]
+    if not given or not writes_run_dir():
+        return None
+    value = str(OverridesParser.create().parse_overrides(given[-1:])[0].value())
+    if "${" in value:
         return None
     directory = Path(value)
     run_dir.acquire(directory, key)
@@ -300,12 +350,22 @@ def main() -> None:
     locked = None
     if not hydra_flags:
         try:
+            check_overrides(args)
             jobs = [settings for _, settings in validated_jobs(args)]
             locked = check_output_dir(args, any(a in MULTIRUN_FLAGS for a in args), jobs)
         except ConfigError as error:
             fail(str(error), 2)
     try:
         hydra_entry()
+    except JobFailedError as failed:  # HYDRA_FULL_ERROR=1: Hydra raises it instead
+        print(failed, file=sys.stderr)
+        sys.exit(failed.code)
+    except SystemExit as exiting:
+        # Hydra reports a failed job's error and exits 1 while handling it: exit with its code
+        failed = exiting.__context__
+        if isinstance(failed, JobFailedError):
+            sys.exit(failed.code)
+        raise
     finally:  # a sweep's directory: its lock is held until its last job has ended
         if locked is not None:
             run_dir.release(locked)

@@ -28,22 +28,64 @@ worker's index at it. Only one worker (rank 0, `owns_files`) removes replaced ve
 resumed run's files, at points where no other worker can still read them.
 """
 
+import hashlib
 import os
 import shutil
+import zipfile
 from abc import abstractmethod
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
 import torch
 
-from fedlight.checkpoint import save_checkpoint
-from fedlight.config import ConfigError, FLSettings
+from fedlight.checkpoint import CHECKPOINT_NAME, save_checkpoint
+from fedlight.config import ConfigError, FLSettings, one_line
 from fedlight.tensors import StateDict
 
 CLIENT_STATES_DIR = "client_states"  # the disk store's folder inside a run directory
-# What `write` returns for `commit`: the tensors (memory) or the version's round (disk).
-Written = StateDict | int
+
+
+@dataclass(frozen=True)
+class VersionFile:
+    """One version file of a client's state: the round that wrote it, and its size and SHA-256,
+    which the checkpoint records so that a resume uses only the very bytes the run wrote. Older
+    checkpoints recorded the round alone (`size`, `sha256` None)."""
+
+    round_index: int
+    size: int | None = None
+    sha256: str | None = None
+
+    @classmethod
+    def of(cls, path: Path, round_index: int) -> "VersionFile":
+        """The record of the file just written at `path`."""
+        with path.open("rb") as file:
+            digest = hashlib.file_digest(file, "sha256").hexdigest()
+        return cls(round_index, path.stat().st_size, digest)
+
+    @classmethod
+    def from_entry(cls, entry: int | list[Any] | tuple[Any, ...]) -> "VersionFile":
+        """A checkpoint's entry: [round, size, sha256], or an older checkpoint's round."""
+        if isinstance(entry, int):
+            return cls(entry)
+        round_index, size, sha256 = entry
+        return cls(int(round_index), int(size), str(sha256))
+
+    def entry(self) -> int | list[Any]:
+        """What the checkpoint holds: [round, size, sha256]; an older checkpoint's version, kept
+        until its client trains again, its round alone as before."""
+        if self.sha256 is None:
+            return self.round_index
+        return [self.round_index, self.size, self.sha256]
+
+
+# What `write` returns for `commit`: the tensors (memory) or the version file's record (disk).
+Written = StateDict | VersionFile
+
+
+class ClientStateLostError(RuntimeError):
+    """A version file the run wrote has gone from under it (removed by another process)."""
 
 
 def algorithm_part(state: StateDict | None) -> StateDict | None:
@@ -136,8 +178,8 @@ class DiskClientStates(ClientStates):
         self.directory = directory
         self.device = device
         self.owns_files = owns_files
-        self.newest: dict[int, int] = {}  # client → round of its newest version
-        self.saved: dict[int, int] = {}  # the index the last saved checkpoint holds
+        self.newest: dict[int, VersionFile] = {}  # client → its newest version
+        self.saved: dict[int, int] = {}  # the index the last saved checkpoint holds: rounds
         # Versions the saved checkpoint names that are no longer newest: deleted once the next
         # checkpoint is saved, since a resume from the saved one still needs them until then.
         self.superseded: dict[int, int] = {}
@@ -147,12 +189,16 @@ class DiskClientStates(ClientStates):
 
     def __getitem__(self, client: int) -> StateDict:
         """Read from the file; memory-mapped, so only the pages the caller touches are read."""
-        return torch.load(
-            self.path(client, self.newest[client]),
-            map_location=self.device,
-            weights_only=True,
-            mmap=True,
-        )
+        path = self.path(client, self.newest[client].round_index)
+        try:
+            return torch.load(path, map_location=self.device, weights_only=True, mmap=True)
+        except FileNotFoundError:
+            raise ClientStateLostError(
+                f"{path}, client {client}'s state, was deleted while the run used it (by another "
+                "process in the run directory?); the run cannot go on without it: resume from "
+                f"the last {CHECKPOINT_NAME} with resume=<run dir>, and let no other process "
+                "write there"
+            ) from None
 
     def __iter__(self) -> Iterator[int]:
         return iter(self.newest)
@@ -164,25 +210,27 @@ class DiskClientStates(ClientStates):
         return client in self.newest
 
     def write(self, client: int, round_index: int, state: StateDict) -> Written:
-        """Write a new version atomically (a new file: nobody reads it before `commit`)."""
+        """Write a new version atomically (a new file: nobody reads it before `commit`); its
+        record carries its SHA-256, read back from the page cache (cost: README "Many
+        clients")."""
         path = self.path(client, round_index)
         path.parent.mkdir(parents=True, exist_ok=True)
         save_checkpoint(path, state)
-        return round_index
+        return VersionFile.of(path, round_index)
 
     def commit(self, client: int, round_index: int, written: Written) -> None:
         """Make the written version the newest; the one it replaces goes unless a checkpoint
         names it. Every worker has finished the round then, so no one still reads that one."""
         previous = self.newest.get(client)
-        self.newest[client] = round_index
-        if previous is not None and previous != round_index:
-            self.release(client, previous)
+        self.newest[client] = cast(VersionFile, written)  # what `write` returned: the record
+        if previous is not None and previous.round_index != round_index:
+            self.release(client, previous.round_index)
 
     def forget(self, client: int) -> None:
         """`client`'s state now lives elsewhere: its newest version goes like a replaced one."""
         previous = self.newest.pop(client, None)
         if previous is not None:
-            self.release(client, previous)
+            self.release(client, previous.round_index)
 
     def release(self, client: int, round_index: int) -> None:
         """A version no longer newest: deleted now, or after the next checkpoint if the saved
@@ -193,36 +241,39 @@ class DiskClientStates(ClientStates):
             self.path(client, round_index).unlink()
 
     def state_dict(self) -> dict[str, Any]:
-        """Client id (as text) → the round of its newest version: no tensors."""
-        return {str(client): round_index for client, round_index in self.newest.items()}
+        """Client id (as text) → [round, size, SHA-256] of its newest version (`entry`): no
+        tensors."""
+        return {str(client): version.entry() for client, version in self.newest.items()}
 
     def checkpoint_saved(self) -> None:
         if self.owns_files:  # the worker that saved the checkpoint
             for client, round_index in self.superseded.items():
                 self.path(client, round_index).unlink()
         self.superseded = {}
-        self.saved = dict(self.newest)
+        self.saved = {client: version.round_index for client, version in self.newest.items()}
 
     def load_state_dict(self, state: dict[str, Any], run_dir: Path) -> None:
         """Bring the versions the checkpoint names from `run_dir` into this run's directory (hard
         links where possible, copies otherwise), so that this run is self-contained and the
         resumed run's files are never changed. Other workers wait for this one before they read
-        (`run_job`)."""
+        (`run_job`). The files were checked against the checkpoint before any work
+        (`check_state_files`)."""
         source = run_dir / CLIENT_STATES_DIR
-        self.newest = {int(client): int(round_index) for client, round_index in state.items()}
+        self.newest = {int(key): VersionFile.from_entry(entry) for key, entry in state.items()}
         if self.owns_files:
-            for client, round_index in self.newest.items():
-                origin = source / str(client) / f"{round_index}.pt"
+            for client, version in self.newest.items():
+                origin = source / str(client) / f"{version.round_index}.pt"
                 if not origin.is_file():
                     raise ConfigError(
                         f"resume={run_dir}: {origin} is missing; resume from a complete run "
                         "directory (fl.client_state=disk keeps client states in its "
                         "client_states/)"
                     )
-                link_or_copy(origin, self.path(client, round_index))
+                link_or_copy(origin, self.path(client, version.round_index))
         # Kept like a saved checkpoint's versions until this run's first checkpoint: a run resumed
         # into its own directory still has that checkpoint there.
-        self.saved, self.superseded = dict(self.newest), {}
+        self.saved = {client: version.round_index for client, version in self.newest.items()}
+        self.superseded = {}
 
 
 class AutoClientStates(ClientStates):
@@ -262,7 +313,7 @@ class AutoClientStates(ClientStates):
         return self.disk.write(client, round_index, state)
 
     def commit(self, client: int, round_index: int, written: Written) -> None:
-        if isinstance(written, int):  # the disk store wrote a version file
+        if isinstance(written, VersionFile):  # the disk store wrote a version file
             self.memory.states.pop(client, None)
             self.disk.commit(client, round_index, written)
         else:
@@ -270,12 +321,12 @@ class AutoClientStates(ClientStates):
             self.memory.commit(client, round_index, written)
 
     def state_dict(self) -> dict[str, Any]:
-        """Client id (as text) → its tensors (in RAM) or the round of its version file."""
+        """Client id (as text) → its tensors (in RAM) or the record of its version file."""
         return self.memory.state_dict() | self.disk.state_dict()
 
     def load_state_dict(self, state: dict[str, Any], run_dir: Path) -> None:
-        on_disk = {client: entry for client, entry in state.items() if isinstance(entry, int)}
-        in_memory = {client: entry for client, entry in state.items() if client not in on_disk}
+        in_memory = {client: entry for client, entry in state.items() if isinstance(entry, dict)}
+        on_disk = {client: entry for client, entry in state.items() if client not in in_memory}
         self.memory.load_state_dict(in_memory, run_dir)
         self.disk.load_state_dict(on_disk, run_dir)
 
@@ -309,3 +360,77 @@ def client_state_store(
         return disk
     memory_bytes = int(settings.client_state_memory_mb * 2**20)
     return AutoClientStates(MemoryClientStates(device), disk, settings.num_clients, memory_bytes)
+
+
+def check_state_files(resume: str, checkpoint: dict[str, Any]) -> None:
+    """Every client-state file the checkpoint of `resume=<run dir>` names is the one the run
+    wrote, checked before any work and refused in one line naming the file: present, a regular
+    file (a FIFO or a device would block or never end), of the recorded size and SHA-256. An
+    older checkpoint recorded rounds only: its files must load weights-only as a non-empty dict
+    of tensors whose every entry has the shape and dtype of the model's (the checkpoint's server
+    weights) and, unless the run had diverged, finite values."""
+    weights: StateDict = checkpoint["server_weights"]
+    may_be_nan = checkpoint.get("diverged_at_round") is not None
+    for client, entry in checkpoint["client_states"].items():
+        if isinstance(entry, dict):  # kept in checkpoint.pt itself (the memory store)
+            continue
+        version = VersionFile.from_entry(entry)
+        path = Path(resume) / CLIENT_STATES_DIR / client / f"{version.round_index}.pt"
+        fault = file_fault(path, version, weights, may_be_nan)
+        if fault is not None:
+            raise ConfigError(
+                f"resume={resume}: {path}, client {client}'s state, {fault}; it cannot be "
+                "resumed: restore the file as the run wrote it, or start the run again without "
+                "resume="
+            )
+
+
+def file_fault(
+    path: Path, version: VersionFile, weights: StateDict, may_be_nan: bool
+) -> str | None:
+    """What is wrong with a version file, in words; None if it is the one recorded."""
+    if not path.exists():
+        return "is missing"
+    if not path.is_file():
+        return "is not a regular file (a FIFO, a device or a folder)"
+    size = path.stat().st_size
+    if version.sha256 is None:  # an older checkpoint: what the file holds is all there is to check
+        return content_fault(path, weights, may_be_nan)
+    if size != version.size:
+        found = content_fault(path, weights, may_be_nan) or "other content"
+        return f"is {size} bytes where {CHECKPOINT_NAME} recorded {version.size} ({found})"
+    if VersionFile.of(path, version.round_index) != version:
+        found = content_fault(path, weights, may_be_nan) or "bytes changed"
+        return f"differs from the version {CHECKPOINT_NAME} recorded: SHA-256 mismatch ({found})"
+    return None
+
+
+def content_fault(path: Path, weights: StateDict, may_be_nan: bool) -> str | None:
+    """What makes a file no client state of this model, in words (None: nothing found): no
+    archive, unreadable without running code, not a non-empty dict of tensors, an entry whose
+    shape or dtype is not the model's (an entry is named "<stage namespace>/<model key>" or by
+    its model key), or NaN/Inf values."""
+    if not zipfile.is_zipfile(path):  # torch.save writes a zip archive, whole or not at all
+        return "is no torch archive (cut short, or other bytes)"
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as error:  # noqa: BLE001 - any unreadable file is one fault for the user
+        reason = one_line(error, separator=" ", limit=120)
+        return f"cannot be read as weights ({type(error).__name__}: {reason})"
+    if not isinstance(state, dict):
+        return f"holds a {type(state).__name__}, not a dict of tensors"
+    if not state:
+        return "holds no tensors (an empty dict)"
+    for key, tensor in state.items():
+        if not isinstance(tensor, torch.Tensor):
+            return f"holds a {type(tensor).__name__} under {key}"
+        model = weights.get(str(key).rpartition("/")[2])
+        if model is not None and (tensor.shape, tensor.dtype) != (model.shape, model.dtype):
+            shape = "x".join(map(str, tensor.shape))
+            return (
+                f"holds {key} as {shape} {tensor.dtype}, the model's is "
+                f"{'x'.join(map(str, model.shape))} {model.dtype}"
+            )
+        if not may_be_nan and tensor.is_floating_point() and not tensor.isfinite().all():
+            return f"holds NaN or Inf in {key}"
+    return None

@@ -48,9 +48,15 @@ def one_line(error: BaseException, separator: str = "; ", limit: int | None = No
     return flat if limit is None or len(flat) <= limit else flat[: limit - 3] + "..."
 
 
+# The largest float32: torch trains in it, so a larger setting overflows where it is used
+# (optim.lr=1e300 in the optimizer's step, fl.client_state_memory_mb=1e308 once in bytes).
+FLOAT32_MAX = torch.finfo(torch.float32).max
+
+
 def require_finite(config: Any, path: str = "") -> None:
-    """Refuse inf and nan anywhere in a composed config: no setting of fedlight means them, and
-    a learning rate or a Dirichlet alpha of inf silently turns every number of a run into nan."""
+    """Refuse inf and nan anywhere in a composed config, and numbers beyond float32's range: no
+    setting of fedlight means them, and a learning rate or a Dirichlet alpha of inf silently
+    turns every number of a run into nan."""
     if isinstance(config, dict):
         for key, value in config.items():
             require_finite(value, f"{path}{key}.")
@@ -60,6 +66,12 @@ def require_finite(config: Any, path: str = "") -> None:
     elif isinstance(config, float) and not math.isfinite(config):
         key = path.rstrip(".")
         raise ConfigError(f"{key}={config} is not a finite number; give {key} a finite value")
+    elif isinstance(config, float) and abs(config) > FLOAT32_MAX:
+        key = path.rstrip(".")
+        raise ConfigError(
+            f"{key}={config} is beyond float32's range (±{FLOAT32_MAX:.1e}), in which torch "
+            f"computes; give {key} a smaller value"
+        )
 
 
 def check_nccl(backend: str, is_cuda: bool, device: str) -> None:
@@ -74,6 +86,10 @@ CLIENT_STATE_STORES = ("auto", "memory", "disk")  # fl.client_state: see fedligh
 ENGINE_CHOICES = ("auto", "sequential", "vectorized")  # fl.engine; see fedlight.engines
 BACKENDS = ("auto", "gloo", "nccl")  # fl.backend: torch.distributed backend of fl.workers > 1
 EXCHANGES = ("uploads", "sums")  # fl.exchange: what workers exchange per round (see fedlight.loop)
+# fl.threads_per_worker's ceiling: torch's thread pools crash at 10^6 threads; more than the
+# CPUs is allowed, with a warning (fedlight.experiment), since the thread count changes float
+# results and reproducing a number may need the threads of a larger machine.
+MAX_THREADS = 1024
 # fl.on_divergence: what a run does when its loss or weights become nan or inf (see fedlight.loop)
 ON_DIVERGENCE = ("stop", "continue")
 
@@ -133,6 +149,11 @@ class FLSettings:
             self.threads_per_worker is None or self.threads_per_worker >= 1,
             f"fl.threads_per_worker={self.threads_per_worker} must be >= 1 (or null: the "
             "process's torch threads divided among the workers)",
+        )
+        require(
+            self.threads_per_worker is None or self.threads_per_worker <= MAX_THREADS,
+            f"fl.threads_per_worker={self.threads_per_worker} must be <= {MAX_THREADS} (torch "
+            "crashes at 10^6 threads); more than the CPUs only slows a run down",
         )
         require(
             self.backend in BACKENDS,

@@ -22,9 +22,9 @@ import torch
 
 from fedlight.algorithms.base import Algorithm
 from fedlight.asynchronous import AsynchronousLoop
-from fedlight.checkpoint import CHECKPOINT_NAME, resumable_checkpoint
-from fedlight.client_states import client_state_store
-from fedlight.config import ConfigError, RunSettings, require
+from fedlight.checkpoint import CHECKPOINT_NAME, load_checkpoint, resumable_checkpoint
+from fedlight.client_states import ClientStateLostError, check_state_files, client_state_store
+from fedlight.config import ConfigError, FLSettings, RunSettings, require
 from fedlight.data.base import DataError, TensorDataset
 from fedlight.environment import float_environment, resumed_environment
 from fedlight.files import write_text
@@ -81,6 +81,8 @@ RESUME_FREE_KEYS = (
 PATH_KEYS = ("data.root",)
 CHECKPOINT_KEYS = (*STATE_KEYS, "config", "rounds")
 EMPTY_CLIENTS_WARNED = 0.1  # the share of clients without data above which a run warns
+MAX_CLIENTS_PER_EXAMPLE = 100  # beyond it, > 99% of the clients are necessarily without data
+LARGE_FEDERATION = 100_000  # from this many clients on, setup says what it is doing
 
 
 class DivergenceError(RuntimeError):
@@ -219,9 +221,12 @@ def comparable_config(config: dict[str, Any], prefix: str = "") -> dict[str, Any
     return comparable
 
 
-def resumed_checkpoint(job: Job, mmap: bool = False) -> dict[str, Any] | None:
+def resumed_checkpoint(
+    job: Job, mmap: bool = False, check_files: bool = True
+) -> dict[str, Any] | None:
     """The checkpoint `resume=` names, once it is known to continue this job's run (None without
-    `resume=`); refused in one line otherwise. Checked before any data is loaded."""
+    `resume=`); refused in one line otherwise. Checked before any data is loaded, with every
+    client-state file it names (`check_files`: one worker of a run reads them)."""
     settings = job.settings
     if settings.resume is None:
         return None
@@ -251,34 +256,86 @@ def resumed_checkpoint(job: Job, mmap: bool = False) -> dict[str, Any] | None:
         f"fl.rounds={settings.fl.rounds} but resume={settings.resume} has completed {done} "
         f"rounds; give fl.rounds >= {done} (a run can be extended, not shortened)",
     )
+    if check_files:
+        check_state_files(settings.resume, checkpoint)
     return checkpoint
 
 
 def run_job(job: Job, output_dir: Path) -> dict[str, Any]:
     """Run the job into `output_dir` and return its summary: as one rank of this process's
     (or torchrun's) process group, on `fl.workers` new processes, or in this process alone."""
+    warn_of_oversubscription(job.settings.fl)
     if in_process_group():
         summary = run_worker(join_workers(job.settings), job, output_dir)
     elif job.settings.fl.workers > 1:
-        passed_on = (ConfigError, DataError, OSError)  # one-line errors, as in one process
+        # one-line errors, as in one process
+        passed_on = (ConfigError, DataError, OSError, ClientStateLostError)
         spawn_workers(job.settings, run_worker, (job, output_dir), passed_on)
         summary = json.loads((output_dir / SUMMARY_NAME).read_text())
     else:
         with threads_of(job.settings.fl):
             summary = run_worker(OneWorker(resolve_device(job.settings.device)), job, output_dir)
-    stop_if_diverged(job.settings, summary)
+    stop_if_diverged(job.settings, summary, output_dir / CHECKPOINT_NAME)
     return summary
 
 
-def stop_if_diverged(settings: RunSettings, summary: dict[str, Any]) -> None:
+def stop_if_diverged(settings: RunSettings, summary: dict[str, Any], checkpoint: Path) -> None:
     """A run that diverged with `fl.on_divergence=stop` ends in a `DivergenceError` (its files are
-    written: metrics.csv shows the round, checkpoint.pt holds the last good one)."""
+    written: metrics.csv shows the round, `checkpoint` holds the last good one if the run
+    saved one before it)."""
     round_index = summary.get("diverged_at_round")
-    if round_index is not None and settings.fl.on_divergence == "stop":
-        raise DivergenceError(
-            f"the run diverged at round {round_index} ({summary['divergence']}) and stopped; "
-            "checkpoint.pt keeps the last good round: lower optim.lr, or set "
-            "fl.on_divergence=continue to keep training"
+    if round_index is None or settings.fl.on_divergence != "stop":
+        return
+    if checkpoint.exists():
+        good = load_checkpoint(checkpoint, mmap=True)["completed_rounds"]
+        kept = f"{CHECKPOINT_NAME} keeps round {good}, the last good one"
+    else:
+        every = settings.checkpoint.every
+        kept = f"no {CHECKPOINT_NAME} was written before it (checkpoint.every={every})"
+    raise DivergenceError(
+        f"the run diverged at round {round_index} ({summary['divergence']}) and stopped; {kept}: "
+        "lower optim.lr, or set fl.on_divergence=continue to keep training"
+    )
+
+
+def warn_of_oversubscription(fl: FLSettings) -> None:
+    """One warning when `fl.threads_per_worker` × `fl.workers` torch threads exceed the CPUs this
+    process may use: the run goes on, slower (1,000 threads on 2 cores: a 512×512 matmul 4.5×
+    slower), with the numbers of a machine that has them (the thread count changes float
+    results, so reproducing a number may need it)."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    threads = (fl.threads_per_worker or 0) * fl.workers
+    if cpus and threads > cpus:
+        print(
+            f"fedlight: warning: fl.threads_per_worker={fl.threads_per_worker} × "
+            f"fl.workers={fl.workers} = {threads} torch threads on the {cpus} CPUs this process "
+            "may use: they share them, slower; lower fl.threads_per_worker unless you reproduce "
+            "numbers computed with that many threads",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def check_federation_size(
+    num_clients: int, examples: int, choices: dict[str, str], main: bool
+) -> None:
+    """Refuse more than MAX_CLIENTS_PER_EXAMPLE clients per training example: more than 99% of
+    them could never hold data or train, while setting them up takes time and memory linear in
+    their number (10^6 clients: 100 s and 1.9 GB on 2 cores; 10^7 sat in setup for minutes,
+    silently). Up to that, a large federation says what it is doing first (`main` worker)."""
+    require(
+        num_clients <= MAX_CLIENTS_PER_EXAMPLE * examples,
+        f"fl.num_clients={num_clients} but data={choices['data']} has {examples} training "
+        f"examples: more than {1 - 1 / MAX_CLIENTS_PER_EXAMPLE:.0%} of the clients could never "
+        f"hold data or train; give fl.num_clients <= {MAX_CLIENTS_PER_EXAMPLE * examples} (at most "
+        f"{examples}, so that every client can hold an example)",
+    )
+    if main and num_clients >= LARGE_FEDERATION:
+        print(
+            f"fedlight: setting up {num_clients:,} clients (partition, index sets, label "
+            "histogram; time and memory grow with fl.num_clients)",
+            file=sys.stderr,
+            flush=True,
         )
 
 
@@ -302,7 +359,7 @@ def run_worker(workers: Workers, job: Job, output_dir: Path) -> dict[str, Any]:
     summary and its figures are written once the rounds' data, models and client states are
     released, so that plotting reuses their memory instead of adding to the run's peak."""
     workers.barrier()  # a resumed checkpoint is complete: its writer has left the job before
-    checkpoint = resumed_checkpoint(job)
+    checkpoint = resumed_checkpoint(job, check_files=workers.main)
     output_dir = workers.broadcast(output_dir)  # torchrun: each rank's Hydra chose its own
     output_dir.mkdir(parents=True, exist_ok=True)
     loggers = [*job.loggers, ConsoleProgress()] if workers.main else []
@@ -323,7 +380,7 @@ def run_rounds(
     """Load the data, build the loop (resumed from `checkpoint`, if any) and run its rounds."""
     settings, device = job.settings, workers.device
     data = job.data.load().to(device)
-
+    check_federation_size(settings.fl.num_clients, len(data.train_y), job.choices, workers.main)
     labels = data.train_y.cpu().numpy()
     chance = Chance.of(data.test_y.cpu().numpy())
     client_sets, client_test_sets = job.partition.hold_out(
@@ -341,8 +398,7 @@ def run_rounds(
     tested = client_test_sets is not None
     client_test_indices = index_tensors(client_test_sets, device) if tested else None
 
-    torch.manual_seed(derive_seed(settings.seed, Stream.MODEL_INIT))
-    module = job.model(input_shape=data.input_shape, num_classes=data.num_classes).to(device)
+    module = build_module(job, data, device)
     driver = AsynchronousLoop if job.stages.algorithm.asynchronous else FederatedLoop
     loop = driver(
         settings,
@@ -394,6 +450,20 @@ def run_environment(
         return {}
     now = float_environment(workers.device, loop.engine.name, workers.count)
     return now if checkpoint is None else resumed_environment(checkpoint.get("environment"), now)
+
+
+def build_module(job: Job, data: TensorDataset, device: torch.device) -> pl.LightningModule:
+    """The client module, initialized from the seed; one without parameters (nothing to train
+    or average) is refused in one line."""
+    torch.manual_seed(derive_seed(job.settings.seed, Stream.MODEL_INIT))
+    module = job.model(input_shape=data.input_shape, num_classes=data.num_classes).to(device)
+    target = job.config.get("model", {}).get("_target_", type(module).__name__)
+    require(
+        next(module.parameters(), None) is not None,
+        f"model._target_={target} has no parameters: federated training trains and averages "
+        "them; give the model at least one trainable layer",
+    )
+    return module
 
 
 def finite_or_null(summary: dict[str, Any]) -> dict[str, Any]:

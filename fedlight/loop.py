@@ -701,11 +701,22 @@ class FederatedLoop:
                     break
             if last or round_index % settings.checkpoint.every == 0:
                 self.save_checkpoint(checkpoint_path, checkpoint_meta)
-        if first_round > settings.fl.rounds:  # resumed a finished run: its checkpoint, here too
-            self.save_checkpoint(checkpoint_path, checkpoint_meta)
+        self.keep_resumed_checkpoint(first_round, checkpoint_path, checkpoint_meta)
         if history.stopped:
             self.tell_once("stopped", history.stopped)
         return history
+
+    def keep_resumed_checkpoint(self, first_round: int, path: Path, meta: dict[str, Any]) -> None:
+        """A resume that ran no round (of a finished run, or one the privacy budget stops) leaves
+        the checkpoint it resumed where it writes, so that it can be resumed in turn; resumed in
+        place, that file stays as it was."""
+        resume = self.settings.resume
+        if self.history.completed_rounds >= first_round:
+            return
+        resumed = None if resume is None else Path(resume) / path.name
+        if resumed is not None and path.exists() and resumed.exists() and path.samefile(resumed):
+            return
+        self.save_checkpoint(path, meta)
 
     def evaluation_due(self, round_index: int) -> bool:
         """Every `eval.every` rounds, or with `eval.every_seconds` the first round whose virtual

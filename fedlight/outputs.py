@@ -165,6 +165,21 @@ def participation_summary(counts: list[int]) -> dict[str, float | int | None]:
     }
 
 
+# Clients drawn one by one in participation.png; more are drawn as block means (one bar per
+# client took minutes for 100,000 clients).
+MAX_CLIENT_BARS = 1000
+
+
+def client_blocks(counts: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Edges and mean counts of consecutive blocks of clients: one client per block up to
+    MAX_CLIENT_BARS clients, else blocks of ⌈N / MAX_CLIENT_BARS⌉ (the last one shorter)."""
+    values = np.asarray(counts, dtype=np.float64)
+    size = max(1, -(-len(values) // MAX_CLIENT_BARS))
+    edges = np.append(np.arange(0, len(values), size), len(values))
+    means = np.add.reduceat(values, edges[:-1]) / np.diff(edges) if len(values) else values
+    return edges, means
+
+
 def write_participation(output_dir: Path, counts: list[int]) -> None:
     """participation.json ({"counts": {client id: rounds trained}}, every client listed) and
     participation.png: how often each client trained, and how many clients trained how often."""
@@ -175,8 +190,10 @@ def write_participation(output_dir: Path, counts: list[int]) -> None:
     fig = curves.figure(10, 3.5)
     by_client, histogram = fig.subplots(1, 2)
     fig.subplots_adjust(left=0.07, right=0.98, bottom=0.15, wspace=0.25)
-    by_client.bar(range(len(counts)), counts, width=1.0)
-    by_client.set_xlabel("client")
+    edges, means = client_blocks(counts)
+    by_client.stairs(means, edges, fill=True)
+    block = int(edges[1] - edges[0]) if len(means) else 1
+    by_client.set_xlabel("client" if block == 1 else f"client (mean over blocks of {block})")
     by_client.set_ylabel("rounds trained")
     jain = jain_index(counts)
     by_client.set_title(f"participation (Jain's index {'-' if jain is None else f'{jain:.3f}'})")

@@ -336,11 +336,20 @@ def read_metrics(path: Path) -> list[MetricsRow]:
 
 def read_summary(path: Path) -> dict[str, Any] | None:
     """summary.json, or None while the job has not finished (no file yet, or one cut short by a
-    kill). Valid JSON that is not a summary is a ReportError naming the file."""
+    kill, said in one warning line naming the file and where its JSON breaks). Valid JSON that
+    is not a summary is a ReportError naming the file."""
     fix = f"rerun the job, delete the file to list the job as incomplete, {REMOVE_JOB}"
     try:
         summary = json.loads(path.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
+    except FileNotFoundError:
+        return None
+    except json.JSONDecodeError as error:
+        print(
+            f"fedlight report: warning: {path} is cut short or not JSON ({error.msg} at line "
+            f"{error.lineno} column {error.colno}); its job is listed as incomplete: rerun it, "
+            "or resume it from its checkpoint.pt",
+            file=sys.stderr,
+        )
         return None
     except (OSError, UnicodeDecodeError) as error:
         cause = reason(error) if isinstance(error, OSError) else "not UTF-8 text"

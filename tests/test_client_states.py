@@ -82,7 +82,16 @@ def test_disk_store_round_trips_states_exactly(tmp_path: Path) -> None:
     assert_same_state(store[8], sample_state(2))
     assert sorted(store) == [3, 8] and len(store) == 2
     assert 3 in store and 5 not in store and store.get(5) is None
-    assert store.state_dict() == {"3": 2, "8": 1}  # the index: rounds, no tensors
+    # the index: each newest version's round, size and SHA-256; no tensors
+    assert store.state_dict() == {
+        str(client): [
+            round_index,
+            path.stat().st_size,
+            hashlib.sha256(path.read_bytes()).hexdigest(),
+        ]
+        for client, round_index in ((3, 2), (8, 1))
+        for path in [tmp_path / CLIENT_STATES_DIR / str(client) / f"{round_index}.pt"]
+    }
     assert files(tmp_path / CLIENT_STATES_DIR) == ["3/2.pt", "8/1.pt"]  # no partial files left
 
 
@@ -158,8 +167,9 @@ def test_the_disk_and_auto_stores_give_the_memory_stores_numbers(
     assert checkpoint_of(tmp_path / "auto")["client_states"].keys() == (
         checkpoint_of(tmp_path / "auto_disk")["client_states"].keys()
     )
-    assert all(
-        isinstance(r, int) for r in checkpoint_of(tmp_path / "auto_disk")["client_states"].values()
+    assert all(  # [round, size, sha256] of a version file
+        isinstance(e, list) and isinstance(e[0], int)
+        for e in checkpoint_of(tmp_path / "auto_disk")["client_states"].values()
     )
 
     in_memory = checkpoint_of(tmp_path / "memory")["client_states"]
@@ -187,7 +197,7 @@ def test_the_checkpoint_of_the_disk_store_holds_no_client_tensors(
     run_job(make_job([*SCAFFOLD, "fl.client_state=disk"]), tmp_path)
     checkpoint = checkpoint_of(tmp_path)
     index = checkpoint["client_states"]
-    assert index and all(isinstance(r, int) and 1 <= r <= 4 for r in index.values())
+    assert index and all(isinstance(e[0], int) and 1 <= e[0] <= 4 for e in index.values())
     outside_the_server = [
         p
         for p in tensor_paths(checkpoint)
@@ -195,7 +205,7 @@ def test_the_checkpoint_of_the_disk_store_holds_no_client_tensors(
     ]
     assert outside_the_server == []
     # One file per client with state: the final checkpoint names every newest version.
-    expected = sorted(f"{client}/{round_index}.pt" for client, round_index in index.items())
+    expected = sorted(f"{client}/{entry[0]}.pt" for client, entry in index.items())
     assert files(tmp_path / CLIENT_STATES_DIR) == expected
 
 
@@ -219,7 +229,7 @@ def test_killed_and_resumed_with_the_disk_store_is_bit_exact_and_self_contained(
     killed_index = checkpoint_of(killed_dir)["client_states"]
     assert checkpoint_of(killed_dir)["completed_rounds"] == 2
     killed_files = set(files(killed_dir / CLIENT_STATES_DIR))
-    named = {f"{client}/{round_index}.pt" for client, round_index in killed_index.items()}
+    named = {f"{client}/{entry[0]}.pt" for client, entry in killed_index.items()}
     assert named < killed_files  # round 3's versions exist too, and never replaced these
     assert all(name.endswith("/3.pt") for name in killed_files - named)
     before = snapshot(killed_dir)
@@ -233,9 +243,7 @@ def test_killed_and_resumed_with_the_disk_store_is_bit_exact_and_self_contained(
     assert resumed["client_states"] == full["client_states"]
     for key in ("server_weights", "server_extras"):
         assert all(torch.equal(full[key][k], resumed[key][k]) for k in full[key])
-    names = sorted(
-        f"{client}/{round_index}.pt" for client, round_index in full["client_states"].items()
-    )
+    names = sorted(f"{client}/{entry[0]}.pt" for client, entry in full["client_states"].items())
     assert (
         files(tmp_path / "full" / CLIENT_STATES_DIR)
         == files(resumed_dir / CLIENT_STATES_DIR)
@@ -277,7 +285,7 @@ def test_the_auto_store_keeps_a_state_in_ram_when_every_clients_would_fit(tmp_pa
     assert_same_state(store[1], large)
 
     saved = store.state_dict()
-    assert saved.keys() == {"0", "1"} and saved["1"] == 1
+    assert saved.keys() == {"0", "1"} and saved["1"][0] == 1
     store.checkpoint_saved()
     store.put(1, 2, small)  # now small enough for RAM: the file stays while the checkpoint names it
     assert list(store.memory) == [0, 1] and list(store.disk) == []
@@ -292,7 +300,7 @@ def test_the_auto_store_keeps_a_state_in_ram_when_every_clients_would_fit(tmp_pa
     resumed.load_state_dict({"0": small, "1": 1}, run_dir)
     assert list(resumed.memory) == [0] and list(resumed.disk) == [1]
     assert_same_state(resumed[1], large)
-    assert auto_store(tmp_path / "c", 20, 16_000).write(0, 1, small) == 1  # on disk
+    assert auto_store(tmp_path / "c", 20, 16_000).write(0, 1, small).round_index == 1  # on disk
 
 
 def test_a_run_resumed_into_its_own_directory_keeps_what_its_checkpoint_names(

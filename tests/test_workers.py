@@ -127,7 +127,7 @@ def test_scaffold_on_disk_keeps_its_versions_and_resumes_on_two_workers_as_on_on
     states_1, states_2 = (tmp_path / f"disk-{n}" / CLIENT_STATES_DIR for n in (1, 2))
     assert files(states_2) == files(states_1)
     index = load_checkpoint(tmp_path / "disk-2" / "checkpoint.pt")["client_states"]
-    assert files(states_2) == sorted(f"{client}/{rnd}.pt" for client, rnd in index.items())
+    assert files(states_2) == sorted(f"{client}/{entry[0]}.pt" for client, entry in index.items())
 
     assert len(rows_without_timings(tmp_path / "killed-2")) == 1  # killed as round 2 started
     assert rows_without_timings(tmp_path / "resumed-2") == rows_without_timings(tmp_path / "disk-1")

@@ -68,6 +68,7 @@ from fedlight.algorithms.fedavg import BUFFERS, FedAvg
 from fedlight.algorithms.fednova import momentum_step_norm
 from fedlight.config import require
 from fedlight.context import Federation, RoundContext
+from fedlight.engines.sequential import training_loss
 from fedlight.tensors import StateDict
 from fedlight.variants import VariantTable, fill_from_variant
 
@@ -145,8 +146,7 @@ class StartGradient(LocalCallback):
         count = 0
         for x, y in batches:
             module.zero_grad(set_to_none=True)
-            output = module.training_step((x, y), 0)
-            loss = output["loss"] if isinstance(output, dict) else output
+            loss = training_loss(module.training_step((x, y), 0))
             loss.backward()
             for name, total in sums.items():
                 grad = params[name].grad

@@ -1,7 +1,10 @@
 """The in-memory dataset every data source produces, and the per-batch normalization of images."""
 
-from collections.abc import Callable
+import os
+import stat
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import Tensor
@@ -11,6 +14,31 @@ BatchAugment = Callable[[Tensor, torch.Generator], Tensor]
 
 class DataError(RuntimeError):
     """Data cannot be loaded; the message says which files to put where."""
+
+
+FILE_KINDS = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def require_regular_files(paths: Iterable[Path], setting: str) -> None:
+    """Each of `paths` that exists is a regular file (through any links), else a one-line
+    DataError: reading a FIFO blocks forever and a device such as /dev/zero never ends, and
+    leaving such a file to torchvision reports it missing and downloads over it."""
+    for path in paths:
+        if not path.exists() or path.is_file():
+            continue
+        mode = path.stat().st_mode
+        kind = next((name for test, name in FILE_KINDS if test(mode)), "not a regular file")
+        if path.is_symlink():
+            kind = f"a link to {os.path.realpath(path)}, {kind}"
+        raise DataError(
+            f"{setting}: {path} is {kind}, not a regular file; put the original file there"
+        )
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from torchvision import datasets
 from torchvision.io import ImageReadMode, decode_image, read_file
 
 from fedlight.data.augment import CropFlip
-from fedlight.data.base import DataError, Normalization, TensorDataset
+from fedlight.data.base import DataError, Normalization, TensorDataset, require_regular_files
 from fedlight.data.torchvision_source import open_torchvision
 
 MEAN, STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
@@ -61,6 +61,7 @@ def split_files(split_dir: Path, classes: list[str]) -> tuple[list[Path], list[i
         members = sorted(
             p for p in (split_dir / name).iterdir() if p.suffix.lower() in IMAGE_SUFFIXES
         )
+        require_regular_files(members, "data=cifar10")
         files += members
         labels += [label] * len(members)
     if not files:
@@ -172,6 +173,8 @@ class CIFAR10:
             train_images, train_labels = decoded["train_x"], decoded["train_y"]
             test_images, test_labels = decoded["test_x"], decoded["test_y"]
         else:
+            batches = root / datasets.CIFAR10.base_folder
+            require_regular_files(sorted(batches.glob("*")), "data=cifar10")
             train, test = open_torchvision(
                 datasets.CIFAR10,
                 self.root,

@@ -7,7 +7,7 @@ from typing import Any
 
 from torchvision import datasets
 
-from fedlight.data.base import Normalization, TensorDataset
+from fedlight.data.base import Normalization, TensorDataset, require_regular_files
 from fedlight.data.idx import NUM_CLASSES, SPLITS, read_idx_split, split_files
 from fedlight.data.torchvision_source import open_torchvision
 
@@ -29,6 +29,7 @@ def load_idx_dataset(
     """
     raw = Path(root).resolve() / dataset_class.__name__ / "raw"
     files = [path for split in SPLITS for path in split_files(raw, split)]
+    require_regular_files(files, setting)
     if all(path.is_file() for path in files):
         (train_x, train_y), (test_x, test_y) = (read_idx_split(raw, s, setting) for s in SPLITS)
     else:

@@ -14,12 +14,23 @@ import torch
 from torch import Tensor
 
 from fedlight.algorithms.base import LocalCallback, LocalResult
+from fedlight.config import ConfigError
 from fedlight.engines.base import Engine, LocalTask, batch_indices, first_optimizer
 
 
-def training_loss(output: Tensor | dict[str, Tensor]) -> Tensor:
-    """`training_step` may return the loss or a dict holding it under "loss", as in Lightning."""
-    return output["loss"] if isinstance(output, dict) else output
+def training_loss(output: Tensor | dict[str, Tensor] | None) -> Tensor:
+    """`training_step` may return the loss or a dict holding it under "loss", as in Lightning.
+    Anything else (None, with which Lightning's Trainer skips the batch) is refused: a client
+    trains on every batch it draws, so that its steps and examples are those counted."""
+    loss = output.get("loss") if isinstance(output, dict) else output
+    if not isinstance(loss, Tensor):
+        found = "a dict without 'loss'" if isinstance(output, dict) else repr(output)
+        raise ConfigError(
+            f"the model's training_step returned {found}, not the loss; fedlight trains on "
+            "every batch (Lightning would skip it): return the loss tensor, or a dict with it "
+            "under 'loss'"
+        )
+    return loss
 
 
 class SequentialEngine(Engine):
