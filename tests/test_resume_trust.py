@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from fedlight import cli
-from fedlight.checkpoint import CHECKPOINT_NAME, load_checkpoint
+from fedlight.checkpoint import CHECKPOINT_NAME, load_checkpoint, save_checkpoint
 from fedlight.client_states import CLIENT_STATES_DIR
 
 from .conftest import TINY, rows_without_timings
@@ -97,7 +97,8 @@ TAMPERINGS: dict[str, tuple[Callable[[Path, Path], None], str]] = {
         rf"{MISMATCH} \(is no torch archive \(cut short, or other bytes\)\)",
     ),
     "wrong_shape": (
-        lambda path, _: torch.save(transposed(torch.load(path, weights_only=True)), path),
+        # written as fedlight writes a state (same size, another digest)
+        lambda path, _: save_checkpoint(path, transposed(torch.load(path, weights_only=True))),
         rf"{MISMATCH} \(holds net\.1\.weight as 64x200 torch\.float32, the model's is 200x64 "
         r"torch\.float32\)",
     ),
@@ -109,7 +110,9 @@ TAMPERINGS: dict[str, tuple[Callable[[Path, Path], None], str]] = {
         r"torch\.float64, the model's is 200x64 torch\.float32\)",
     ),
     "nan": (
-        lambda path, _: torch.save(flip_first(torch.load(path, weights_only=True), math.nan), path),
+        lambda path, _: save_checkpoint(
+            path, flip_first(torch.load(path, weights_only=True), math.nan)
+        ),
         rf"{MISMATCH} \(holds NaN or Inf in net\.1\.weight\)",
     ),
     "code": (
