@@ -89,6 +89,9 @@ ROUND_KEYS = (DIVERGED_KEY, COLLAPSED_KEY)
 ENVIRONMENT_KEY = "environment"
 UNKNOWN = "unknown"
 NAMED_JOBS = 3  # jobs named per value in a warning that jobs differ in their environment
+# Environment keys a cell's own settings decide (DP-SGD trains with its own engine): a table whose
+# cells differ in them is no warning, only a cell whose seeds do.
+CELL_DECIDED = ("engine",)
 OLDER_SUMMARY = "summary.json written before fedlight recorded it"
 REMOVE_JOB = "or move the job directory out of the sweep"
 # Overrides that do not make a different experiment: the seed varies within a group, and a run
@@ -680,7 +683,7 @@ def environment_warning(section: Section) -> str | None:
     differences = []
     for key in environment_keys(known):
         values = environment_values(known, key)
-        if len(values) > 1:
+        if len(values) > 1 and (key not in CELL_DECIDED or cells_differ_within(section, key)):
             listed = "; ".join(f"{value}: {jobs_text(named)}" for value, named in values.items())
             differences.append(f"{key} ({listed})")
     faults = [f"jobs ran under different {', '.join(differences)}"] if differences else []
@@ -692,6 +695,14 @@ def environment_warning(section: Section) -> str | None:
     return (
         f"Warning, this table: {'; '.join(faults)}. Float rounding may differ between its jobs; "
         "each reproduces bit for bit only under its own values (README, Reproducibility)."
+    )
+
+
+def cells_differ_within(section: Section, key: str) -> bool:
+    """Whether the seeds of some cell of the section differ in an environment key."""
+    return any(
+        len(environment_values([job for job in group.jobs if job.environment], key)) > 1
+        for group in section.groups
     )
 
 

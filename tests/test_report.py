@@ -779,6 +779,28 @@ def test_jobs_of_a_table_that_differ_in_their_environment_are_warned_of(
     assert lines.index(warning) == lines.index(table) + 2
 
 
+@pytest.mark.parametrize("seeds_agree", [True, False])
+def test_cells_that_train_with_their_own_engine_are_no_warning_unless_their_seeds_differ(
+    tmp_path: Path, seeds_agree: bool
+) -> None:
+    """DP-SGD's cells train with its engine, the others' with the sequential one: the line says
+    the engine varies, but only a cell whose seeds ran on different engines is warned of."""
+    sweep = tmp_path / "sweep"
+    engines = {"none": ["sequential"] * 2, "dp_sgd": ["dp_sgd", "dp_sgd" if seeds_agree else "x"]}
+    for cell, (privacy, cell_engines) in enumerate(engines.items()):
+        for seed, engine in enumerate(cell_engines):
+            summary = summary_of(0.5, seed=seed, environment=environment_of(engine=engine))
+            overrides = [f"privacy={privacy}", f"seed={seed}"]
+            write_job(sweep, str(2 * cell + seed), overrides, None, summary, [0.4, 0.5])
+    assert main([str(sweep)]) == 0
+    lines = (sweep / "report.md").read_text().splitlines()
+    assert any("engine varies (see the tables' warnings)" in line for line in lines)
+    warned = [line for line in lines if line.startswith("Warning, this table")]
+    assert warned == ([] if seeds_agree else [warned[0]])
+    if not seeds_agree:
+        assert "different engine (sequential: jobs 0, 1; dp_sgd: job 2; x: job 3)" in warned[0]
+
+
 def test_summaries_older_than_the_environment_report_it_unknown(tmp_path: Path) -> None:
     sweep = environment_sweep(tmp_path / "sweep", [None, None])
     assert main([str(sweep)]) == 0
