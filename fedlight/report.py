@@ -666,7 +666,8 @@ def environment_line(jobs: list[JobResult]) -> str:
     for key in environment_keys(known):
         values = environment_values(known, key)
         if len(values) > 1:
-            parts.append(f"{key} varies (see the tables' warnings)")
+            why = "with the cells' settings" if key in CELL_DECIDED else "see the tables' warnings"
+            parts.append(f"{key} varies ({why})")
         elif list(values) != ["None"]:
             parts.append(f"{key}={next(iter(values))}")
     unknown = len(finished) - len(known)
