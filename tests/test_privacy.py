@@ -30,7 +30,7 @@ from fedlight.privacy.base import Trained, as_state, default_delta, update_norm
 from fedlight.privacy.dp_fedavg import DPFedAvg, PrivateAggregation
 from fedlight.privacy.dp_sgd import DPSGDEngine
 from fedlight.tensors import detached_copy
-from tests.conftest import TINY, rows_without_timings, run_cli, run_killed_in_round
+from tests.conftest import REPO, TINY, rows_without_timings, run_cli, run_killed_in_round
 from tests.test_privacy_accountant import PLD_INTERVAL, pld_epsilon, sampled_gaussian
 
 USER_LEVEL = [*TINY, "selection=poisson", "privacy=dp_fedavg"]
@@ -506,7 +506,8 @@ def test_a_model_with_integer_buffers_trains_under_dp_fedavg_its_counts_staying_
     noised, so it never leaves the client (8 bytes less up than down per participant) and the
     server keeps its own (0); the float running statistics travel clipped and noised."""
     run = tmp_path / "run"
-    run_cli(*USER_LEVEL, *BATCH_NORM, f"hydra.run.dir={run}", cwd=tmp_path)
+    # from the repository, where `tests.user_module` imports (as a user's own module would)
+    run_cli(*USER_LEVEL, *BATCH_NORM, f"hydra.run.dir={run}", cwd=REPO)
     rows = read_rows(run)
     for row in rows:
         participants = int(float(row["participants"]))
