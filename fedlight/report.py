@@ -20,6 +20,7 @@ import statistics
 import sys
 import tempfile
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -603,35 +604,42 @@ def divergence_cause(job: JobResult) -> str:
     return f" ({cause})" if isinstance(cause, str) and cause else ""
 
 
-def diverged_footnote(section: Section) -> list[str]:
-    """Each diverged job of the section: its directory, group, seed and round."""
+def job_footnote(
+    section: Section,
+    title: str,
+    jobs_of: Callable[[Group], list[JobResult]],
+    what: Callable[[JobResult], str],
+) -> list[str]:
+    """`title`, then each of the section's jobs `jobs_of` picks: its directory, group, seed and
+    `what` happened to it; nothing when there is none."""
     entries = [
         f"- {job.name} ({section.group_label(group)}, seed {job.setting('seed') or MISSING}): "
-        f"diverged at round {job.diverged_at_round}{divergence_cause(job)}"
+        f"{what(job)}"
         for group in section.groups
-        for job in group.diverged
+        for job in jobs_of(group)
     ]
-    if not entries:
-        return []
-    title = f"{DIVERGED_MARK} Diverged (loss or weights became NaN/Inf), left out of mean ± std:"
-    return [title, "", *entries, ""]
+    return [title, "", *entries, ""] if entries else []
+
+
+def diverged_footnote(section: Section) -> list[str]:
+    """Each diverged job of the section, with its round."""
+    return job_footnote(
+        section,
+        f"{DIVERGED_MARK} Diverged (loss or weights became NaN/Inf), left out of mean ± std:",
+        lambda group: group.diverged,
+        lambda job: f"diverged at round {job.diverged_at_round}{divergence_cause(job)}",
+    )
 
 
 def collapsed_footnote(section: Section) -> list[str]:
-    """Each collapsed job of the section: its directory, group, seed, round and final accuracy."""
-    entries = [
-        f"- {job.name} ({section.group_label(group)}, seed {job.setting('seed') or MISSING}): "
-        f"collapsed at round {job.collapsed_at_round}{final_accuracy_text(job)}"
-        for group in section.groups
-        for job in group.collapsed
-    ]
-    if not entries:
-        return []
-    title = (
+    """Each collapsed job of the section, with its round and final accuracy."""
+    return job_footnote(
+        section,
         f"{COLLAPSED_MARK} Collapsed (test accuracy fell to chance with finite losses and "
-        "stayed there to the end), kept in mean ± std:"
+        "stayed there to the end), kept in mean ± std:",
+        lambda group: group.collapsed,
+        lambda job: f"collapsed at round {job.collapsed_at_round}{final_accuracy_text(job)}",
     )
-    return [title, "", *entries, ""]
 
 
 def final_accuracy_text(job: JobResult) -> str:
