@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from dp_accounting.rdp.rdp_privacy_accountant import RdpAccountant
 from opacus.accountants import RDPAccountant
 
 from fedlight.algorithms.base import Algorithm, ClientUpload, LocalResult, ServerState
@@ -31,7 +30,7 @@ from fedlight.privacy.dp_fedavg import DPFedAvg, PrivateAggregation
 from fedlight.privacy.dp_sgd import DPSGDEngine
 from fedlight.tensors import detached_copy
 from tests.conftest import REPO, TINY, rows_without_timings, run_cli, run_killed_in_round
-from tests.test_privacy_accountant import PLD_INTERVAL, pld_epsilon, sampled_gaussian
+from tests.independent_dp import PLD_INTERVAL, RdpAccountant, pld_epsilon, sampled_gaussian
 
 USER_LEVEL = [*TINY, "selection=poisson", "privacy=dp_fedavg"]
 FEDERATION = Federation(num_clients=100, trainable=frozenset({"w", "b"}))

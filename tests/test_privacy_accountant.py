@@ -3,12 +3,11 @@ RDP accountant's ε for the same orders, `prv` lies above its privacy-loss distr
 accountant's ε by at most PRV's stated error; ε grows with steps and sampling rate and shrinks
 with noise; target-ε calibration inverts either accountant."""
 
+import logging.config
 import math
+import sys
 
-import dp_accounting
 import pytest
-from dp_accounting.pld.pld_privacy_accountant import PLDAccountant
-from dp_accounting.rdp.rdp_privacy_accountant import RdpAccountant
 
 from fedlight.privacy.accountant import (
     CALIBRATION_TOLERANCE,
@@ -18,20 +17,7 @@ from fedlight.privacy.accountant import (
     epsilon,
 )
 
-PLD_INTERVAL = 1e-3  # the PLD's discretization: its ε is pessimistic by about this much at most
-
-
-def sampled_gaussian(q: float, z: float, steps: int) -> dp_accounting.DpEvent:
-    return dp_accounting.SelfComposedDpEvent(
-        dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(z)), steps
-    )
-
-
-def pld_epsilon(q: float, z: float, steps: int, delta: float) -> float:
-    accountant = PLDAccountant(value_discretization_interval=PLD_INTERVAL)
-    accountant.compose(sampled_gaussian(q, z, steps))
-    return accountant.get_epsilon(delta)
-
+from .independent_dp import PLD_INTERVAL, RdpAccountant, pld_epsilon, sampled_gaussian
 
 CASES = [  # (q, z, steps, δ): a DP-FedAvg round, a few, 50 rounds, K/N = 4/10, DP-SGD's steps
     (0.1, 1.0, 1, 1e-2),
@@ -100,3 +86,15 @@ def test_calibration_finds_the_noise_that_spends_the_target(
     reached = epsilon(q, z, steps, delta, accountant)
     assert target - CALIBRATION_TOLERANCE <= reached <= target
     assert epsilon(q, 0.98 * z, steps, delta, accountant) > target  # no much smaller z would do
+
+
+def test_reconfiguring_logging_after_the_independent_accountant_closes_no_stream_of_the_session(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """dp-accounting's absl handler held the session's stderr (pytest's capture) and closed it when
+    logging was reconfigured while `sys.stderr` was another stream (capsys), as every in-process
+    CLI test's Hydra does: every later test of that pytest worker then failed. Without the fix in
+    `tests/independent_dp.py` this test's own teardown fails."""
+    logging.config.dictConfig({"version": 1, "disable_existing_loggers": False})
+    print("still open", file=sys.stderr)
+    assert capsys.readouterr().err == "still open\n"
