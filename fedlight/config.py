@@ -136,6 +136,15 @@ class FLSettings:
             self.engine in ENGINE_CHOICES,
             f"fl.engine={self.engine} is not an engine; use {', '.join(ENGINE_CHOICES)}",
         )
+        self.check_workers()
+        require(
+            self.on_divergence in ON_DIVERGENCE,
+            f"fl.on_divergence={self.on_divergence} is not a choice; use stop (end the run at the "
+            "first round whose loss or weights are not finite) or continue (studies of divergence)",
+        )
+
+    def check_workers(self) -> None:
+        """The settings of several workers (`fedlight.workers`)."""
         require(
             self.workers >= 1,
             f"fl.workers={self.workers} must be >= 1 (processes that share a round's clients)",
@@ -169,11 +178,6 @@ class FLSettings:
             self.worker_timeout > 0,
             f"fl.worker_timeout={self.worker_timeout} must be > 0 (seconds a worker waits for "
             "the others at an exchange)",
-        )
-        require(
-            self.on_divergence in ON_DIVERGENCE,
-            f"fl.on_divergence={self.on_divergence} is not a choice; use stop (end the run at the "
-            "first round whose loss or weights are not finite) or continue (studies of divergence)",
         )
 
 
