@@ -91,9 +91,11 @@ def test_a_killed_or_terminated_parent_leaves_no_process_of_the_run(
         run_dir.acquire(directory, "hydra.run.dir")
     process.send_signal(signum)
     signalled = time.monotonic()
-    while any(alive(pid) for pid in workers) and time.monotonic() < signalled + 10:
+    # 30 s: on a loaded machine (a test suite beside other work) a worker's exit can take
+    # seconds; it is never meant to survive its parent
+    while any(alive(pid) for pid in workers) and time.monotonic() < signalled + 30:
         time.sleep(0.05)
-    assert not [pid for pid in workers if alive(pid)], "workers outlived their parent by 10 s"
+    assert not [pid for pid in workers if alive(pid)], "workers outlived their parent by 30 s"
     _, stderr = process.communicate(timeout=60)
     if signum == signal.SIGTERM:  # the parent stopped its workers, said how to go on, unlocked
         assert process.returncode == 143
