@@ -13,7 +13,8 @@ an outcome compared like the others. A case whose `outcome.txt` exists is skippe
 interrupted run resumes where it stopped.
 
 Baseline from a frozen checkout of the commit before the change (`git worktree add`), then the
-candidate, then the comparison (one job at a time on a small machine):
+candidate, then the comparison (one job at a time on a small machine; `run` took 65 minutes for
+the 54 runs of commit f7a5257 on this project's shared 2-core machine):
 
     python benchmarks/same_numbers.py run --src /work/wt/base32 --out /work/sweeps/base32 \
         --workers 1 2
@@ -71,6 +72,7 @@ PRESET_CELLS: dict[str, tuple[str, ...]] = {
     "privacy": ("+experiment/privacy=none_100", "seed=0"),
     "personalization": ("+experiment/personalization=fedavg", "seed=0"),
     "async": ("+experiment/async=fedavg", "seed=0"),
+    # the slowest case by far (E = 10): about 7 minutes at each worker count on the 2-core machine
     "niid_bench": ("+experiment/niid_bench=fedavg", "partition=dirichlet", "seed=0"),
     "scaffold_stability": (
         "algo.variant=fedlight",
