@@ -16,10 +16,10 @@ Baseline from a frozen checkout of the commit before the change (`git worktree a
 candidate, then the comparison (one job at a time on a small machine; `run` took 65 minutes for
 the 54 runs of commit f7a5257 on this project's shared 2-core machine):
 
-    python benchmarks/same_numbers.py run --src /work/wt/base32 --out /work/sweeps/base32 \
+    python benchmarks/same_numbers.py run --src ../wt/base --out ../sweeps/base \
         --workers 1 2
-    python benchmarks/same_numbers.py run --src /work/wt/new --out /work/sweeps/new --workers 1 2
-    python benchmarks/same_numbers.py compare /work/sweeps/base32 /work/sweeps/new
+    python benchmarks/same_numbers.py run --src ../wt/new --out ../sweeps/new --workers 1 2
+    python benchmarks/same_numbers.py compare ../sweeps/base ../sweeps/new
 
 `list` prints the cases and their commands; `--only NAME...` (shell patterns) runs a subset.
 """
