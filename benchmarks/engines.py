@@ -49,12 +49,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import fedlight.cli
 import fedlight.config
-from fedlight.algorithms.base import LocalResult
 from fedlight.data.augment import CropFlip
 from fedlight.data.base import TensorDataset
 from fedlight.data.cifar10 import CIFAR10, MEAN, STD
 from fedlight.data.mnist import MNIST
 from fedlight.engines import LocalTask
+from fedlight.engines.base import LocalResult
 from fedlight.experiment import resolve_device
 from fedlight.loop import FederatedLoop
 from fedlight.rng import Stream, derive_seed, numpy_generator

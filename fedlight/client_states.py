@@ -41,7 +41,8 @@ from typing import Any, cast
 import torch
 
 from fedlight.checkpoint import CHECKPOINT_NAME, save_checkpoint
-from fedlight.config import ConfigError, FLSettings, one_line
+from fedlight.config import FLSettings
+from fedlight.errors import ConfigError, one_line
 from fedlight.tensors import StateDict
 
 CLIENT_STATES_DIR = "client_states"  # the disk store's folder inside a run directory

@@ -24,9 +24,10 @@ from fedlight.algorithms.base import Algorithm
 from fedlight.asynchronous import AsynchronousLoop
 from fedlight.checkpoint import CHECKPOINT_NAME, load_checkpoint, resumable_checkpoint
 from fedlight.client_states import ClientStateLostError, check_state_files, client_state_store
-from fedlight.config import ConfigError, FLSettings, RunSettings, require
+from fedlight.config import FLSettings, RunSettings
 from fedlight.data.base import DataError, TensorDataset
 from fedlight.environment import float_environment, resumed_environment
+from fedlight.errors import ConfigError, require
 from fedlight.files import write_text
 from fedlight.loggers.base import RoundLogger, RunInfo
 from fedlight.loggers.console import ConsoleProgress

@@ -37,13 +37,7 @@ import torch
 from torch import Tensor
 
 from fedlight.aggregation.base import RoundRefused
-from fedlight.algorithms.base import (
-    Algorithm,
-    ClientUpload,
-    LocalCallback,
-    LocalResult,
-    ServerState,
-)
+from fedlight.algorithms.base import Algorithm, ClientUpload, ServerState
 from fedlight.attacks.base import Attack
 from fedlight.checkpoint import save_checkpoint
 from fedlight.client_states import (
@@ -57,6 +51,7 @@ from fedlight.config import RunSettings
 from fedlight.context import Federation, RoundContext, RoundMetrics
 from fedlight.data.base import TensorDataset
 from fedlight.engines import Engine, LocalTask, first_optimizer, make_engine
+from fedlight.engines.base import LocalCallback, LocalResult
 from fedlight.evaluation import ACCURACY, LOSS, Evaluator
 from fedlight.loggers.base import MetricsRow, RoundLogger
 from fedlight.lr_schedules.base import LRSchedule

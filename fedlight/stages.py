@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from fedlight.algorithms.base import Algorithm
 from fedlight.attacks.base import Attack
-from fedlight.config import ConfigError, require
+from fedlight.errors import ConfigError, require
 from fedlight.lr_schedules.base import LRSchedule
 from fedlight.privacy.base import Privacy
 from fedlight.selection.base import Selection

@@ -25,10 +25,10 @@ from fedlight.attacks.label_flip import LabelFlip
 from fedlight.attacks.scaled import Scaled
 from fedlight.attacks.sign_flip import SignFlip
 from fedlight.checkpoint import load_checkpoint
-from fedlight.config import ConfigError
 from fedlight.context import Federation
 from fedlight.data.digits import Digits
 from fedlight.engines import LocalTask, make_engine
+from fedlight.errors import ConfigError
 from fedlight.experiment import Job, run_job
 from fedlight.rng import Stream, derive_seed
 

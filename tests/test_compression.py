@@ -13,8 +13,8 @@ import torch
 
 from fedlight.compression.randk import RandK
 from fedlight.compression.topk import TopK, index_dtype
-from fedlight.config import ConfigError
 from fedlight.context import Federation
+from fedlight.errors import ConfigError
 from fedlight.experiment import Job, run_job
 from fedlight.tensors import StateDict, nbytes
 from fedlight.wire.base import UPLOAD, Payload, Wire

@@ -11,17 +11,18 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F  # noqa: N812
 
-from fedlight.algorithms.base import ClientUpload, LocalCallback, LocalResult, ServerState
+from fedlight.algorithms.base import ClientUpload, ServerState
 from fedlight.checkpoint import load_checkpoint
 from fedlight.cli import validate_command_line
-from fedlight.config import ConfigError
 from fedlight.context import RoundContext
 from fedlight.data.augment import CropFlip
 from fedlight.data.base import TensorDataset
 from fedlight.data.digits import Digits
 from fedlight.engines import LocalTask, resolve_engine
+from fedlight.engines.base import LocalCallback, LocalResult
 from fedlight.engines.sequential import SequentialEngine
 from fedlight.engines.vectorized import VectorizedEngine
+from fedlight.errors import ConfigError
 from fedlight.experiment import Job, run_job
 from fedlight.loop import FederatedLoop
 from fedlight.models.classifier import Classifier

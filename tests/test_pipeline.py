@@ -17,9 +17,10 @@ from fedlight.algorithms.base import ClientUpload
 from fedlight.algorithms.fedprox import FedProx, ProximalTerm
 from fedlight.checkpoint import load_checkpoint
 from fedlight.cli import validate_command_line
-from fedlight.config import ConfigError, FLSettings, RunSettings
+from fedlight.config import FLSettings, RunSettings
 from fedlight.context import Federation, RoundContext
 from fedlight.data.digits import Digits
+from fedlight.errors import ConfigError
 from fedlight.experiment import Job, run_job
 from fedlight.loggers.base import METRIC_COLUMNS
 from fedlight.loop import FederatedLoop

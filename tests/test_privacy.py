@@ -13,15 +13,15 @@ import pytest
 import torch
 from opacus.accountants import RDPAccountant
 
-from fedlight.algorithms.base import Algorithm, ClientUpload, LocalResult, ServerState
+from fedlight.algorithms.base import Algorithm, ClientUpload, ServerState
 from fedlight.algorithms.fedavg import UPDATE, FedAvg
 from fedlight.algorithms.fednova import FedNova
 from fedlight.algorithms.scaffold import Scaffold
-from fedlight.config import ConfigError
 from fedlight.context import Federation
 from fedlight.data.base import TensorDataset
-from fedlight.engines.base import Engine, LocalTask
+from fedlight.engines.base import Engine, LocalResult, LocalTask
 from fedlight.engines.sequential import SequentialEngine
+from fedlight.errors import ConfigError
 from fedlight.experiment import Job, run_job
 from fedlight.privacy.accountant import CALIBRATION_TOLERANCE, ORDERS, PRV_EPS_ERROR, epsilon
 from fedlight.privacy.adaptive_clip import AdaptiveClip

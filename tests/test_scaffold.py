@@ -11,14 +11,16 @@ import pytorch_lightning as pl
 import torch
 from torch import Tensor, nn
 
-from fedlight.algorithms.base import Algorithm, ClientUpload, LocalResult, ServerState
+from fedlight.algorithms.base import Algorithm, ClientUpload, ServerState
 from fedlight.algorithms.fedavg import FedAvg
 from fedlight.algorithms.fednova import momentum_step_norm
 from fedlight.algorithms.scaffold import CONTROL, DELTA_C, DELTA_Y, Scaffold
 from fedlight.checkpoint import load_checkpoint
-from fedlight.config import ConfigError, FLSettings, LocalSettings, RunSettings
+from fedlight.config import FLSettings, LocalSettings, RunSettings
 from fedlight.context import Federation, RoundContext
 from fedlight.data.base import TensorDataset
+from fedlight.engines.base import LocalResult
+from fedlight.errors import ConfigError
 from fedlight.experiment import Job, run_job
 from fedlight.loop import FederatedLoop
 from fedlight.lr_schedules.constant import Constant

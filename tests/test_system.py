@@ -12,8 +12,8 @@ import torch
 
 from fedlight.algorithms.base import ClientUpload
 from fedlight.algorithms.fedavg import UPDATE, FedAvg
-from fedlight.config import ConfigError
 from fedlight.context import Federation
+from fedlight.errors import ConfigError
 from fedlight.experiment import Job, run_job
 from fedlight.rng import Stream, numpy_generator
 from fedlight.system.base import System

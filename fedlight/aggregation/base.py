@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, ClassVar
 import torch
 from torch import Tensor
 
-from fedlight.config import require
+from fedlight.errors import require
 from fedlight.tensors import StateDict
 
 if TYPE_CHECKING:

@@ -13,8 +13,8 @@ from dataclasses import dataclass, replace
 
 from fedlight.algorithms.asynchronous import Arrival, AsynchronousFedAvg
 from fedlight.algorithms.base import ServerState
-from fedlight.config import require
 from fedlight.context import RoundContext
+from fedlight.errors import require
 
 
 @dataclass

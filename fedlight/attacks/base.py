@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from fedlight.aggregation.base import flatten, unflatten
-from fedlight.config import require
+from fedlight.errors import require
 from fedlight.rng import Stream, numpy_generator
 from fedlight.tensors import StateDict
 

@@ -14,8 +14,8 @@ import torch
 from torch import Tensor
 
 from fedlight.compression.topk import SHAPE, VALUES
-from fedlight.config import require
 from fedlight.context import RoundContext
+from fedlight.errors import require
 from fedlight.rng import Stream
 from fedlight.tensors import StateDict
 from fedlight.wire.base import Payload, WireTransform

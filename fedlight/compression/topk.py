@@ -20,8 +20,8 @@ import torch
 from torch import Tensor
 
 from fedlight.compression.packing import pack_bits, unpack_bits
-from fedlight.config import require
 from fedlight.context import RoundContext
+from fedlight.errors import require
 from fedlight.tensors import StateDict
 from fedlight.wire.base import Payload, WireTransform
 

@@ -19,8 +19,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from fedlight.algorithms.base import Algorithm, ClientUpload
-from fedlight.config import RunSettings, require
+from fedlight.config import RunSettings
 from fedlight.context import Federation, RoundContext
+from fedlight.errors import require
 from fedlight.privacy.base import Trained, as_state, clipped, scalar
 from fedlight.privacy.dp_fedavg import DPFedAvg
 from fedlight.rng import Stream

@@ -27,10 +27,11 @@ from torch import Tensor
 
 from fedlight.aggregation.base import RoundAggregation
 from fedlight.algorithms.base import Algorithm, ClientUpload
-from fedlight.config import RunSettings, require
+from fedlight.config import RunSettings
 from fedlight.context import Federation, RoundContext
 from fedlight.data.base import TensorDataset
 from fedlight.engines.base import Engine
+from fedlight.errors import require
 from fedlight.privacy.accountant import ACCOUNTANTS
 from fedlight.selection.base import Selection
 from fedlight.tensors import StateDict

@@ -33,9 +33,10 @@ import torch
 from fedlight.aggregation.base import Accumulator, Aggregator, RoundAggregation
 from fedlight.aggregation.mean import RunningMean
 from fedlight.algorithms.base import Algorithm, ClientUpload
-from fedlight.config import RunSettings, require
+from fedlight.config import RunSettings
 from fedlight.context import Federation, RoundContext
 from fedlight.engines.base import num_local_steps
+from fedlight.errors import require
 from fedlight.privacy.accountant import calibrate_noise, epsilon
 from fedlight.privacy.base import (
     GaussianMechanism,

@@ -39,17 +39,19 @@ from opacus import GradSampleModule
 from opacus.optimizers import DPOptimizer
 from opacus.validators import ModuleValidator
 
-from fedlight.algorithms.base import Algorithm, LocalResult
-from fedlight.config import ConfigError, RunSettings, require
+from fedlight.algorithms.base import Algorithm
+from fedlight.config import RunSettings
 from fedlight.context import Federation, RoundContext
 from fedlight.data.base import TensorDataset
 from fedlight.engines.base import (
     Engine,
+    LocalResult,
     LocalTask,
     first_optimizer,
     num_local_steps,
 )
 from fedlight.engines.sequential import SequentialEngine, training_loss
+from fedlight.errors import ConfigError, require
 from fedlight.privacy.accountant import calibrate_noise, epsilon
 from fedlight.privacy.base import GaussianMechanism, Trained, as_state, default_delta, scalar
 from fedlight.rng import Stream, derive_seed

@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 
 from torch import Tensor
 
-from fedlight.config import require
 from fedlight.context import RoundContext
+from fedlight.errors import require
 from fedlight.tensors import StateDict
 
 
