@@ -30,13 +30,11 @@ from typing import Any
 
 from fedlight.aggregation.base import all_finite
 from fedlight.algorithms.asynchronous import Arrival, AsynchronousFedAvg
-from fedlight.algorithms.base import ClientUpload, ServerState
-from fedlight.client_states import algorithm_part, with_algorithm_part
-from fedlight.engines import LocalTask
-from fedlight.loop import FederatedLoop, RoundStats, stage_state
+from fedlight.algorithms.base import ClientUpload
+from fedlight.loop import FederatedLoop, RoundStats
+from fedlight.pipeline.server import ServerRound
 from fedlight.rng import Stream, numpy_generator
-from fedlight.tensors import StateDict, nbytes, on_device
-from fedlight.wire.base import DOWNLOAD, UPLOAD
+from fedlight.tensors import StateDict, on_device
 
 
 @dataclass
@@ -89,14 +87,14 @@ class AsynchronousLoop(FederatedLoop):
         arrivals: list[Arrival] = []
         losses: list[tuple[float, int]] = []
         rejected = 0
-        server_extras = self.server.extras
+        server = ServerRound.start(ctx, algorithm, self.stages, self.stage_states, [])
         while len(arrivals) + rejected < algorithm.arrivals_per_update and self.in_flight:
             flying = heapq.heappop(self.in_flight)
             self.now = flying.arrival
             encoded = ClientUpload(
                 flying.client, flying.num_samples, flying.num_steps, flying.payload
             )
-            decoded, server_extras = self.decode_upload(ctx, encoded, server_extras)
+            decoded = server.decode(encoded)
             stats.bytes_up += flying.bytes_up
             if all_finite({"upload": decoded.tensors}):
                 staleness = self.staleness_of(flying, version)
@@ -108,10 +106,8 @@ class AsynchronousLoop(FederatedLoop):
             if not filled and self.next_is_later():
                 self.refill(version, stats)
         if arrivals:
-            updated = algorithm.apply_arrivals(ctx, self.server, arrivals)
-            self.server = ServerState(
-                updated.weights, updated.extras | stage_state(server_extras, "wire.", keep=True)
-            )
+            self.server = algorithm.apply_arrivals(ctx, self.server, arrivals)
+        self.stage_states = server.states
         if self.next_is_later():
             self.refill(round_index, stats)
         staleness = [arrival.staleness for arrival in arrivals]
@@ -167,40 +163,32 @@ class AsynchronousLoop(FederatedLoop):
 
     def dispatch(self, client: int, version: int, stats: RoundStats) -> InFlight:
         """One client's download, local training and upload, starting now from `version`."""
-        algorithm, wire = self.algorithm, self.wire
         self.dispatches[client] += 1
         ctx = self.federation.round(version + 1, (client,), self.lrs_of(version + 1))
-        state = self.client_states.get(client) or {}
-        download = algorithm.download(ctx, self.server)
-        payload, _ = wire.send(DOWNLOAD, ctx, client, download, self.server.extras)
-        received, state = wire.receive(DOWNLOAD, ctx, client, payload, state)
-        own = algorithm_part(state)
-        start = algorithm.start_weights(ctx, received, own)
-        callbacks = algorithm.local_callbacks(ctx, received, own)
-        task = LocalTask(client, self.client_indices[client], start, callbacks)
+        download = self.algorithm.download(ctx, self.server)
+        wire_state = self.stage_states.get(self.client.wire.name, {})
+        stored = self.client_states.get(client)
+        indices = self.client_indices[client]
+        got = self.client.receive(ctx, client, indices, download, wire_state, stored)
         began = time.perf_counter()
-        (local,) = self.engine.train([task], self.dispatches[client], list(ctx.lrs))
-        upload, new_own = algorithm.upload(ctx, received, local, own)
-        sent, state = wire.send(UPLOAD, ctx, client, upload.tensors, state)
+        (local,) = self.engine.train([got.task], self.dispatches[client], list(ctx.lrs))
+        sent = self.client.upload(ctx, got, local, self.stage_states, self.client_pool)
         stats.client_seconds += time.perf_counter() - began
-        if new_own is not None and new_own is not own:
-            state = with_algorithm_part(state, new_own)
-        if state:
-            self.client_states.put(client, version + 1, state)
-        bytes_down, bytes_up = nbytes(payload), nbytes(sent)
-        stats.bytes_down += bytes_down
+        if sent.state is not None:
+            self.client_states.put(client, version + 1, sent.state.stored())
+        stats.bytes_down += got.bytes_down
         assert self.speeds is not None  # asynchronous algorithms need a system model
-        duration = self.speeds.seconds(client, bytes_down, local.examples, bytes_up)
+        duration = self.speeds.seconds(client, got.bytes_down, sent.examples, sent.bytes_up)
         return InFlight(
             self.now + duration,
             client,
             version,
             self.server.weights,
-            sent,
-            upload.num_samples,
-            upload.num_steps,
+            sent.upload.tensors,
+            sent.upload.num_samples,
+            sent.upload.num_steps,
             local.train_loss,
-            bytes_up,
+            sent.bytes_up,
         )
 
     def state_dict(self) -> dict[str, Any]:

@@ -31,7 +31,7 @@ from fedlight.errors import ConfigError, require
 from fedlight.files import write_text
 from fedlight.loggers.base import RoundLogger, RunInfo
 from fedlight.loggers.console import ConsoleProgress
-from fedlight.loop import STATE_KEYS, FederatedLoop, History
+from fedlight.loop import STATE_KEYS, Clients, FederatedLoop, History
 from fedlight.lr_schedules.base import LRSchedule
 from fedlight.outputs import (
     Chance,
@@ -403,19 +403,11 @@ def run_rounds(
     driver = AsynchronousLoop if job.stages.algorithm.asynchronous else FederatedLoop
     loop = driver(
         settings,
-        data,
-        client_indices,
+        Clients(data, client_indices, client_test_indices),
         module,
-        job.stages.algorithm,
-        job.stages.selection,
-        job.stages.lr_schedule,
+        job.stages,
         client_state_store(settings.fl, output_dir, device, workers.main),
         workers,
-        job.stages.wire,
-        job.stages.attack,
-        job.stages.privacy,
-        client_test_indices,
-        job.stages.system,
     )
     if checkpoint is not None:
         loop.load_state_dict(checkpoint, Path(str(settings.resume)))

@@ -10,7 +10,7 @@ from torch import Tensor
 from fedlight.algorithms.central import POOLED_TRAINER
 from fedlight.data.digits import Digits
 from fedlight.experiment import Job, run_job
-from fedlight.loop import FederatedLoop
+from fedlight.loop import Clients, FederatedLoop
 from fedlight.rng import Stream, derive_seed
 
 from .conftest import TINY, rows_without_timings, run_killed_in_round
@@ -23,9 +23,7 @@ def build_loop(make_job: Callable[[list[str]], Job], overrides: list[str]) -> Fe
     torch.manual_seed(derive_seed(job.settings.seed, Stream.MODEL_INIT))
     module = job.model(input_shape=data.input_shape, num_classes=data.num_classes)
     clients = [torch.nonzero(data.train_y % 3 == i).flatten() for i in range(3)]
-    return FederatedLoop(
-        job.settings, data, clients, module, job.algorithm, job.selection, job.lr_schedule
-    )
+    return FederatedLoop(job.settings, Clients(data, clients), module, job.stages)
 
 
 def test_with_every_client_a_round_is_one_pass_over_all_pooled_examples(make_job) -> None:

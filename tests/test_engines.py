@@ -24,7 +24,7 @@ from fedlight.engines.sequential import SequentialEngine
 from fedlight.engines.vectorized import VectorizedEngine
 from fedlight.errors import ConfigError
 from fedlight.experiment import Job, run_job
-from fedlight.loop import FederatedLoop
+from fedlight.loop import Clients, FederatedLoop
 from fedlight.models.classifier import Classifier
 from fedlight.models.mlp import MLP
 from fedlight.tensors import StateDict, detached_copy
@@ -88,15 +88,7 @@ def run_rounds(
         data.augment = CropFlip(padding=2, fill=(0.0,))
     torch.manual_seed(0)
     module = job.model(input_shape=data.input_shape, num_classes=data.num_classes)
-    loop = FederatedLoop(
-        job.settings,
-        data,
-        unequal_clients(data),
-        module,
-        job.algorithm,
-        job.selection,
-        job.lr_schedule,
-    )
+    loop = FederatedLoop(job.settings, Clients(data, unequal_clients(data)), module, job.stages)
     recorded = Recorded(initial=detached_copy(loop.server.weights))
     upload = job.algorithm.upload
 
@@ -244,15 +236,7 @@ def test_vectorized_refuses_what_it_cannot_reproduce_in_one_line(
     data = Digits().load()
     module = model(input_shape=data.input_shape, num_classes=data.num_classes, lr=0.05)
     with pytest.raises(ConfigError) as error:
-        FederatedLoop(
-            job.settings,
-            data,
-            [torch.arange(10)],
-            module,
-            job.algorithm,
-            job.selection,
-            job.lr_schedule,
-        )
+        FederatedLoop(job.settings, Clients(data, [torch.arange(10)]), module, job.stages)
     text = str(error.value)
     assert text.startswith("fl.engine=vectorized ") and message in text
     assert text.endswith("; use fl.engine=sequential") and "\n" not in text
@@ -305,15 +289,7 @@ def test_auto_is_sequential_on_the_cpu(make_job) -> None:
     job = make_job(TINY)
     data = Digits().load()
     module = job.model(input_shape=data.input_shape, num_classes=data.num_classes)
-    loop = FederatedLoop(
-        job.settings,
-        data,
-        [torch.arange(10)],
-        module,
-        job.algorithm,
-        job.selection,
-        job.lr_schedule,
-    )
+    loop = FederatedLoop(job.settings, Clients(data, [torch.arange(10)]), module, job.stages)
     assert type(loop.engine) is SequentialEngine
 
 

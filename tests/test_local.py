@@ -7,7 +7,7 @@ import torch
 
 from fedlight.data.digits import Digits
 from fedlight.experiment import run_job
-from fedlight.loop import FederatedLoop
+from fedlight.loop import Clients, FederatedLoop
 from fedlight.rng import Stream, derive_seed
 
 from .conftest import TINY
@@ -19,9 +19,7 @@ def build_loop(make_job, overrides: list[str]) -> FederatedLoop:
     torch.manual_seed(derive_seed(job.settings.seed, Stream.MODEL_INIT))
     module = job.model(input_shape=data.input_shape, num_classes=data.num_classes)
     clients = [torch.arange(i, len(data.train_y), 3) for i in range(3)]
-    return FederatedLoop(
-        job.settings, data, clients, module, job.algorithm, job.selection, job.lr_schedule
-    )
+    return FederatedLoop(job.settings, Clients(data, clients), module, job.stages)
 
 
 def test_each_client_continues_its_own_model_and_the_server_never_changes(make_job) -> None:

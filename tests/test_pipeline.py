@@ -23,7 +23,7 @@ from fedlight.data.digits import Digits
 from fedlight.errors import ConfigError
 from fedlight.experiment import Job, run_job
 from fedlight.loggers.base import METRIC_COLUMNS
-from fedlight.loop import FederatedLoop
+from fedlight.loop import Clients, FederatedLoop
 from fedlight.rng import Stream, derive_seed
 from fedlight.server_opt.adam import Adam
 from fedlight.tensors import StateDict
@@ -45,16 +45,7 @@ def build_loop(job: Job) -> FederatedLoop:
 
     sets = job.partition(labels, job.settings.fl.num_clients, np.random.default_rng(0))
     indices = [torch.as_tensor(s, dtype=torch.int64) for s in sets]
-    return FederatedLoop(
-        job.settings,
-        data,
-        indices,
-        module,
-        job.algorithm,
-        job.selection,
-        job.lr_schedule,
-        wire=job.stages.wire,
-    )
+    return FederatedLoop(job.settings, Clients(data, indices), module, job.stages)
 
 
 def read_rows(run_dir: Path) -> list[dict[str, str]]:
@@ -190,7 +181,7 @@ def test_a_transform_with_client_state_resumes_bit_exactly(
         if store == "memory":
             states = first["client_states"]
             keys = {k for state in states.values() for k in state}
-            assert any(k.startswith("wire.upload.fp16/") for k in keys)  # its own namespace
+            assert any(k.startswith("wire/upload.fp16/") for k in keys)  # its own namespace
             assert any("/" not in k for k in keys)  # SCAFFOLD's c_i beside it
             for client, state in states.items():
                 assert all(

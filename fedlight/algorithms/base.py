@@ -11,12 +11,18 @@ training, logging, checkpoints), so adding an algorithm never changes the loop.
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
 from torch import Tensor
 
-from fedlight.aggregation.base import Aggregator, Part, RoundAggregation
+from fedlight.aggregation.base import (
+    Aggregator,
+    Contribution,
+    Contributor,
+    Part,
+    RoundAggregation,
+)
 from fedlight.aggregation.mean import Mean
 from fedlight.context import Federation, RoundContext
 from fedlight.engines.base import LocalCallback, LocalResult
@@ -39,6 +45,22 @@ class ClientUpload:
     num_samples: int
     num_steps: int
     tensors: StateDict
+    # numbers sent besides the tensors, by the upload stage that reports them (4 bytes each)
+    reports: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    @property
+    def contributor(self) -> Contributor:
+        return Contributor(self.client_id, self.num_samples, self.num_steps)
+
+    def reporting(self, stage: str, numbers: dict[str, float]) -> "ClientUpload":
+        """This upload with `numbers` reported under `stage` (none: the upload itself)."""
+        if not numbers:
+            return self
+        return replace(self, reports=self.reports | {stage: numbers})
+
+    @property
+    def reported_numbers(self) -> int:
+        return sum(len(numbers) for numbers in self.reports.values())
 
 
 class Algorithm(ABC):
@@ -161,7 +183,7 @@ class Algorithm(ABC):
         computations, tests)."""
         aggregation = self.start_aggregation([u.num_samples for u in uploads])
         for upload in uploads:
-            aggregation.add(ctx, upload)
+            aggregation.add(self.contribution(ctx, upload))
         return self.server_update(
             ctx, server, aggregation.results(), aggregation.public_contributors
         )
@@ -169,7 +191,11 @@ class Algorithm(ABC):
     def start_aggregation(self, sample_counts: Sequence[int]) -> RoundAggregation:
         """A round's accumulators for participants with these sample counts: the configurable
         parts through `aggregator`, the fixed ones as plain (weighted) means."""
-        return RoundAggregation(self, self.aggregator, Mean(), sample_counts)
+        return RoundAggregation(self.parts, self.aggregator, Mean(), sample_counts)
+
+    def contribution(self, ctx: RoundContext, upload: ClientUpload) -> Contribution:
+        """One decoded upload as the server aggregates it: its sender and its `split` parts."""
+        return Contribution(upload.contributor, self.split(ctx, upload))
 
     def evaluated_models(
         self, federation: Federation, server: ServerState, client_states: Mapping[int, StateDict]

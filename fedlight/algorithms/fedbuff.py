@@ -36,7 +36,7 @@ class FedBuff(AsynchronousFedAvg):
                 name: t * weight if t.is_floating_point() else t
                 for name, t in arrival.upload.tensors.items()
             }
-            aggregation.add(ctx, replace(arrival.upload, tensors=tensors))
+            aggregation.add(self.contribution(ctx, replace(arrival.upload, tensors=tensors)))
         if not aggregation.contributors:  # every update was rejected: the model is kept
             return server
         return self.server_update(ctx, server, aggregation.results(), aggregation.contributors)
