@@ -31,7 +31,7 @@ from typing import Any
 from fedlight.aggregation.base import all_finite
 from fedlight.algorithms.asynchronous import Arrival, AsynchronousFedAvg
 from fedlight.algorithms.base import ClientUpload
-from fedlight.loop import FederatedLoop, RoundStats
+from fedlight.driver import Driver, RoundStats
 from fedlight.pipeline.server import ServerRound
 from fedlight.rng import Stream, numpy_generator
 from fedlight.tensors import StateDict, on_device
@@ -61,8 +61,8 @@ class InFlight:
         return dict(vars(self))
 
 
-class AsynchronousLoop(FederatedLoop):
-    """`FederatedLoop` whose rounds are the server updates of an asynchronous algorithm."""
+class AsynchronousLoop(Driver):
+    """The asynchronous driver: each "round" is one server update (module docstring)."""
 
     algorithm: AsynchronousFedAvg
 

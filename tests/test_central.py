@@ -9,8 +9,9 @@ from torch import Tensor
 
 from fedlight.algorithms.central import POOLED_TRAINER
 from fedlight.data.digits import Digits
+from fedlight.driver import Clients
 from fedlight.experiment import Job, run_job
-from fedlight.loop import Clients, FederatedLoop
+from fedlight.loop import FederatedLoop
 from fedlight.rng import Stream, derive_seed
 
 from .conftest import TINY, rows_without_timings, run_killed_in_round
@@ -91,8 +92,8 @@ def test_one_model_continues_across_rounds_and_nothing_is_communicated(make_job)
     assert all(torch.equal(expected.weights[k], trained[k]) for k in trained)
     assert all(torch.equal(initial[k], loop.server.weights[k]) for k in initial)
 
-    accuracy, loss, spread = loop.evaluate()
-    assert (accuracy, loss) == loop.evaluate_model(trained) and spread == 0.0
+    accuracy, loss, spread = loop.evaluation.evaluate(loop.server, loop.client_states, 1)
+    assert (accuracy, loss) == loop.evaluation.evaluate_model(trained) and spread == 0.0
 
 
 def test_central_resumes_bit_exactly(

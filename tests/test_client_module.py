@@ -5,8 +5,9 @@ from pathlib import Path
 import torch
 
 from fedlight.data.digits import Digits
+from fedlight.driver import Clients
 from fedlight.experiment import run_job
-from fedlight.loop import Clients, FederatedLoop
+from fedlight.loop import FederatedLoop
 
 from .user_module import RecordingModule
 

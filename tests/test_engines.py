@@ -18,13 +18,14 @@ from fedlight.context import RoundContext
 from fedlight.data.augment import CropFlip
 from fedlight.data.base import TensorDataset
 from fedlight.data.digits import Digits
+from fedlight.driver import Clients
 from fedlight.engines import LocalTask, resolve_engine
 from fedlight.engines.base import LocalCallback, LocalResult
 from fedlight.engines.sequential import SequentialEngine
 from fedlight.engines.vectorized import VectorizedEngine
 from fedlight.errors import ConfigError
 from fedlight.experiment import Job, run_job
-from fedlight.loop import Clients, FederatedLoop
+from fedlight.loop import FederatedLoop
 from fedlight.models.classifier import Classifier
 from fedlight.models.mlp import MLP
 from fedlight.tensors import StateDict, detached_copy

@@ -6,8 +6,9 @@ from pathlib import Path
 import torch
 
 from fedlight.data.digits import Digits
+from fedlight.driver import Clients
 from fedlight.experiment import run_job
-from fedlight.loop import Clients, FederatedLoop
+from fedlight.loop import FederatedLoop
 from fedlight.rng import Stream, derive_seed
 
 from .conftest import TINY
@@ -47,9 +48,10 @@ def test_reported_accuracy_is_the_mean_over_client_models_with_its_spread(make_j
     trained = sorted(loop.client_states)
     assert len(trained) == 2
     per_model = [
-        loop.evaluate_model(loop.client_states.get(c, loop.server.weights))[0] for c in range(3)
+        loop.evaluation.evaluate_model(loop.client_states.get(c, loop.server.weights))[0]
+        for c in range(3)
     ]
-    mean, _, spread = loop.evaluate()
+    mean, _, spread = loop.evaluation.evaluate(loop.server, loop.client_states, 1)
     assert mean == sum(per_model) / 3
     assert spread == torch.tensor(per_model, dtype=torch.float64).std(correction=0).item() > 0
 

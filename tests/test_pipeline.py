@@ -20,10 +20,11 @@ from fedlight.cli import validate_command_line
 from fedlight.config import FLSettings, RunSettings
 from fedlight.context import Federation, RoundContext
 from fedlight.data.digits import Digits
+from fedlight.driver import Clients
 from fedlight.errors import ConfigError
 from fedlight.experiment import Job, run_job
 from fedlight.loggers.base import METRIC_COLUMNS
-from fedlight.loop import Clients, FederatedLoop
+from fedlight.loop import FederatedLoop
 from fedlight.rng import Stream, derive_seed
 from fedlight.server_opt.adam import Adam
 from fedlight.tensors import StateDict

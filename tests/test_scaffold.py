@@ -19,10 +19,11 @@ from fedlight.checkpoint import load_checkpoint
 from fedlight.config import FLSettings, LocalSettings, RunSettings
 from fedlight.context import Federation, RoundContext
 from fedlight.data.base import TensorDataset
+from fedlight.driver import Clients
 from fedlight.engines.base import LocalResult
 from fedlight.errors import ConfigError
 from fedlight.experiment import Job, run_job
-from fedlight.loop import Clients, FederatedLoop
+from fedlight.loop import FederatedLoop
 from fedlight.lr_schedules.constant import Constant
 from fedlight.selection.base import ClientPool, ModelQuality, Population, Selection
 from fedlight.selection.random import RandomSelection
