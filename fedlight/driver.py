@@ -112,13 +112,7 @@ class Driver(ABC):
         self.lr_schedule = stages.lr_schedule
         self.privacy = stages.privacy
         self.system = stages.system
-        # the upload stages in chain order; the wire encodes last
-        self.stages: list[UploadStage] = [
-            stages.selection,
-            stages.attack,
-            stages.privacy,
-            stages.wire,
-        ]
+        self.stages: list[UploadStage] = stages.upload  # in chain order
         self.speeds = (
             self.system.speeds(settings.fl.num_clients, settings.seed)
             if self.system.clocked

@@ -19,6 +19,7 @@ from fedlight.algorithms.base import Algorithm
 from fedlight.attacks.base import Attack
 from fedlight.errors import ConfigError, require
 from fedlight.lr_schedules.base import LRSchedule
+from fedlight.pipeline.stage import UploadStage
 from fedlight.privacy.base import Privacy
 from fedlight.selection.base import Selection
 from fedlight.system.base import System
@@ -39,6 +40,12 @@ class Stages:
     attack: Attack = dataclasses.field(default_factory=Attack)
     privacy: Privacy = dataclasses.field(default_factory=Privacy)
     system: System = dataclasses.field(default_factory=System)
+
+    @property
+    def upload(self) -> list[UploadStage]:
+        """The upload stages in the order a client applies them (the server undoes them in
+        reverse): a new stage kind is one entry here; the wire encodes last."""
+        return [self.selection, self.attack, self.privacy, self.wire]
 
 
 def instantiate_group(cfg: DictConfig, group: str, **injected: Any) -> Any:
