@@ -1,7 +1,13 @@
-"""The asynchronous driver: FedAsync and FedBuff on the system's virtual clock, over the same
-stages as the synchronous loop (algorithm, engine, wire, client-state store, evaluation, metrics,
-checkpoints). Only `run_round` differs: a "round" here is one server update, and its index the
-server version it produces (`server_version` in metrics.csv).
+"""The asynchronous driver: FedAsync and FedBuff on the system's virtual clock, a sibling of the
+synchronous driver over the same pipelines (`fedlight.pipeline`: download, engine, the
+algorithm's upload and every upload stage at each dispatch; the stages' server sides at each
+arrival and their `finish_round` after each update) and the same run machinery (`Driver`:
+evaluation, metrics, checkpoints). A "round" here is one server update, and its index the server
+version it produces (`server_version` in metrics.csv). So client-side attacks (label flipping,
+sign flipping, Gaussian and scaled updates), compression with per-client error feedback and
+example-level DP-SGD (accounted per client's steps, at arrival, when its update is released) run
+here as in synchronous rounds; what needs a synchronous round is refused in one line by the stage
+(`UploadStage.asynchronous_refusal`: a forging attack, DP-FedAvg's accountant, a selector).
 
 Events. Up to `algo.concurrency` clients train at once. A free slot takes an idle client with
 data, drawn uniformly from (seed, SELECTION, k) for the run's k-th dispatch; the client receives
@@ -24,7 +30,7 @@ rejected on arrival (counted in `rejected`), as in a synchronous round.
 import heapq
 import math
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +38,7 @@ from fedlight.aggregation.base import all_finite
 from fedlight.algorithms.asynchronous import Arrival, AsynchronousFedAvg
 from fedlight.algorithms.base import ClientUpload
 from fedlight.driver import Driver, RoundStats
-from fedlight.pipeline.server import ServerRound
+from fedlight.pipeline.server import Arrived, ServerRound
 from fedlight.rng import Stream, numpy_generator
 from fedlight.tensors import StateDict, on_device
 
@@ -50,6 +56,8 @@ class InFlight:
     num_steps: int
     train_loss: float
     bytes_up: int
+    # the numbers its upload stages reported, by stage (a privacy mechanism's, a selector's)
+    reports: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def order(self) -> tuple[float, int]:
         return self.arrival, self.client
@@ -88,15 +96,18 @@ class AsynchronousLoop(Driver):
         losses: list[tuple[float, int]] = []
         rejected = 0
         server = ServerRound.start(ctx, algorithm, self.stages, self.stage_states, [])
+        arrived: list[Arrived] = []
         while len(arrivals) + rejected < algorithm.arrivals_per_update and self.in_flight:
             flying = heapq.heappop(self.in_flight)
             self.now = flying.arrival
             encoded = ClientUpload(
-                flying.client, flying.num_samples, flying.num_steps, flying.payload
+                flying.client, flying.num_samples, flying.num_steps, flying.payload, flying.reports
             )
             decoded = server.decode(encoded)
             stats.bytes_up += flying.bytes_up
-            if all_finite({"upload": decoded.tensors}):
+            finite = all_finite({"upload": decoded.tensors})
+            arrived.append(Arrived(replace(encoded, tensors={}), rejected=not finite))
+            if finite:
                 staleness = self.staleness_of(flying, version)
                 arrivals.append(Arrival(decoded, flying.start, staleness))
                 losses.append((flying.train_loss, flying.num_samples))
@@ -107,7 +118,7 @@ class AsynchronousLoop(Driver):
                 self.refill(version, stats)
         if arrivals:
             self.server = algorithm.apply_arrivals(ctx, self.server, arrivals)
-        self.stage_states = server.states
+        self.stage_states = server.finish(arrived)
         if self.next_is_later():
             self.refill(round_index, stats)
         staleness = [arrival.staleness for arrival in arrivals]
@@ -119,6 +130,11 @@ class AsynchronousLoop(Driver):
         ctx.metrics.report("participants", len(arrivals) + rejected)
         ctx.metrics.report("rejected", rejected)
         ctx.metrics.report("server_version", round_index)
+        malicious = self.federation.malicious
+        if malicious:
+            ctx.metrics.report(
+                "malicious", sum(1 for a in arrived if a.upload.client_id in malicious)
+            )
         if staleness:
             ctx.metrics.report("staleness_mean", sum(staleness) / len(staleness))
             ctx.metrics.report("staleness_max", max(staleness))
@@ -189,6 +205,7 @@ class AsynchronousLoop(Driver):
             sent.upload.num_steps,
             local.train_loss,
             sent.bytes_up,
+            sent.upload.reports,
         )
 
     def state_dict(self) -> dict[str, Any]:

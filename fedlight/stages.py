@@ -147,9 +147,7 @@ def build_stages(cfg: DictConfig, choices: dict[str, str]) -> Stages:
         f"eval.every_seconds={cfg.eval.every_seconds} counts virtual seconds, which need a "
         "system model; choose one, e.g. system=tiers, or use eval.every",
     )
-    if algorithm.asynchronous:
-        check_asynchronous(cfg, choices, system)
-    return Stages(
+    stages = Stages(
         algorithm=algorithm,
         selection=selection,
         lr_schedule=instantiate_group(cfg, "lr_schedule"),
@@ -158,11 +156,15 @@ def build_stages(cfg: DictConfig, choices: dict[str, str]) -> Stages:
         privacy=instantiate_group(cfg, "privacy"),
         system=system,
     )
+    if algorithm.asynchronous:
+        check_asynchronous(cfg, choices, stages)
+    return stages
 
 
-def check_asynchronous(cfg: DictConfig, choices: dict[str, str], system: System) -> None:
-    """What the asynchronous driver (`fedlight.asynchronous`) runs, refused in one line."""
-    algo = choices.get("algo")
+def check_asynchronous(cfg: DictConfig, choices: dict[str, str], stages: Stages) -> None:
+    """What the asynchronous driver (`fedlight.asynchronous`) cannot run, refused in one line;
+    each upload stage says why it cannot (`UploadStage.asynchronous_refusal`)."""
+    algo, system = choices.get("algo"), stages.system
     require(
         system.clocked,
         f"algo={algo} runs on the system's virtual clock; choose a system model, e.g. "
@@ -177,9 +179,9 @@ def check_asynchronous(cfg: DictConfig, choices: dict[str, str], system: System)
         cfg.fl.workers == 1,
         f"algo={algo} runs its event queue in one process; use fl.workers=1",
     )
-    for group in ("selection", "attack", "privacy"):
+    for stage in stages.upload:
+        reason = stage.asynchronous_refusal()
         require(
-            at_default(cfg, group),
-            f"{group}={choices.get(group)} does not apply to algo={algo}: its clients are drawn "
-            f"uniformly as slots free up; leave {group} at its default",
+            reason is None,
+            f"{stage.name}={choices.get(stage.name)} does not apply to algo={algo}: {reason}",
         )

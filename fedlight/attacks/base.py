@@ -87,6 +87,14 @@ class Attack(UploadStage):
     def holds_uploads(self, federation: "Federation") -> bool:
         return self.after_gather and bool(federation.malicious)
 
+    def asynchronous_refusal(self) -> str | None:
+        if not (self.after_gather and (self.count or self.fraction)):
+            return None
+        return (
+            "it forges from a round's benign updates, which an asynchronous server never holds "
+            "together; use a client-side attack (sign_flip, gaussian, scaled, label_flip)"
+        )
+
     def client_side(
         self, step: ClientStep, upload: "ClientUpload", state: StateDict | None
     ) -> tuple["ClientUpload", StateDict | None]:

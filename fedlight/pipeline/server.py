@@ -128,6 +128,7 @@ class ServerRound:
         """Each stage's state after the round, in reverse order, from what the participants
         (`arrived`, participant order) delivered to it."""
         left_out = set(self.aggregation.rejected) | set(self.aggregation.late)
+        left_out |= {item.upload.client_id for item in arrived if item.rejected or item.late}
         for stage in reversed(self.stages):
             delivered = [
                 Delivered(

@@ -117,6 +117,11 @@ class UploadStage:
         """The stage's server state before round 1."""
         return {}
 
+    def asynchronous_refusal(self) -> str | None:
+        """Why the stage cannot run under the asynchronous driver (one update per arrival or
+        buffer, clients dispatched as slots free up), in words; None: it can."""
+        return None
+
     def client_side(
         self, step: ClientStep, upload: "ClientUpload", state: StateDict | None
     ) -> tuple["ClientUpload", StateDict | None]:

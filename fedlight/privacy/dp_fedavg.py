@@ -162,6 +162,14 @@ class DPFedAvg(GaussianMechanism):
             "bypassed; leave aggregator=mean",
         )
 
+    def asynchronous_refusal(self) -> str | None:
+        return (
+            "its accountant composes synchronous rounds of Poisson-sampled clients, and an "
+            "asynchronous server updates from whoever arrives, for which no guarantee is derived "
+            "here; use privacy=dp_sgd (example-level, accounted per client's steps) or a "
+            "synchronous algorithm"
+        )
+
     def sampling_rate(self, settings: RunSettings) -> float:
         return settings.fl.clients_per_round / settings.fl.num_clients
 

@@ -131,6 +131,9 @@ class Selection(UploadStage, ABC):
     def initial_state(self, setup: StageSetup) -> StateDict:
         return self.init_state(setup.federation)
 
+    def asynchronous_refusal(self) -> str | None:
+        return "its clients are drawn uniformly as slots free up; leave selection at its default"
+
     @abstractmethod
     def select(self, ctx: RoundContext, clients_per_round: int, seen: Population) -> list[int]:
         """The round's clients, sorted (the aggregation order, so rounding is reproducible);
