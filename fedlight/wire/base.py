@@ -31,6 +31,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+import torch
 from torch import Tensor
 
 from fedlight.context import RoundContext
@@ -78,6 +79,42 @@ class WireTransform(ABC):
         self, ctx: RoundContext, client: int, payload: StateDict, state: StateDict | None
     ) -> tuple[StateDict, StateDict | None]:
         """The tensors `payload` stands for, and the receiver's new state (None: none kept)."""
+
+
+class LossyTransform(WireTransform):
+    """A transform whose decoding may differ from what was encoded, with error feedback written
+    once for all of them (Seide et al. 2014; Stich et al., NeurIPS 2018; Karimireddy et al., "Error
+    Feedback Fixes SignSGD", ICML 2019): with `error_feedback` the sender adds what it lost last
+    time, e, to each value it compresses, and keeps e ← (v + e) − decode(encode(v + e)) as its
+    state, so compression errors do not accumulate over rounds. A subclass writes `encode_values`
+    (the payload of the corrected values) and `decode`; `compresses` says which entries it acts on
+    (float32 values, not metadata)."""
+
+    error_feedback: bool  # a dataclass field of each subclass
+
+    @property
+    def sender_state(self) -> bool:  # type: ignore[override]
+        return self.error_feedback
+
+    def compresses(self, name: str, t: Tensor, tensors: Payload) -> bool:
+        return t.dtype == torch.float32 and name not in tensors.metadata
+
+    @abstractmethod
+    def encode_values(self, ctx: RoundContext, client: int, tensors: Payload) -> Payload:
+        """What travels instead of `tensors` (already corrected by the residual)."""
+
+    def encode(
+        self, ctx: RoundContext, client: int, tensors: Payload, state: StateDict | None
+    ) -> tuple[Payload, StateDict | None]:
+        if not self.error_feedback:
+            return self.encode_values(ctx, client, tensors), None
+        compressed = [name for name, t in tensors.items() if self.compresses(name, t, tensors)]
+        if state:
+            corrected = {name: tensors[name] + state[name] for name in compressed if name in state}
+            tensors = Payload(tensors | corrected, tensors.metadata)
+        payload = self.encode_values(ctx, client, tensors)
+        decoded, _ = self.decode(ctx, client, payload, None)
+        return payload, {name: tensors[name] - decoded[name] for name in compressed}
 
 
 def namespace_of(state: Mapping[str, object] | None, namespace: str) -> StateDict | None:
