@@ -30,6 +30,7 @@ rejected on arrival (counted in `rejected`), as in a synchronous round.
 import heapq
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,7 @@ from typing import Any
 from fedlight.aggregation.base import all_finite
 from fedlight.algorithms.asynchronous import Arrival, AsynchronousFedAvg
 from fedlight.algorithms.base import ClientUpload
+from fedlight.context import RoundContext
 from fedlight.driver import Driver, RoundStats
 from fedlight.pipeline.server import Arrived, ServerRound
 from fedlight.rng import Stream, numpy_generator
@@ -121,15 +123,23 @@ class AsynchronousLoop(Driver):
         self.stage_states = server.finish(arrived)
         if self.next_is_later():
             self.refill(round_index, stats)
-        staleness = [arrival.staleness for arrival in arrivals]
         samples = sum(n for _, n in losses)
         stats.train_loss = sum(loss * n for loss, n in losses) / samples if samples else math.nan
         stats.num_samples = samples
         stats.every_update_rejected = rejected > 0 and not arrivals
         stats.virtual_seconds = self.now - started_at
-        ctx.metrics.report("participants", len(arrivals) + rejected)
-        ctx.metrics.report("rejected", rejected)
-        ctx.metrics.report("server_version", round_index)
+        self.report_update(ctx, arrived, [arrival.staleness for arrival in arrivals])
+        stats.metrics = ctx.metrics.values
+        return stats
+
+    def report_update(
+        self, ctx: RoundContext, arrived: Sequence[Arrived], staleness: Sequence[int]
+    ) -> None:
+        """An update's arrivals, rejections, malicious arrivals and staleness (of the update and
+        of the run so far) to the metrics."""
+        ctx.metrics.report("participants", len(arrived))
+        ctx.metrics.report("rejected", sum(1 for a in arrived if a.rejected))
+        ctx.metrics.report("server_version", ctx.round_index)
         malicious = self.federation.malicious
         if malicious:
             ctx.metrics.report(
@@ -143,8 +153,6 @@ class AsynchronousLoop(Driver):
             self.staleness_counts[tau] += 1
         for name, value in staleness_distribution(self.staleness_counts).items():
             ctx.metrics.report(name, value)
-        stats.metrics = ctx.metrics.values
-        return stats
 
     def staleness_of(self, flying: InFlight, version: int) -> int:
         """τ of an arrival at server `version`: the versions since the model it trained from, or

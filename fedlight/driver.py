@@ -88,6 +88,20 @@ def not_finite(stats: RoundStats, weights: StateDict) -> str | None:
     return f"weights {list(floating)[int(finite.logical_not().nonzero()[0])]} not finite"
 
 
+def federation_of(settings: RunSettings, module: pl.LightningModule, stages: Stages) -> Federation:
+    """The run's fixed facts: the client module's initial weights and trainable entries, the
+    attack's malicious clients (drawn from the seed)."""
+    return Federation(
+        num_clients=settings.fl.num_clients,
+        trainable=frozenset(name for name, _ in module.named_parameters()),
+        seed=settings.seed,
+        device=next(module.parameters()).device,
+        initial_weights=detached_copy(module.state_dict()),
+        rounds=settings.fl.rounds,
+        malicious=stages.attack.malicious_clients(settings.fl.num_clients, settings.seed),
+    )
+
+
 class Driver(ABC):
     """The parts of a run and its loop over rounds; a driver writes `run_round`."""
 
@@ -122,18 +136,9 @@ class Driver(ABC):
         self.base_lrs = [
             g["lr"] for g in first_optimizer(module.configure_optimizers()).param_groups
         ]
-        device = next(module.parameters()).device
-        initial = detached_copy(module.state_dict())
-        self.federation = Federation(
-            num_clients=settings.fl.num_clients,
-            trainable=frozenset(name for name, _ in module.named_parameters()),
-            seed=settings.seed,
-            device=device,
-            initial_weights=initial,
-            rounds=settings.fl.rounds,
-            malicious=stages.attack.malicious_clients(settings.fl.num_clients, settings.seed),
-        )
-        self.server = algorithm.init_server(initial, self.federation)
+        self.federation = federation_of(settings, module, stages)
+        device = self.federation.device
+        self.server = algorithm.init_server(self.federation.initial_weights, self.federation)
         setup = StageSetup(settings, self.federation, [len(i) for i in clients.train])
         self.stage_states: StageStates = {
             stage.name: stage.initial_state(setup) for stage in self.stages
@@ -147,10 +152,6 @@ class Driver(ABC):
         self.history = History(participation=[0] * settings.fl.num_clients)
         self.saved_round = 0  # the rounds the last checkpoint holds
         self.engine = self.build_engine()
-        tested = clients.test is not None
-        finetune = self.side_engine(
-            settings.eval.finetune_epochs if tested else 0, Stream.FINE_TUNING
-        )
         self.client = ClientPipeline(
             algorithm,
             self.stages,
@@ -158,18 +159,25 @@ class Driver(ABC):
             stages.attack.label_map(self.data.num_classes, self.data.train_y.device),
             self.side_engine(algorithm.personal_epochs, Stream.PERSONAL_TRAINING),
         )
-        self.evaluation = RunEvaluation(
-            module,
+        self.evaluation = self.build_evaluation()
+        self.client_pool = ClientPool(clients.train, self.evaluation.quality_on)
+
+    def build_evaluation(self) -> RunEvaluation:
+        """The run's evaluations; with local test sets and `eval.finetune_epochs`, a side engine
+        fine-tunes a copy of each client's model first."""
+        tested = self.client_test_indices is not None
+        epochs = self.settings.eval.finetune_epochs if tested else 0
+        return RunEvaluation(
+            self.module,
             self.data,
-            settings.eval.batch_size,
-            algorithm,
+            self.settings.eval.batch_size,
+            self.algorithm,
             self.federation,
-            clients.train,
-            clients.test,
-            finetune,
+            self.client_indices,
+            self.client_test_indices,
+            self.side_engine(epochs, Stream.FINE_TUNING),
             self.base_lrs,
         )
-        self.client_pool = ClientPool(clients.train, self.evaluation.quality_on)
 
     @abstractmethod
     def run_round(self, round_index: int) -> RoundStats:
@@ -230,12 +238,7 @@ class Driver(ABC):
             if history.stopped:
                 break
             stats = self.run_round(round_index)
-            history.completed_rounds = round_index
-            history.bytes_up += stats.bytes_up
-            history.bytes_down += stats.bytes_down
-            history.client_seconds += stats.client_seconds
-            history.virtual_time += stats.virtual_seconds
-            history.wall_seconds = time.perf_counter() - started
+            history.add(round_index, stats, time.perf_counter() - started)
             if round_index < settings.fl.rounds:  # the next round must stay within the budget
                 history.stopped = self.privacy.budget_refusal(self.privacy_state(), round_index + 1)
             last = round_index == settings.fl.rounds or history.stopped is not None
@@ -245,14 +248,7 @@ class Driver(ABC):
                 row = self.evaluated_row(round_index, stats, started)
                 if not (diverged or history.diverged_at_round or math.isfinite(row["test_loss"])):
                     diverged = f"test_loss {row['test_loss']}"
-                history.rows.append(row)
-                target = settings.eval.target_accuracy
-                if (
-                    target is not None
-                    and history.bytes_to_target is None
-                    and row["test_accuracy"] >= target
-                ):
-                    history.bytes_to_target = [history.bytes_up, history.bytes_down]
+                history.add_row(row, settings.eval.target_accuracy)
                 for logger in loggers:
                     logger.log_round(row)
             if self.workers.count > 1:

@@ -5,10 +5,13 @@ run needs to reproduce the rows and totals of the uninterrupted run.
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fedlight.errors import ConfigError
 from fedlight.loggers.base import MetricsRow
+
+if TYPE_CHECKING:
+    from fedlight.driver import RoundStats
 
 STATE_FORMAT = 2
 
@@ -32,6 +35,22 @@ class History:
     # each client's accuracy on its local test set at the last evaluation (nan: no test data)
     local_accuracies: list[float] = field(default_factory=list)
     virtual_time: float = 0.0  # seconds on the system's clock (`system`), all rounds so far
+
+    def add(self, round_index: int, stats: "RoundStats", wall_seconds: float) -> None:
+        """Round `round_index` done: its totals added."""
+        self.completed_rounds = round_index
+        self.bytes_up += stats.bytes_up
+        self.bytes_down += stats.bytes_down
+        self.client_seconds += stats.client_seconds
+        self.virtual_time += stats.virtual_seconds
+        self.wall_seconds = wall_seconds
+
+    def add_row(self, row: MetricsRow, target: float | None) -> None:
+        """An evaluated round's row; the bytes sent so far if it first reached `target`."""
+        self.rows.append(row)
+        reached = target is not None and row["test_accuracy"] >= target
+        if reached and self.bytes_to_target is None:
+            self.bytes_to_target = [self.bytes_up, self.bytes_down]
 
 
 # What a checkpoint holds besides the caller's meta data (`FederatedLoop.state_dict`).
