@@ -36,7 +36,6 @@ from fedlight.history import (
     History,
     history_state,
     passed_multiple,
-    require_state_format,
     restored_history,
 )
 from fedlight.loggers.base import MetricsRow, RoundLogger
@@ -344,7 +343,6 @@ class Driver(ABC):
     def load_state_dict(self, state: dict[str, Any], run_dir: Path) -> None:
         """Restore the checkpoint (loaded on the CPU) of the run in `run_dir` onto the device of
         the client module."""
-        require_state_format(state)
         device = next(self.module.parameters()).device
         self.server = ServerState(
             on_device(state["server_weights"], device), on_device(state["server_extras"], device)

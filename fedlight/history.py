@@ -7,7 +7,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from fedlight.errors import ConfigError
 from fedlight.loggers.base import MetricsRow
 
 if TYPE_CHECKING:
@@ -74,18 +73,6 @@ STATE_KEYS = (
     "virtual_time",
     "torch_rng",
 )
-
-
-def require_state_format(state: Mapping[str, Any]) -> None:
-    """Refuse, in one line, a checkpoint written before the stage pipelines (format 1)."""
-    found = state.get("state_format", 1)
-    if found != STATE_FORMAT:
-        raise ConfigError(
-            f"resume: the checkpoint has state format {found} (stage states under name prefixes "
-            f"in the server extras), this fedlight reads format {STATE_FORMAT} (each stage's "
-            "state under its name); finish that run with the fedlight version that wrote it, "
-            "or start it again"
-        )
 
 
 def passed_multiple(before: float, now: float, period: float) -> bool:
