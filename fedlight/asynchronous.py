@@ -8,6 +8,9 @@ sign flipping, Gaussian and scaled updates), compression with per-client error f
 example-level DP-SGD (accounted per client's steps, at arrival, when its update is released) run
 here as in synchronous rounds; what needs a synchronous round is refused in one line by the stage
 (`UploadStage.asynchronous_refusal`: a forging attack, DP-FedAvg's accountant, a selector).
+`system.dropout` makes a client drawn for a free slot unavailable with that probability (drawn
+per seed, dispatch and client): the slot takes another idle client, and `dropped_out` counts them
+per update; a deadline has no round to end and is refused.
 
 Events. Up to `algo.concurrency` clients train at once. A free slot takes an idle client with
 data, drawn uniformly from (seed, SELECTION, k) for the run's k-th dispatch; the client receives
@@ -84,6 +87,7 @@ class AsynchronousLoop(Driver):
         # per client, the server version its previous update arrived at (-1: none yet)
         self.arrived_at = [-1] * self.federation.num_clients
         self.staleness_counts: list[int] = []  # arrivals of the run so far with each τ
+        self.dropped_out = 0  # clients drawn for a slot that were unavailable, this update
         self.now = 0.0
 
     def run_round(self, round_index: int) -> RoundStats:
@@ -140,6 +144,9 @@ class AsynchronousLoop(Driver):
         ctx.metrics.report("participants", len(arrived))
         ctx.metrics.report("rejected", sum(1 for a in arrived if a.rejected))
         ctx.metrics.report("server_version", ctx.round_index)
+        if self.system.dropout:
+            ctx.metrics.report("dropped_out", self.dropped_out)
+            self.dropped_out = 0
         malicious = self.federation.malicious
         if malicious:
             ctx.metrics.report(
@@ -178,12 +185,25 @@ class AsynchronousLoop(Driver):
             for c in range(self.federation.num_clients)
             if c not in busy and len(self.client_indices[c])
         ]
-        free = min(self.algorithm.concurrency - len(self.in_flight), len(idle))
-        for _ in range(free):
+        free = self.algorithm.concurrency - len(self.in_flight)
+        while free > 0 and idle:
             generator = numpy_generator(self.settings.seed, Stream.SELECTION, self.dispatched)
             client = idle.pop(int(generator.integers(len(idle))))
             self.dispatched += 1
+            if self.drops_out(client):  # unavailable: the slot takes another idle client
+                self.dropped_out += 1
+                continue
             heapq.heappush(self.in_flight, self.dispatch(client, version, stats))
+            free -= 1
+
+    def drops_out(self, client: int) -> bool:
+        """Whether the client drawn for the run's latest dispatch is unavailable
+        (`system.dropout`, drawn per (seed, SYSTEM, dispatch, client))."""
+        dropout = self.system.dropout
+        if not dropout:
+            return False
+        draw = numpy_generator(self.settings.seed, Stream.SYSTEM, self.dispatched, client)
+        return bool(draw.random() < dropout)
 
     def dispatch(self, client: int, version: int, stats: RoundStats) -> InFlight:
         """One client's download, local training and upload, starting now from `version`."""

@@ -171,9 +171,9 @@ def check_asynchronous(cfg: DictConfig, choices: dict[str, str], stages: Stages)
         "system=tiers or system=homogeneous",
     )
     require(
-        system.deadline is None and system.dropout == 0,
-        f"algo={algo} has no rounds to set a deadline for or drop clients from; leave "
-        "system.deadline and system.dropout at their defaults",
+        system.deadline is None,
+        f"algo={algo} has no rounds to set a deadline for; leave system.deadline at its default "
+        "(system.dropout makes clients drawn for a slot unavailable)",
     )
     require(
         cfg.fl.workers == 1,

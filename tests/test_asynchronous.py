@@ -269,3 +269,21 @@ def test_fedasync_runs_example_level_dp_sgd_accounted_at_each_arrival(
     checkpoint = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
     steps = checkpoint["stage_states"]["privacy"]["steps"]
     assert int((steps > 0).sum()) >= 1 and int(steps.sum()) > 0
+
+
+def test_dropout_makes_clients_drawn_for_a_slot_unavailable_and_resumes_bit_exactly(
+    make_job: Callable[[list[str]], Job], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With system.dropout a drawn client may be unavailable: the slot takes another, the
+    update counts it in dropped_out, the run differs from the one without dropout, and a run
+    killed mid-way resumes to the same numbers."""
+    overrides = [*TINY, "fl.rounds=6", "algo=fedasync", "algo.concurrency=4", "system=tiers"]
+    dropping = [*overrides, "system.dropout=0.4"]
+    run_job(make_job(dropping), tmp_path / "full")
+    rows = read_rows(tmp_path / "full")
+    assert sum(row["dropped_out"] for row in rows) > 0
+    run_job(make_job(overrides), tmp_path / "none")
+    assert [r["test_loss"] for r in read_rows(tmp_path / "none")] != [r["test_loss"] for r in rows]
+    run_killed_in_round(make_job(dropping), tmp_path / "killed", 4, monkeypatch, AsynchronousLoop)
+    run_job(make_job([*dropping, f"resume={tmp_path / 'killed'}"]), tmp_path / "resumed")
+    assert rows_without_timings(tmp_path / "resumed") == rows_without_timings(tmp_path / "full")
