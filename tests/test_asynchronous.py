@@ -128,6 +128,17 @@ def test_fedbuff_with_every_client_buffered_and_no_staleness_is_synchronous_feda
     assert [row["staleness_max"] for row in read_rows(tmp_path / "fedbuff")] == [0, 0, 0]
 
 
+def assert_resumed_as_the_full_run(tmp_path: Path) -> None:
+    """tmp_path/resumed has every number of tmp_path/full: its rows and its final weights."""
+    assert rows_without_timings(tmp_path / "resumed") == rows_without_timings(tmp_path / "full")
+    full, resumed = (
+        torch.load(tmp_path / name / "checkpoint.pt", weights_only=True)
+        for name in ("full", "resumed")
+    )
+    for name, weight in full["server_weights"].items():
+        assert torch.equal(resumed["server_weights"][name], weight)
+
+
 @pytest.mark.parametrize("algo", ["fedasync", "fedbuff"])
 def test_a_run_killed_with_clients_in_flight_resumes_bit_exactly(
     make_job: Callable[[list[str]], Job], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, algo: str
@@ -147,13 +158,7 @@ def test_a_run_killed_with_clients_in_flight_resumes_bit_exactly(
     killed = torch.load(tmp_path / "killed" / "checkpoint.pt", weights_only=True)
     assert len(killed["in_flight"]) == 5
     run_job(make_job([*overrides, f"resume={tmp_path / 'killed'}"]), tmp_path / "resumed")
-    assert rows_without_timings(tmp_path / "resumed") == rows_without_timings(tmp_path / "full")
-    full, resumed = (
-        torch.load(tmp_path / name / "checkpoint.pt", weights_only=True)
-        for name in ("full", "resumed")
-    )
-    for name, weight in full["server_weights"].items():
-        assert torch.equal(resumed["server_weights"][name], weight)
+    assert_resumed_as_the_full_run(tmp_path)
 
 
 def test_evaluation_every_so_many_virtual_seconds_survives_a_resume(
@@ -247,13 +252,7 @@ def test_fedbuff_with_an_attack_and_top_k_with_error_feedback_resumes_bit_exactl
         for k in s
     )
     run_job(make_job([*overrides, f"resume={tmp_path / 'killed'}"]), tmp_path / "resumed")
-    assert rows_without_timings(tmp_path / "resumed") == rows_without_timings(tmp_path / "full")
-    full, resumed = (
-        torch.load(tmp_path / name / "checkpoint.pt", weights_only=True)
-        for name in ("full", "resumed")
-    )
-    for name, weight in full["server_weights"].items():
-        assert torch.equal(resumed["server_weights"][name], weight)
+    assert_resumed_as_the_full_run(tmp_path)
 
 
 def test_fedasync_runs_example_level_dp_sgd_accounted_at_each_arrival(
