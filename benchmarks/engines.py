@@ -49,12 +49,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import fedlight.cli
 import fedlight.config
-from fedlight.algorithms.base import LocalResult
 from fedlight.data.augment import CropFlip
 from fedlight.data.base import TensorDataset
 from fedlight.data.cifar10 import CIFAR10, MEAN, STD
 from fedlight.data.mnist import MNIST
+from fedlight.driver import Clients
 from fedlight.engines import LocalTask
+from fedlight.engines.base import LocalResult
 from fedlight.experiment import resolve_device
 from fedlight.loop import FederatedLoop
 from fedlight.rng import Stream, derive_seed, numpy_generator
@@ -110,9 +111,7 @@ def build_loop(workload: Workload, engine: str, data: TensorDataset) -> Federate
     client_indices = [torch.as_tensor(s, dtype=torch.int64, device=device) for s in client_sets]
     torch.manual_seed(derive_seed(SEED, Stream.MODEL_INIT))
     module = job.model(input_shape=data.input_shape, num_classes=data.num_classes).to(device)
-    return FederatedLoop(
-        job.settings, data, client_indices, module, job.algorithm, job.selection, job.lr_schedule
-    )
+    return FederatedLoop(job.settings, Clients(data, client_indices), module, job.stages)
 
 
 def count_steps(loop: FederatedLoop) -> list[int]:

@@ -1,7 +1,16 @@
-"""The asynchronous driver: FedAsync and FedBuff on the system's virtual clock, over the same
-stages as the synchronous loop (algorithm, engine, wire, client-state store, evaluation, metrics,
-checkpoints). Only `run_round` differs: a "round" here is one server update, and its index the
-server version it produces (`server_version` in metrics.csv).
+"""The asynchronous driver: FedAsync and FedBuff on the system's virtual clock, a sibling of the
+synchronous driver over the same pipelines (`fedlight.pipeline`: download, engine, the
+algorithm's upload and every upload stage at each dispatch; the stages' server sides at each
+arrival and their `finish_round` after each update) and the same run machinery (`Driver`:
+evaluation, metrics, checkpoints). A "round" here is one server update, and its index the server
+version it produces (`server_version` in metrics.csv). So client-side attacks (label flipping,
+sign flipping, Gaussian and scaled updates), compression with per-client error feedback and
+example-level DP-SGD (accounted per client's steps, at arrival, when its update is released) run
+here as in synchronous rounds; what needs a synchronous round is refused in one line by the stage
+(`UploadStage.asynchronous_refusal`: a forging attack, DP-FedAvg's accountant, a selector).
+`system.dropout` makes a client drawn for a free slot unavailable with that probability (drawn
+per seed, dispatch and client): the slot takes another idle client, and `dropped_out` counts them
+per update; a deadline has no round to end and is refused.
 
 Events. Up to `algo.concurrency` clients train at once. A free slot takes an idle client with
 data, drawn uniformly from (seed, SELECTION, k) for the run's k-th dispatch; the client receives
@@ -24,19 +33,19 @@ rejected on arrival (counted in `rejected`), as in a synchronous round.
 import heapq
 import math
 import time
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from fedlight.aggregation.base import all_finite
 from fedlight.algorithms.asynchronous import Arrival, AsynchronousFedAvg
-from fedlight.algorithms.base import ClientUpload, ServerState
-from fedlight.client_states import algorithm_part, with_algorithm_part
-from fedlight.engines import LocalTask
-from fedlight.loop import FederatedLoop, RoundStats, stage_state
+from fedlight.algorithms.base import ClientUpload
+from fedlight.context import RoundContext
+from fedlight.driver import Driver, RoundStats
+from fedlight.pipeline.server import Arrived, ServerRound
 from fedlight.rng import Stream, numpy_generator
-from fedlight.tensors import StateDict, nbytes, on_device
-from fedlight.wire.base import DOWNLOAD, UPLOAD
+from fedlight.tensors import StateDict, on_device
 
 
 @dataclass
@@ -52,6 +61,8 @@ class InFlight:
     num_steps: int
     train_loss: float
     bytes_up: int
+    # the numbers its upload stages reported, by stage (a privacy mechanism's, a selector's)
+    reports: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def order(self) -> tuple[float, int]:
         return self.arrival, self.client
@@ -63,8 +74,8 @@ class InFlight:
         return dict(vars(self))
 
 
-class AsynchronousLoop(FederatedLoop):
-    """`FederatedLoop` whose rounds are the server updates of an asynchronous algorithm."""
+class AsynchronousLoop(Driver):
+    """The asynchronous driver: each "round" is one server update (module docstring)."""
 
     algorithm: AsynchronousFedAvg
 
@@ -76,6 +87,7 @@ class AsynchronousLoop(FederatedLoop):
         # per client, the server version its previous update arrived at (-1: none yet)
         self.arrived_at = [-1] * self.federation.num_clients
         self.staleness_counts: list[int] = []  # arrivals of the run so far with each τ
+        self.dropped_out = 0  # clients drawn for a slot that were unavailable, this update
         self.now = 0.0
 
     def run_round(self, round_index: int) -> RoundStats:
@@ -89,16 +101,19 @@ class AsynchronousLoop(FederatedLoop):
         arrivals: list[Arrival] = []
         losses: list[tuple[float, int]] = []
         rejected = 0
-        server_extras = self.server.extras
+        server = ServerRound.start(ctx, algorithm, self.stages, self.stage_states, [])
+        arrived: list[Arrived] = []
         while len(arrivals) + rejected < algorithm.arrivals_per_update and self.in_flight:
             flying = heapq.heappop(self.in_flight)
             self.now = flying.arrival
             encoded = ClientUpload(
-                flying.client, flying.num_samples, flying.num_steps, flying.payload
+                flying.client, flying.num_samples, flying.num_steps, flying.payload, flying.reports
             )
-            decoded, server_extras = self.decode_upload(ctx, encoded, server_extras)
+            decoded = server.decode(encoded)
             stats.bytes_up += flying.bytes_up
-            if all_finite({"upload": decoded.tensors}):
+            finite = all_finite({"upload": decoded.tensors})
+            arrived.append(Arrived(replace(encoded, tensors={}), rejected=not finite))
+            if finite:
                 staleness = self.staleness_of(flying, version)
                 arrivals.append(Arrival(decoded, flying.start, staleness))
                 losses.append((flying.train_loss, flying.num_samples))
@@ -108,21 +123,35 @@ class AsynchronousLoop(FederatedLoop):
             if not filled and self.next_is_later():
                 self.refill(version, stats)
         if arrivals:
-            updated = algorithm.apply_arrivals(ctx, self.server, arrivals)
-            self.server = ServerState(
-                updated.weights, updated.extras | stage_state(server_extras, "wire.", keep=True)
-            )
+            self.server = algorithm.apply_arrivals(ctx, self.server, arrivals)
+        self.stage_states = server.finish(arrived)
         if self.next_is_later():
             self.refill(round_index, stats)
-        staleness = [arrival.staleness for arrival in arrivals]
         samples = sum(n for _, n in losses)
         stats.train_loss = sum(loss * n for loss, n in losses) / samples if samples else math.nan
         stats.num_samples = samples
         stats.every_update_rejected = rejected > 0 and not arrivals
         stats.virtual_seconds = self.now - started_at
-        ctx.metrics.report("participants", len(arrivals) + rejected)
-        ctx.metrics.report("rejected", rejected)
-        ctx.metrics.report("server_version", round_index)
+        self.report_update(ctx, arrived, [arrival.staleness for arrival in arrivals])
+        stats.metrics = ctx.metrics.values
+        return stats
+
+    def report_update(
+        self, ctx: RoundContext, arrived: Sequence[Arrived], staleness: Sequence[int]
+    ) -> None:
+        """An update's arrivals, rejections, malicious arrivals and staleness (of the update and
+        of the run so far) to the metrics."""
+        ctx.metrics.report("participants", len(arrived))
+        ctx.metrics.report("rejected", sum(1 for a in arrived if a.rejected))
+        ctx.metrics.report("server_version", ctx.round_index)
+        if self.system.dropout:
+            ctx.metrics.report("dropped_out", self.dropped_out)
+            self.dropped_out = 0
+        malicious = self.federation.malicious
+        if malicious:
+            ctx.metrics.report(
+                "malicious", sum(1 for a in arrived if a.upload.client_id in malicious)
+            )
         if staleness:
             ctx.metrics.report("staleness_mean", sum(staleness) / len(staleness))
             ctx.metrics.report("staleness_max", max(staleness))
@@ -131,8 +160,6 @@ class AsynchronousLoop(FederatedLoop):
             self.staleness_counts[tau] += 1
         for name, value in staleness_distribution(self.staleness_counts).items():
             ctx.metrics.report(name, value)
-        stats.metrics = ctx.metrics.values
-        return stats
 
     def staleness_of(self, flying: InFlight, version: int) -> int:
         """τ of an arrival at server `version`: the versions since the model it trained from, or
@@ -158,49 +185,55 @@ class AsynchronousLoop(FederatedLoop):
             for c in range(self.federation.num_clients)
             if c not in busy and len(self.client_indices[c])
         ]
-        free = min(self.algorithm.concurrency - len(self.in_flight), len(idle))
-        for _ in range(free):
+        free = self.algorithm.concurrency - len(self.in_flight)
+        while free > 0 and idle:
             generator = numpy_generator(self.settings.seed, Stream.SELECTION, self.dispatched)
             client = idle.pop(int(generator.integers(len(idle))))
             self.dispatched += 1
+            if self.drops_out(client):  # unavailable: the slot takes another idle client
+                self.dropped_out += 1
+                continue
             heapq.heappush(self.in_flight, self.dispatch(client, version, stats))
+            free -= 1
+
+    def drops_out(self, client: int) -> bool:
+        """Whether the client drawn for the run's latest dispatch is unavailable
+        (`system.dropout`, drawn per (seed, SYSTEM, dispatch, client))."""
+        dropout = self.system.dropout
+        if not dropout:
+            return False
+        draw = numpy_generator(self.settings.seed, Stream.SYSTEM, self.dispatched, client)
+        return bool(draw.random() < dropout)
 
     def dispatch(self, client: int, version: int, stats: RoundStats) -> InFlight:
         """One client's download, local training and upload, starting now from `version`."""
-        algorithm, wire = self.algorithm, self.wire
         self.dispatches[client] += 1
         ctx = self.federation.round(version + 1, (client,), self.lrs_of(version + 1))
-        state = self.client_states.get(client) or {}
-        download = algorithm.download(ctx, self.server)
-        payload, _ = wire.send(DOWNLOAD, ctx, client, download, self.server.extras)
-        received, state = wire.receive(DOWNLOAD, ctx, client, payload, state)
-        own = algorithm_part(state)
-        start = algorithm.start_weights(ctx, received, own)
-        callbacks = algorithm.local_callbacks(ctx, received, own)
-        task = LocalTask(client, self.client_indices[client], start, callbacks)
+        download = self.algorithm.download(ctx, self.server)
+        wire_state = self.stage_states.get(self.client.wire.name, {})
+        stored = self.client_states.get(client)
+        indices = self.client_indices[client]
+        got = self.client.receive(ctx, client, indices, download, wire_state, stored)
         began = time.perf_counter()
-        (local,) = self.engine.train([task], self.dispatches[client], list(ctx.lrs))
-        upload, new_own = algorithm.upload(ctx, received, local, own)
-        sent, state = wire.send(UPLOAD, ctx, client, upload.tensors, state)
+        (local,) = self.engine.train([got.task], self.dispatches[client], list(ctx.lrs))
+        sent = self.client.upload(ctx, got, local, self.stage_states, self.client_pool)
         stats.client_seconds += time.perf_counter() - began
-        if new_own is not None and new_own is not own:
-            state = with_algorithm_part(state, new_own)
-        if state:
-            self.client_states.put(client, version + 1, state)
-        bytes_down, bytes_up = nbytes(payload), nbytes(sent)
-        stats.bytes_down += bytes_down
+        if sent.state is not None:
+            self.client_states.put(client, version + 1, sent.state.stored())
+        stats.bytes_down += got.bytes_down
         assert self.speeds is not None  # asynchronous algorithms need a system model
-        duration = self.speeds.seconds(client, bytes_down, local.examples, bytes_up)
+        duration = self.speeds.seconds(client, got.bytes_down, sent.examples, sent.bytes_up)
         return InFlight(
             self.now + duration,
             client,
             version,
             self.server.weights,
-            sent,
-            upload.num_samples,
-            upload.num_steps,
+            sent.upload.tensors,
+            sent.upload.num_samples,
+            sent.upload.num_steps,
             local.train_loss,
-            bytes_up,
+            sent.bytes_up,
+            sent.upload.reports,
         )
 
     def state_dict(self) -> dict[str, Any]:

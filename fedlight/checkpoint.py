@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from fedlight.config import ConfigError, one_line
+from fedlight.errors import ConfigError, one_line
 from fedlight.files import replaced
 
 CHECKPOINT_NAME = "checkpoint.pt"

@@ -26,14 +26,12 @@ from fedlight.client_states import ClientStateLostError
 from fedlight.config import (
     CONFIG_GROUPS,
     SETTING_KEYS,
-    ConfigError,
     RunSettings,
-    error_chain,
-    one_line,
     register_schema,
     require_finite,
 )
 from fedlight.data.base import DataError
+from fedlight.errors import ConfigError, error_chain, one_line
 from fedlight.experiment import DivergenceError, Job, resumed_checkpoint, run_job
 from fedlight.stages import CONF_DIR as STAGES_CONF_DIR
 from fedlight.stages import build_stages, instantiate_group

@@ -1,8 +1,9 @@
 """Per-client persistent state (SCAFFOLD's c_i, the `local` baseline's own models, a wire
 transform's error feedback) for many clients.
 
-A client's state is one name → tensor dict: the algorithm's entries under their own names, each
-other stage's under "<namespace>/<key>" (e.g. "wire.upload.fp16/net.0.weight").
+A store keeps a client's state as one name → tensor dict: the algorithm's entries under their
+own names, each stage's under "<stage>/<key>" (e.g. "wire/upload.fp16/net.0.weight"); the
+pipelines read and write it as a typed `fedlight.pipeline.stage.ClientState`.
 
 A round reads and writes the state of its participants only, one client at a time (`get`, `put`),
 so a store never has to hold every client's tensors at once. `fl.client_state` picks the store:
@@ -41,7 +42,8 @@ from typing import Any, cast
 import torch
 
 from fedlight.checkpoint import CHECKPOINT_NAME, save_checkpoint
-from fedlight.config import ConfigError, FLSettings, one_line
+from fedlight.config import FLSettings
+from fedlight.errors import ConfigError, one_line
 from fedlight.tensors import StateDict
 
 CLIENT_STATES_DIR = "client_states"  # the disk store's folder inside a run directory
@@ -86,22 +88,6 @@ Written = StateDict | VersionFile
 
 class ClientStateLostError(RuntimeError):
     """A version file the run wrote has gone from under it (removed by another process)."""
-
-
-def algorithm_part(state: StateDict | None) -> StateDict | None:
-    """The algorithm's own entries of a client's state: those outside every stage's namespace
-    ("<namespace>/<key>"; state-dict names have no "/"). None if there are none."""
-    if not state:
-        return None
-    if all("/" not in key for key in state):
-        return state
-    own = {key: t for key, t in state.items() if "/" not in key}
-    return own or None
-
-
-def with_algorithm_part(state: StateDict, own: StateDict) -> StateDict:
-    """`state` with the algorithm's entries replaced by `own` (the stages' namespaces kept)."""
-    return {key: t for key, t in state.items() if "/" in key} | own
 
 
 class ClientStates(Mapping[int, StateDict]):

@@ -12,41 +12,7 @@ from typing import Any
 import torch
 from hydra.core.config_store import ConfigStore
 
-
-class ConfigError(ValueError):
-    """A setting is invalid; the message names the key and what is allowed, on one line."""
-
-
-def require(condition: bool, message: str) -> None:
-    if not condition:
-        raise ConfigError(message)
-
-
-# Lines of Hydra's and OmegaConf's messages that say nothing a user needs.
-NOISE_LINES = ("full_key", "object_type", "reference_type", "To append", "Available options")
-
-
-def error_chain(error: BaseException) -> list[BaseException]:
-    chain = [error]
-    while chain[-1].__cause__ is not None:
-        chain.append(chain[-1].__cause__)
-    return chain
-
-
-def one_line(error: BaseException, separator: str = "; ", limit: int | None = None) -> str:
-    """Any error (Hydra's and OmegaConf's multi-line ones included, with their causes) as the one
-    line a user needs: the offending key first where the message names one, noise dropped, lines
-    joined by `separator`, cut to `limit` characters."""
-    text = "\n".join(str(e) for e in error_chain(error))
-    key = re.search(r"full_key: (\S+)", text)
-    lines = [
-        " ".join(line.split())
-        for line in text.splitlines()
-        if line.strip() and not line.strip().startswith(NOISE_LINES)
-    ]
-    flat = (f"{key.group(1)}: " if key else "") + separator.join(lines)
-    return flat if limit is None or len(flat) <= limit else flat[: limit - 3] + "..."
-
+from fedlight.errors import ConfigError, require
 
 # The largest float32: torch trains in it, so a larger setting overflows where it is used
 # (optim.lr=1e300 in the optimizer's step, fl.client_state_memory_mb=1e308 once in bytes).

@@ -24,13 +24,16 @@ from fedlight.algorithms.base import Algorithm
 from fedlight.asynchronous import AsynchronousLoop
 from fedlight.checkpoint import CHECKPOINT_NAME, load_checkpoint, resumable_checkpoint
 from fedlight.client_states import ClientStateLostError, check_state_files, client_state_store
-from fedlight.config import ConfigError, FLSettings, RunSettings, require
+from fedlight.config import FLSettings, RunSettings
 from fedlight.data.base import DataError, TensorDataset
+from fedlight.driver import Clients, Driver
 from fedlight.environment import float_environment, resumed_environment
+from fedlight.errors import ConfigError, require
 from fedlight.files import write_text
+from fedlight.history import STATE_KEYS, History
 from fedlight.loggers.base import RoundLogger, RunInfo
 from fedlight.loggers.console import ConsoleProgress
-from fedlight.loop import STATE_KEYS, FederatedLoop, History
+from fedlight.loop import FederatedLoop
 from fedlight.lr_schedules.base import LRSchedule
 from fedlight.outputs import (
     Chance,
@@ -402,19 +405,11 @@ def run_rounds(
     driver = AsynchronousLoop if job.stages.algorithm.asynchronous else FederatedLoop
     loop = driver(
         settings,
-        data,
-        client_indices,
+        Clients(data, client_indices, client_test_indices),
         module,
-        job.stages.algorithm,
-        job.stages.selection,
-        job.stages.lr_schedule,
+        job.stages,
         client_state_store(settings.fl, output_dir, device, workers.main),
         workers,
-        job.stages.wire,
-        job.stages.attack,
-        job.stages.privacy,
-        client_test_indices,
-        job.stages.system,
     )
     if checkpoint is not None:
         loop.load_state_dict(checkpoint, Path(str(settings.resume)))
@@ -442,7 +437,7 @@ def index_tensors(sets: list[np.ndarray], device: torch.device) -> list[torch.Te
 
 
 def run_environment(
-    workers: Workers, loop: FederatedLoop, checkpoint: dict[str, Any] | None
+    workers: Workers, loop: Driver, checkpoint: dict[str, Any] | None
 ) -> dict[str, Any]:
     """What decides this run's float results (`fedlight.environment`), with the values of the
     run it resumes; on the main worker only, which writes the files."""

@@ -29,7 +29,8 @@ from pathlib import Path
 
 from fedlight.checkpoint import CHECKPOINT_NAME
 from fedlight.client_states import CLIENT_STATES_DIR
-from fedlight.config import ConfigError, RunSettings
+from fedlight.config import RunSettings
+from fedlight.errors import ConfigError
 from fedlight.files import linked
 
 LOCK_NAME = ".fedlight.lock"

@@ -17,8 +17,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from fedlight.algorithms.base import Algorithm
 from fedlight.attacks.base import Attack
-from fedlight.config import ConfigError, require
+from fedlight.errors import ConfigError, require
 from fedlight.lr_schedules.base import LRSchedule
+from fedlight.pipeline.stage import UploadStage
 from fedlight.privacy.base import Privacy
 from fedlight.selection.base import Selection
 from fedlight.system.base import System
@@ -39,6 +40,12 @@ class Stages:
     attack: Attack = dataclasses.field(default_factory=Attack)
     privacy: Privacy = dataclasses.field(default_factory=Privacy)
     system: System = dataclasses.field(default_factory=System)
+
+    @property
+    def upload(self) -> list[UploadStage]:
+        """The upload stages in the order a client applies them (the server undoes them in
+        reverse): a new stage kind is one entry here; the wire encodes last."""
+        return [self.selection, self.attack, self.privacy, self.wire]
 
 
 def instantiate_group(cfg: DictConfig, group: str, **injected: Any) -> Any:
@@ -140,9 +147,7 @@ def build_stages(cfg: DictConfig, choices: dict[str, str]) -> Stages:
         f"eval.every_seconds={cfg.eval.every_seconds} counts virtual seconds, which need a "
         "system model; choose one, e.g. system=tiers, or use eval.every",
     )
-    if algorithm.asynchronous:
-        check_asynchronous(cfg, choices, system)
-    return Stages(
+    stages = Stages(
         algorithm=algorithm,
         selection=selection,
         lr_schedule=instantiate_group(cfg, "lr_schedule"),
@@ -151,28 +156,32 @@ def build_stages(cfg: DictConfig, choices: dict[str, str]) -> Stages:
         privacy=instantiate_group(cfg, "privacy"),
         system=system,
     )
+    if algorithm.asynchronous:
+        check_asynchronous(cfg, choices, stages)
+    return stages
 
 
-def check_asynchronous(cfg: DictConfig, choices: dict[str, str], system: System) -> None:
-    """What the asynchronous driver (`fedlight.asynchronous`) runs, refused in one line."""
-    algo = choices.get("algo")
+def check_asynchronous(cfg: DictConfig, choices: dict[str, str], stages: Stages) -> None:
+    """What the asynchronous driver (`fedlight.asynchronous`) cannot run, refused in one line;
+    each upload stage says why it cannot (`UploadStage.asynchronous_refusal`)."""
+    algo, system = choices.get("algo"), stages.system
     require(
         system.clocked,
         f"algo={algo} runs on the system's virtual clock; choose a system model, e.g. "
         "system=tiers or system=homogeneous",
     )
     require(
-        system.deadline is None and system.dropout == 0,
-        f"algo={algo} has no rounds to set a deadline for or drop clients from; leave "
-        "system.deadline and system.dropout at their defaults",
+        system.deadline is None,
+        f"algo={algo} has no rounds to set a deadline for; leave system.deadline at its default "
+        "(system.dropout makes clients drawn for a slot unavailable)",
     )
     require(
         cfg.fl.workers == 1,
         f"algo={algo} runs its event queue in one process; use fl.workers=1",
     )
-    for group in ("selection", "attack", "privacy"):
+    for stage in stages.upload:
+        reason = stage.asynchronous_refusal()
         require(
-            at_default(cfg, group),
-            f"{group}={choices.get(group)} does not apply to algo={algo}: its clients are drawn "
-            f"uniformly as slots free up; leave {group} at its default",
+            reason is None,
+            f"{stage.name}={choices.get(stage.name)} does not apply to algo={algo}: {reason}",
         )

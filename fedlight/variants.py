@@ -9,7 +9,7 @@ algo.control_norm=momentum_steps` is NIID-Bench's SCAFFOLD with one choice chang
 
 from collections.abc import Mapping
 
-from fedlight.config import require
+from fedlight.errors import require
 
 VariantTable = Mapping[str, Mapping[str, object]]
 

@@ -59,7 +59,8 @@ from torch import Tensor
 from torch.multiprocessing.spawn import ProcessException, ProcessRaisedException
 
 from fedlight import run_dir
-from fedlight.config import FLSettings, RunSettings, check_nccl, one_line, require
+from fedlight.config import FLSettings, RunSettings, check_nccl
+from fedlight.errors import one_line, require
 
 Item = TypeVar("Item")
 Value = TypeVar("Value")

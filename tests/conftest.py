@@ -15,6 +15,7 @@ from omegaconf import DictConfig, open_dict
 
 from fedlight.cli import CONF_DIR, build_job
 from fedlight.config import CONFIG_GROUPS, register_schema
+from fedlight.driver import Driver
 from fedlight.experiment import Job, run_job
 from fedlight.loop import FederatedLoop
 
@@ -99,13 +100,13 @@ def run_killed_in_round(
     run_dir: Path,
     kill_round: int,
     monkeypatch: pytest.MonkeyPatch,
-    driver: type[FederatedLoop] = FederatedLoop,
+    driver: type[Driver] = FederatedLoop,
 ) -> None:
     """Run a job that is killed (KeyboardInterrupt) as it starts round `kill_round` (of the
     `driver` that runs it)."""
     original_round = driver.run_round
 
-    def run_round(self: FederatedLoop, round_index: int):
+    def run_round(self: Driver, round_index: int):
         if round_index == kill_round:
             raise KeyboardInterrupt
         return original_round(self, round_index)

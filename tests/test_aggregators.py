@@ -24,8 +24,8 @@ from fedlight.aggregation.norm_clip import NormClip
 from fedlight.aggregation.trimmed_mean import TrimmedMean
 from fedlight.algorithms.base import ClientUpload
 from fedlight.algorithms.fedavg import UPDATE, FedAvg
-from fedlight.config import ConfigError
 from fedlight.context import Federation
+from fedlight.errors import ConfigError
 from fedlight.experiment import Job
 from fedlight.stages import CONF_DIR
 from fedlight.tensors import StateDict

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fedlight.algorithms.base import Algorithm, ClientUpload, LocalResult, ServerState
+from fedlight.algorithms.base import Algorithm, ClientUpload, ServerState
 from fedlight.algorithms.fedadagrad import FedAdagrad
 from fedlight.algorithms.fedadam import FedAdam
 from fedlight.algorithms.fedavg import FedAvg
@@ -16,8 +16,9 @@ from fedlight.algorithms.fednova import FedNova
 from fedlight.algorithms.fedprox import FedProx, ProximalTerm
 from fedlight.algorithms.fedyogi import FedYogi
 from fedlight.checkpoint import load_checkpoint
-from fedlight.config import ConfigError
 from fedlight.context import Federation, RoundContext
+from fedlight.engines.base import LocalResult
+from fedlight.errors import ConfigError
 from fedlight.experiment import Job, run_job
 from fedlight.models.mlp import MLP
 from fedlight.tensors import StateDict

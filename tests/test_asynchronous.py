@@ -16,8 +16,8 @@ from fedlight.algorithms.fedasync import FedAsync
 from fedlight.algorithms.fedbuff import FedBuff
 from fedlight.algorithms.staleness import Staleness
 from fedlight.asynchronous import AsynchronousLoop
-from fedlight.config import ConfigError
 from fedlight.context import Federation
+from fedlight.errors import ConfigError
 from fedlight.experiment import Job, run_job
 from tests.conftest import TINY, rows_without_timings, run_killed_in_round
 
@@ -128,6 +128,17 @@ def test_fedbuff_with_every_client_buffered_and_no_staleness_is_synchronous_feda
     assert [row["staleness_max"] for row in read_rows(tmp_path / "fedbuff")] == [0, 0, 0]
 
 
+def assert_resumed_as_the_full_run(tmp_path: Path) -> None:
+    """tmp_path/resumed has every number of tmp_path/full: its rows and its final weights."""
+    assert rows_without_timings(tmp_path / "resumed") == rows_without_timings(tmp_path / "full")
+    full, resumed = (
+        torch.load(tmp_path / name / "checkpoint.pt", weights_only=True)
+        for name in ("full", "resumed")
+    )
+    for name, weight in full["server_weights"].items():
+        assert torch.equal(resumed["server_weights"][name], weight)
+
+
 @pytest.mark.parametrize("algo", ["fedasync", "fedbuff"])
 def test_a_run_killed_with_clients_in_flight_resumes_bit_exactly(
     make_job: Callable[[list[str]], Job], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, algo: str
@@ -147,13 +158,7 @@ def test_a_run_killed_with_clients_in_flight_resumes_bit_exactly(
     killed = torch.load(tmp_path / "killed" / "checkpoint.pt", weights_only=True)
     assert len(killed["in_flight"]) == 5
     run_job(make_job([*overrides, f"resume={tmp_path / 'killed'}"]), tmp_path / "resumed")
-    assert rows_without_timings(tmp_path / "resumed") == rows_without_timings(tmp_path / "full")
-    full, resumed = (
-        torch.load(tmp_path / name / "checkpoint.pt", weights_only=True)
-        for name in ("full", "resumed")
-    )
-    for name, weight in full["server_weights"].items():
-        assert torch.equal(resumed["server_weights"][name], weight)
+    assert_resumed_as_the_full_run(tmp_path)
 
 
 def test_evaluation_every_so_many_virtual_seconds_survives_a_resume(
@@ -186,8 +191,16 @@ def test_evaluation_every_so_many_virtual_seconds_survives_a_resume(
         ([], r"^algo=fedasync runs on the system's virtual clock; choose a system model"),
         (["system=tiers", "fl.workers=2"], r"^algo=fedasync runs its event queue in one process"),
         (
-            ["system=tiers", "attack=sign_flip"],
-            r"^attack=sign_flip does not apply to algo=fedasync",
+            ["system=tiers", "attack=alie", "attack.fraction=0.2"],
+            r"^attack=alie does not apply to algo=fedasync: it forges from a round's benign",
+        ),
+        (
+            ["system=tiers", "privacy=dp_fedavg"],
+            r"^privacy=dp_fedavg does not apply to algo=fedasync: its accountant composes",
+        ),
+        (
+            ["system=tiers", "selection=round_robin"],
+            r"^selection=round_robin does not apply to algo=fedasync: its clients are drawn",
         ),
         (["system=tiers", "system.deadline=3"], r"^algo=fedasync has no rounds to set a deadline"),
         (["system=tiers", "algo.staleness=linear"], r"^algo.staleness=linear is not a staleness"),
@@ -202,3 +215,74 @@ def test_asynchronous_runs_refuse_what_they_cannot_run_in_one_line(
 ) -> None:
     with pytest.raises(ConfigError, match=message):
         make_job([*TINY, "algo=fedasync", *overrides])
+
+
+# What the shared client pipeline gives asynchronous runs (issue 32, item 5) ---------------------
+
+ASYNC_ATTACKED = [
+    *TINY,
+    "fl.rounds=5",
+    "algo=fedbuff",
+    "algo.buffer_size=2",
+    "algo.concurrency=5",
+    "system=lognormal",
+    "attack=sign_flip",
+    "attack.fraction=0.3",
+]
+
+
+def test_fedbuff_with_an_attack_and_top_k_with_error_feedback_resumes_bit_exactly(
+    make_job: Callable[[list[str]], Job], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The attack acts on its clients' uploads (malicious arrivals are counted and the model
+    differs from the clean run's), top-k keeps each client's residual in its state, and a run
+    killed with clients in flight resumes to the uninterrupted run's every number."""
+    overrides = [*ASYNC_ATTACKED, "compression=topk", "compression.ratio=0.1"]
+    run_job(make_job(overrides), tmp_path / "full")
+    rows = read_rows(tmp_path / "full")
+    assert sum(row["malicious"] for row in rows) > 0
+    clean = [o for o in overrides if not o.startswith("attack")]
+    run_job(make_job(clean), tmp_path / "clean")
+    assert [r["test_loss"] for r in read_rows(tmp_path / "clean")] != [r["test_loss"] for r in rows]
+    run_killed_in_round(make_job(overrides), tmp_path / "killed", 3, monkeypatch, AsynchronousLoop)
+    killed = torch.load(tmp_path / "killed" / "checkpoint.pt", weights_only=True)
+    assert any(
+        k.startswith("wire/upload.compression/")
+        for s in killed["client_states"].values()
+        for k in s
+    )
+    run_job(make_job([*overrides, f"resume={tmp_path / 'killed'}"]), tmp_path / "resumed")
+    assert_resumed_as_the_full_run(tmp_path)
+
+
+def test_fedasync_runs_example_level_dp_sgd_accounted_at_each_arrival(
+    make_job: Callable[[list[str]], Job], tmp_path: Path
+) -> None:
+    """DP-SGD trains each dispatch with per-example clipping and noise; the accountant counts
+    the steps of each arrival's client, so ε grows with the updates and the steps it holds sum
+    to the arrived clients' steps."""
+    overrides = [*TINY, "fl.rounds=4", "algo=fedasync", "system=tiers", "privacy=dp_sgd"]
+    run_job(make_job(overrides), tmp_path)
+    epsilons = [row["epsilon"] for row in read_rows(tmp_path)]
+    assert all(e > 0 for e in epsilons) and epsilons == sorted(epsilons)
+    checkpoint = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
+    steps = checkpoint["stage_states"]["privacy"]["steps"]
+    assert int((steps > 0).sum()) >= 1 and int(steps.sum()) > 0
+
+
+def test_dropout_makes_clients_drawn_for_a_slot_unavailable_and_resumes_bit_exactly(
+    make_job: Callable[[list[str]], Job], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With system.dropout a drawn client may be unavailable: the slot takes another, the
+    update counts it in dropped_out, the run differs from the one without dropout, and a run
+    killed mid-way resumes to the same numbers."""
+    overrides = [*TINY, "fl.rounds=6", "algo=fedasync", "algo.concurrency=4", "system=tiers"]
+    dropping = [*overrides, "system.dropout=0.4"]
+    run_job(make_job(dropping), tmp_path / "full")
+    rows = read_rows(tmp_path / "full")
+    assert sum(row["dropped_out"] for row in rows) > 0
+    run_job(make_job(overrides), tmp_path / "none")
+    assert [r["test_loss"] for r in read_rows(tmp_path / "none")] != [r["test_loss"] for r in rows]
+    run_killed_in_round(make_job(dropping), tmp_path / "killed", 4, monkeypatch, AsynchronousLoop)
+    run_job(make_job([*dropping, f"resume={tmp_path / 'killed'}"]), tmp_path / "resumed")
+    assert rows_without_timings(tmp_path / "resumed") == rows_without_timings(tmp_path / "full")

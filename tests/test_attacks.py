@@ -25,10 +25,10 @@ from fedlight.attacks.label_flip import LabelFlip
 from fedlight.attacks.scaled import Scaled
 from fedlight.attacks.sign_flip import SignFlip
 from fedlight.checkpoint import load_checkpoint
-from fedlight.config import ConfigError
 from fedlight.context import Federation
 from fedlight.data.digits import Digits
 from fedlight.engines import LocalTask, make_engine
+from fedlight.errors import ConfigError
 from fedlight.experiment import Job, run_job
 from fedlight.rng import Stream, derive_seed
 
@@ -151,7 +151,7 @@ def test_a_rejected_update_leaves_the_mean_of_the_others() -> None:
     algorithm = FedAvg(aggregator=Mean())
     uploads = [upload(0, [1.0, 2.0]), upload(1, [math.nan, 0.0]), upload(2, [3.0, -1.0])]
     aggregation = algorithm.start_aggregation([u.num_samples for u in uploads])
-    assert [aggregation.add(CTX, u) for u in uploads] == [True, False, True]
+    assert [aggregation.add(algorithm.contribution(CTX, u)) for u in uploads] == [True, False, True]
     assert aggregation.rejected == [1]
     assert [c for c, _, _ in aggregation.contributors] == [0, 2]
     results = aggregation.results()
@@ -259,13 +259,16 @@ def test_round_aggregation_rejects_across_workers_as_one_worker_would() -> None:
     counts = [u.num_samples for u in uploads]
     one = algorithm.start_aggregation(counts)
     for u in uploads:
-        one.add(CTX, u)
+        one.add(algorithm.contribution(CTX, u))
     shares = [algorithm.start_aggregation(counts), algorithm.start_aggregation(counts)]
-    flags = [not shares[0].add(CTX, uploads[0]), not shares[1].add(CTX, uploads[1])]
-    flags.append(not shares[1].add(CTX, uploads[2]))
+    flags = [
+        not shares[0].add(algorithm.contribution(CTX, uploads[0])),
+        not shares[1].add(algorithm.contribution(CTX, uploads[1])),
+    ]
+    flags.append(not shares[1].add(algorithm.contribution(CTX, uploads[2])))
     partials = [share.partials() for share in shares]
     merged: RoundAggregation = algorithm.start_aggregation(counts)
-    merged.combine(partials, [replace(u, tensors={}) for u in uploads], flags, [False] * 3)
+    merged.combine(partials, [u.contributor for u in uploads], flags, [False] * 3)
     assert merged.rejected == one.rejected == [1]
     assert merged.contributors == one.contributors
     for part, expected in one.results().items():

@@ -9,6 +9,7 @@ from torch import Tensor
 
 from fedlight.algorithms.central import POOLED_TRAINER
 from fedlight.data.digits import Digits
+from fedlight.driver import Clients
 from fedlight.experiment import Job, run_job
 from fedlight.loop import FederatedLoop
 from fedlight.rng import Stream, derive_seed
@@ -23,9 +24,7 @@ def build_loop(make_job: Callable[[list[str]], Job], overrides: list[str]) -> Fe
     torch.manual_seed(derive_seed(job.settings.seed, Stream.MODEL_INIT))
     module = job.model(input_shape=data.input_shape, num_classes=data.num_classes)
     clients = [torch.nonzero(data.train_y % 3 == i).flatten() for i in range(3)]
-    return FederatedLoop(
-        job.settings, data, clients, module, job.algorithm, job.selection, job.lr_schedule
-    )
+    return FederatedLoop(job.settings, Clients(data, clients), module, job.stages)
 
 
 def test_with_every_client_a_round_is_one_pass_over_all_pooled_examples(make_job) -> None:
@@ -93,8 +92,8 @@ def test_one_model_continues_across_rounds_and_nothing_is_communicated(make_job)
     assert all(torch.equal(expected.weights[k], trained[k]) for k in trained)
     assert all(torch.equal(initial[k], loop.server.weights[k]) for k in initial)
 
-    accuracy, loss, spread = loop.evaluate()
-    assert (accuracy, loss) == loop.evaluate_model(trained) and spread == 0.0
+    accuracy, loss, spread = loop.evaluation.evaluate(loop.server, loop.client_states, 1)
+    assert (accuracy, loss) == loop.evaluation.evaluate_model(trained) and spread == 0.0
 
 
 def test_central_resumes_bit_exactly(

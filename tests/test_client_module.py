@@ -5,6 +5,7 @@ from pathlib import Path
 import torch
 
 from fedlight.data.digits import Digits
+from fedlight.driver import Clients
 from fedlight.experiment import run_job
 from fedlight.loop import FederatedLoop
 
@@ -44,9 +45,7 @@ def test_a_client_without_data_takes_no_step(make_job) -> None:
     data = Digits().load()
     module = job.model(input_shape=data.input_shape, num_classes=data.num_classes)
     clients = [torch.arange(50), torch.zeros(0, dtype=torch.int64)]
-    loop = FederatedLoop(
-        job.settings, data, clients, module, job.algorithm, job.selection, job.lr_schedule
-    )
+    loop = FederatedLoop(job.settings, Clients(data, clients), module, job.stages)
     empty = loop.train_client(1, loop.client_indices[1], 1, loop.server.weights, [0.05], [])
     assert (empty.num_steps, empty.num_samples, empty.train_loss) == (0, 0, 0.0)
     stats = loop.run_round(1)

@@ -18,7 +18,7 @@ from fedlight.client_states import (
     DiskClientStates,
     MemoryClientStates,
 )
-from fedlight.config import ConfigError
+from fedlight.errors import ConfigError
 from fedlight.experiment import Job, run_job
 from fedlight.tensors import StateDict
 

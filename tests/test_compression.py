@@ -13,8 +13,8 @@ import torch
 
 from fedlight.compression.randk import RandK
 from fedlight.compression.topk import TopK, index_dtype
-from fedlight.config import ConfigError
 from fedlight.context import Federation
+from fedlight.errors import ConfigError
 from fedlight.experiment import Job, run_job
 from fedlight.tensors import StateDict, nbytes
 from fedlight.wire.base import UPLOAD, Payload, Wire
@@ -149,7 +149,7 @@ def test_scaffold_compresses_delta_y_and_delta_c_each_with_its_own_residual(
     checkpoint = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
     trained = [state for state in checkpoint["client_states"].values() if state]
     assert trained
-    prefix = "wire.upload.compression/"
+    prefix = "wire/upload.compression/"
     for state in trained:
         residuals = {key.removeprefix(prefix): t for key, t in state.items() if prefix in key}
         delta_y = {key for key in residuals if key.startswith("delta_y/")}

@@ -19,8 +19,8 @@ from fedlight.compression.int8 import Int8
 from fedlight.compression.packing import pack_bits, packed_size, unpack_bits
 from fedlight.compression.qsgd import QSGD
 from fedlight.compression.sign import Sign
-from fedlight.config import ConfigError
 from fedlight.context import Federation, RoundContext
+from fedlight.errors import ConfigError
 from fedlight.experiment import Job, resumed_checkpoint, run_job
 from fedlight.tensors import StateDict, nbytes
 from fedlight.wire.base import UPLOAD, Payload, Wire, WireTransform

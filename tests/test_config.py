@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from fedlight.cli import CONF_DIR, group_options, validate_command_line
-from fedlight.config import CONFIG_GROUPS, ConfigError
+from fedlight.config import CONFIG_GROUPS
+from fedlight.errors import ConfigError
 from fedlight.experiment import Job
 
 # What an option needs besides itself (it refuses to run without, in one line; tested elsewhere).

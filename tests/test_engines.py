@@ -11,17 +11,19 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F  # noqa: N812
 
-from fedlight.algorithms.base import ClientUpload, LocalCallback, LocalResult, ServerState
+from fedlight.algorithms.base import ClientUpload, ServerState
 from fedlight.checkpoint import load_checkpoint
 from fedlight.cli import validate_command_line
-from fedlight.config import ConfigError
 from fedlight.context import RoundContext
 from fedlight.data.augment import CropFlip
 from fedlight.data.base import TensorDataset
 from fedlight.data.digits import Digits
+from fedlight.driver import Clients
 from fedlight.engines import LocalTask, resolve_engine
+from fedlight.engines.base import LocalCallback, LocalResult
 from fedlight.engines.sequential import SequentialEngine
 from fedlight.engines.vectorized import VectorizedEngine
+from fedlight.errors import ConfigError
 from fedlight.experiment import Job, run_job
 from fedlight.loop import FederatedLoop
 from fedlight.models.classifier import Classifier
@@ -87,15 +89,7 @@ def run_rounds(
         data.augment = CropFlip(padding=2, fill=(0.0,))
     torch.manual_seed(0)
     module = job.model(input_shape=data.input_shape, num_classes=data.num_classes)
-    loop = FederatedLoop(
-        job.settings,
-        data,
-        unequal_clients(data),
-        module,
-        job.algorithm,
-        job.selection,
-        job.lr_schedule,
-    )
+    loop = FederatedLoop(job.settings, Clients(data, unequal_clients(data)), module, job.stages)
     recorded = Recorded(initial=detached_copy(loop.server.weights))
     upload = job.algorithm.upload
 
@@ -243,15 +237,7 @@ def test_vectorized_refuses_what_it_cannot_reproduce_in_one_line(
     data = Digits().load()
     module = model(input_shape=data.input_shape, num_classes=data.num_classes, lr=0.05)
     with pytest.raises(ConfigError) as error:
-        FederatedLoop(
-            job.settings,
-            data,
-            [torch.arange(10)],
-            module,
-            job.algorithm,
-            job.selection,
-            job.lr_schedule,
-        )
+        FederatedLoop(job.settings, Clients(data, [torch.arange(10)]), module, job.stages)
     text = str(error.value)
     assert text.startswith("fl.engine=vectorized ") and message in text
     assert text.endswith("; use fl.engine=sequential") and "\n" not in text
@@ -304,15 +290,7 @@ def test_auto_is_sequential_on_the_cpu(make_job) -> None:
     job = make_job(TINY)
     data = Digits().load()
     module = job.model(input_shape=data.input_shape, num_classes=data.num_classes)
-    loop = FederatedLoop(
-        job.settings,
-        data,
-        [torch.arange(10)],
-        module,
-        job.algorithm,
-        job.selection,
-        job.lr_schedule,
-    )
+    loop = FederatedLoop(job.settings, Clients(data, [torch.arange(10)]), module, job.stages)
     assert type(loop.engine) is SequentialEngine
 
 

@@ -4,10 +4,11 @@ import pytest
 import torch
 
 from fedlight.aggregation.mean import WeightedMean
-from fedlight.algorithms.base import ClientUpload, LocalResult
+from fedlight.algorithms.base import ClientUpload
 from fedlight.algorithms.fedavg import FedAvg
-from fedlight.config import ConfigError
 from fedlight.context import Federation
+from fedlight.engines.base import LocalResult
+from fedlight.errors import ConfigError
 
 CTX = Federation(num_clients=10, trainable=frozenset({"w"})).round(1)
 

@@ -23,7 +23,8 @@ from omegaconf import open_dict
 
 from fedlight import cli, run_dir
 from fedlight.checkpoint import CHECKPOINT_NAME, load_checkpoint
-from fedlight.config import CONFIG_GROUPS, ConfigError
+from fedlight.config import CONFIG_GROUPS
+from fedlight.errors import ConfigError
 from fedlight.experiment import (
     DivergenceError,
     Job,

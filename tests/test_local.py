@@ -6,6 +6,7 @@ from pathlib import Path
 import torch
 
 from fedlight.data.digits import Digits
+from fedlight.driver import Clients
 from fedlight.experiment import run_job
 from fedlight.loop import FederatedLoop
 from fedlight.rng import Stream, derive_seed
@@ -19,9 +20,7 @@ def build_loop(make_job, overrides: list[str]) -> FederatedLoop:
     torch.manual_seed(derive_seed(job.settings.seed, Stream.MODEL_INIT))
     module = job.model(input_shape=data.input_shape, num_classes=data.num_classes)
     clients = [torch.arange(i, len(data.train_y), 3) for i in range(3)]
-    return FederatedLoop(
-        job.settings, data, clients, module, job.algorithm, job.selection, job.lr_schedule
-    )
+    return FederatedLoop(job.settings, Clients(data, clients), module, job.stages)
 
 
 def test_each_client_continues_its_own_model_and_the_server_never_changes(make_job) -> None:
@@ -49,9 +48,10 @@ def test_reported_accuracy_is_the_mean_over_client_models_with_its_spread(make_j
     trained = sorted(loop.client_states)
     assert len(trained) == 2
     per_model = [
-        loop.evaluate_model(loop.client_states.get(c, loop.server.weights))[0] for c in range(3)
+        loop.evaluation.evaluate_model(loop.client_states.get(c, loop.server.weights))[0]
+        for c in range(3)
     ]
-    mean, _, spread = loop.evaluate()
+    mean, _, spread = loop.evaluation.evaluate(loop.server, loop.client_states, 1)
     assert mean == sum(per_model) / 3
     assert spread == torch.tensor(per_model, dtype=torch.float64).std(correction=0).item() > 0
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedlight.config import ConfigError
+from fedlight.errors import ConfigError
 from fedlight.evaluation import ACCURACY, Evaluator
 from fedlight.experiment import Job, run_job
 from fedlight.partitions.dirichlet import Dirichlet

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from fedlight.algorithms.base import ClientUpload, LocalResult
-from fedlight.config import ConfigError
+from fedlight.algorithms.base import ClientUpload
 from fedlight.context import Federation, RoundContext
+from fedlight.engines.base import LocalResult
+from fedlight.errors import ConfigError
 from fedlight.experiment import Job, resumed_checkpoint, run_job
 from fedlight.lr_schedules.base import LRSchedule
 from fedlight.lr_schedules.cosine import Cosine

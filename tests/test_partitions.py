@@ -5,7 +5,7 @@ import warnings
 import numpy as np
 import pytest
 
-from fedlight.config import ConfigError
+from fedlight.errors import ConfigError
 from fedlight.partitions.dirichlet import Dirichlet
 from fedlight.partitions.iid import IID
 from fedlight.partitions.label_quantity import LabelQuantity

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fedlight.config import ConfigError
+from fedlight.errors import ConfigError
 from fedlight.experiment import Job, run_job
 from fedlight.tensors import nbytes
 from tests.conftest import TINY, rows_without_timings, run_killed_in_round

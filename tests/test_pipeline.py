@@ -17,9 +17,11 @@ from fedlight.algorithms.base import ClientUpload
 from fedlight.algorithms.fedprox import FedProx, ProximalTerm
 from fedlight.checkpoint import load_checkpoint
 from fedlight.cli import validate_command_line
-from fedlight.config import ConfigError, FLSettings, RunSettings
+from fedlight.config import FLSettings, RunSettings
 from fedlight.context import Federation, RoundContext
 from fedlight.data.digits import Digits
+from fedlight.driver import Clients
+from fedlight.errors import ConfigError
 from fedlight.experiment import Job, run_job
 from fedlight.loggers.base import METRIC_COLUMNS
 from fedlight.loop import FederatedLoop
@@ -44,16 +46,7 @@ def build_loop(job: Job) -> FederatedLoop:
 
     sets = job.partition(labels, job.settings.fl.num_clients, np.random.default_rng(0))
     indices = [torch.as_tensor(s, dtype=torch.int64) for s in sets]
-    return FederatedLoop(
-        job.settings,
-        data,
-        indices,
-        module,
-        job.algorithm,
-        job.selection,
-        job.lr_schedule,
-        wire=job.stages.wire,
-    )
+    return FederatedLoop(job.settings, Clients(data, indices), module, job.stages)
 
 
 def read_rows(run_dir: Path) -> list[dict[str, str]]:
@@ -189,7 +182,7 @@ def test_a_transform_with_client_state_resumes_bit_exactly(
         if store == "memory":
             states = first["client_states"]
             keys = {k for state in states.values() for k in state}
-            assert any(k.startswith("wire.upload.fp16/") for k in keys)  # its own namespace
+            assert any(k.startswith("wire/upload.fp16/") for k in keys)  # its own namespace
             assert any("/" not in k for k in keys)  # SCAFFOLD's c_i beside it
             for client, state in states.items():
                 assert all(
@@ -393,3 +386,52 @@ def test_fedlight_report_tabulates_a_stage_reported_metric(tmp_path: Path) -> No
         [row] = list(csv.DictReader(f))
     assert float(row[f"{name}_mean"]) == pytest.approx(sum(finals) / 2)
     assert name in (sweep / "report.md").read_text()
+
+
+def test_a_run_with_every_stage_kind_at_once_resumes_bit_exactly(
+    make_job: Callable[[list[str]], Job], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An attack, DP-FedAvg, top-k with error feedback and an fp16 cast with error feedback, with
+    the disk client store: killed in round 4 and resumed, every number and every stage's state
+    (server: the privacy accountant's; clients: the wire's residuals) is the uninterrupted
+    run's, and a checkpoint of the layout before the pipelines is refused in one line."""
+    overrides = [
+        *TINY,
+        "fl.rounds=5",
+        "selection=poisson",
+        "privacy=dp_fedavg",
+        "privacy.noise_multiplier=0.5",
+        "attack=sign_flip",
+        "attack.fraction=0.2",
+        "compression=topk",
+        "wire=fp16",
+        "wire.upload.fp16.error_feedback=true",
+        "fl.client_state=disk",
+    ]
+    run_job(make_job(overrides), tmp_path / "full")
+    run_killed_in_round(make_job(overrides), tmp_path / "killed", 4, monkeypatch)
+    run_job(make_job([*overrides, f"resume={tmp_path / 'killed'}"]), tmp_path / "resumed")
+    rows = rows_without_timings(tmp_path / "full")
+    assert rows_without_timings(tmp_path / "resumed") == rows
+    assert any(float(row["malicious"]) > 0 for row in rows)
+    first = load_checkpoint(tmp_path / "full" / "checkpoint.pt")
+    second = load_checkpoint(tmp_path / "resumed" / "checkpoint.pt")
+    for name, weight in first["server_weights"].items():
+        assert torch.equal(second["server_weights"][name], weight)
+    assert set(first["stage_states"]) == {"selection", "attack", "privacy", "wire"}
+    for stage, state in first["stage_states"].items():
+        assert all(torch.equal(second["stage_states"][stage][k], t) for k, t in state.items())
+    residuals = [
+        torch.load(path, weights_only=True)
+        for path in (tmp_path / "full" / "client_states").rglob("*.pt")
+    ]
+    keys = {key for state in residuals for key in state}
+    assert any(k.startswith("wire/upload.compression/") for k in keys)
+    assert any(k.startswith("wire/upload.fp16/") for k in keys)
+    old = dict(first)
+    old.pop("state_format")
+    old.pop("stage_states")
+    torch.save(old, tmp_path / "killed" / "checkpoint.pt")
+    refusal = r"lacks stage_states, state_format \(written by an older fedlight"
+    with pytest.raises(ConfigError, match=refusal):
+        run_job(make_job([*overrides, f"resume={tmp_path / 'killed'}"]), tmp_path / "refused")

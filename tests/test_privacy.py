@@ -13,19 +13,20 @@ import pytest
 import torch
 from opacus.accountants import RDPAccountant
 
-from fedlight.algorithms.base import Algorithm, ClientUpload, LocalResult, ServerState
+from fedlight.algorithms.base import Algorithm, ClientUpload, ServerState
 from fedlight.algorithms.fedavg import UPDATE, FedAvg
 from fedlight.algorithms.fednova import FedNova
 from fedlight.algorithms.scaffold import Scaffold
-from fedlight.config import ConfigError
 from fedlight.context import Federation
 from fedlight.data.base import TensorDataset
-from fedlight.engines.base import Engine, LocalTask
+from fedlight.engines.base import Engine, LocalResult, LocalTask
 from fedlight.engines.sequential import SequentialEngine
+from fedlight.errors import ConfigError
 from fedlight.experiment import Job, run_job
+from fedlight.pipeline.stage import Delivered
 from fedlight.privacy.accountant import CALIBRATION_TOLERANCE, ORDERS, PRV_EPS_ERROR, epsilon
 from fedlight.privacy.adaptive_clip import AdaptiveClip
-from fedlight.privacy.base import Trained, as_state, default_delta, update_norm
+from fedlight.privacy.base import as_state, default_delta, update_norm
 from fedlight.privacy.dp_fedavg import DPFedAvg, PrivateAggregation
 from fedlight.privacy.dp_sgd import DPSGDEngine
 from fedlight.tensors import detached_copy
@@ -67,10 +68,10 @@ def test_every_contribution_is_clipped_to_the_clip_norm_on_the_client_and_the_se
     def aggregate(sent: list[ClientUpload]) -> torch.Tensor:
         generator = torch.Generator().manual_seed(0)
         aggregation = PrivateAggregation(
-            FedAvg(), [10] * len(sent), 4.0, 0.5, 0.0, generator, (10, 3)
+            FedAvg.parts, [10] * len(sent), 4.0, 0.5, 0.0, generator, (10, 3)
         )
         for upload in sent:
-            aggregation.add(ctx, upload)
+            aggregation.add(FedAvg().contribution(ctx, upload))
         update = aggregation.results()[UPDATE]
         assert update is not None
         return torch.cat([update["w"].flatten(), update["b"].flatten()])
@@ -90,9 +91,11 @@ def test_the_server_noise_has_std_z_clip_over_the_expected_participants() -> Non
 
     def noised(seed: int) -> torch.Tensor:
         generator = torch.Generator().manual_seed(seed)
-        aggregation = PrivateAggregation(FedAvg(), [5, 5], 10.0, 0.5, 2.0 * 0.5, generator, (5, 1))
-        aggregation.add(ctx, zeros)
-        aggregation.add(ctx, zeros)
+        aggregation = PrivateAggregation(
+            FedAvg.parts, [5, 5], 10.0, 0.5, 2.0 * 0.5, generator, (5, 1)
+        )
+        aggregation.add(FedAvg().contribution(ctx, zeros))
+        aggregation.add(FedAvg().contribution(ctx, zeros))
         update = aggregation.results()[UPDATE]
         assert update is not None
         return update["w"]
@@ -111,9 +114,9 @@ def test_scaffold_clips_and_noises_both_parts_of_its_upload_as_one_vector() -> N
     algorithm = Scaffold()
     long = ClientUpload(0, 10, 3, {"delta_y/w": torch.full((4,), 3.0), "delta_c/w": torch.ones(4)})
     aggregation = PrivateAggregation(
-        algorithm, [10], 1.0, 1.0, 0.0, torch.Generator().manual_seed(0), (10, 3)
+        algorithm.parts, [10], 1.0, 1.0, 0.0, torch.Generator().manual_seed(0), (10, 3)
     )
-    aggregation.add(ctx, long)
+    aggregation.add(algorithm.contribution(ctx, long))
     parts = aggregation.results()
     joint = torch.cat([t.flatten() for part in parts.values() if part for t in part.values()])
     assert float(joint.norm()) == pytest.approx(1.0, rel=1e-6)
@@ -128,10 +131,10 @@ def test_adaptive_clipping_moves_the_clip_norm_geometrically_toward_the_quantile
         delta=0.01, sampling_rate=0.1
     )
     ctx = FEDERATION.round(1, (0, 1, 2, 3), (0.1,))
-    clipped_all = [Trained(c, 3, {"unclipped": 0.0}, True) for c in range(4)]
+    clipped_all = [Delivered(c, 3, {"unclipped": 0.0}, True) for c in range(4)]
     grown = privacy.finish_round(ctx, state, clipped_all)
     assert float(grown["clip"]) == pytest.approx(0.1 * math.exp(0.2 * 0.5), rel=1e-6)
-    kept_all = [Trained(c, 3, {"unclipped": 1.0}, True) for c in range(4)]
+    kept_all = [Delivered(c, 3, {"unclipped": 1.0}, True) for c in range(4)]
     shrunk = privacy.finish_round(ctx, state, kept_all)
     assert float(shrunk["clip"]) == pytest.approx(0.1 * math.exp(-0.2 * 0.5), rel=1e-6)
     assert ctx.metrics.values["privacy.unclipped_fraction"] == pytest.approx(1.0)
@@ -253,9 +256,10 @@ def test_dp_sgd_reports_the_largest_client_epsilon_and_resumes_bit_exactly(
     the largest client); a killed run resumes bit-exactly, its steps per client included."""
     private = [*TINY, "privacy=dp_sgd", "privacy.noise_multiplier=1.1"]
     run_job(make_job(private), tmp_path / "full")
-    state = torch.load(tmp_path / "full" / "checkpoint.pt", weights_only=True)["server_extras"]
-    steps, rates = state["privacy/steps"], state["privacy/sampling_rates"]
-    delta = float(state["privacy/delta"])
+    checkpoint = torch.load(tmp_path / "full" / "checkpoint.pt", weights_only=True)
+    state = checkpoint["stage_states"]["privacy"]
+    steps, rates = state["steps"], state["sampling_rates"]
+    delta = float(state["delta"])
     worst = 0.0
     for client in range(10):
         if steps[client] > 0:
@@ -392,10 +396,10 @@ def test_adaptive_clips_defaults_work_at_ten_clients_per_round(
     """E = 10, z = 1: σ_b = max(E/20, z) = 1, the updates' multiplier (1 − 1/4)^(−1/2)."""
     overrides = [*TINY, "fl.rounds=1", "fl.clients_per_round=10", "selection=poisson"]
     run_job(make_job([*overrides, "privacy=adaptive_clip"]), tmp_path)
-    state = torch.load(tmp_path / "checkpoint.pt", weights_only=True)["server_extras"]
-    assert float(state["privacy/count_noise"]) == 1.0
+    checkpoint = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
+    state = checkpoint["stage_states"]["privacy"]
+    assert float(state["count_noise"]) == 1.0
     privacy = AdaptiveClip()
-    state = {key.removeprefix("privacy/"): t for key, t in state.items()}
     assert privacy.update_noise_multiplier(state) == pytest.approx(0.75**-0.5)
 
 
@@ -423,7 +427,9 @@ def released_update(
     server = algorithm.init_server({"w": torch.zeros(size, dtype=torch.float64)}, federation)
     aggregation = privacy.start_aggregation(ctx, state, algorithm, [u.num_samples for u in uploads])
     for upload in uploads:
-        aggregation.add(ctx, privacy.clip_upload(ctx, state, algorithm, upload)[0])
+        aggregation.add(
+            algorithm.contribution(ctx, privacy.clip_upload(ctx, state, algorithm, upload)[0])
+        )
     aggregates = aggregation.results()
     return algorithm.server_update(ctx, server, aggregates, aggregation.public_contributors)
 
@@ -540,8 +546,8 @@ def test_a_checkpoint_from_before_the_public_counts_and_the_accountant_resumes(
     run_killed_in_round(make_job(private), tmp_path / "killed", 3, monkeypatch)
     path = tmp_path / "killed" / "checkpoint.pt"
     checkpoint = torch.load(path, weights_only=True)
-    for key in ("privacy/public_samples", "privacy/public_steps"):
-        del checkpoint["server_extras"][key]
+    for key in ("public_samples", "public_steps"):
+        del checkpoint["stage_states"]["privacy"][key]
     torch.save(checkpoint, path)
     resumed = [*private, "privacy.accountant=rdp", f"resume={tmp_path / 'killed'}"]
     run_job(make_job(resumed), tmp_path / "resumed")

@@ -156,7 +156,7 @@ def test_resume_after_a_kill_is_bit_exact(
 
 def test_resume_refuses_a_different_config(make_job, tmp_path: Path) -> None:
     run_job(make_job(TINY), tmp_path / "first")
-    from fedlight.config import ConfigError
+    from fedlight.errors import ConfigError
 
     with pytest.raises(
         ConfigError, match=r"config differs at local.epochs \(checkpoint 1, now 2\)"

@@ -11,20 +11,25 @@ import pytorch_lightning as pl
 import torch
 from torch import Tensor, nn
 
-from fedlight.algorithms.base import Algorithm, ClientUpload, LocalResult, ServerState
+from fedlight.algorithms.base import Algorithm, ClientUpload, ServerState
 from fedlight.algorithms.fedavg import FedAvg
 from fedlight.algorithms.fednova import momentum_step_norm
 from fedlight.algorithms.scaffold import CONTROL, DELTA_C, DELTA_Y, Scaffold
 from fedlight.checkpoint import load_checkpoint
-from fedlight.config import ConfigError, FLSettings, LocalSettings, RunSettings
+from fedlight.config import FLSettings, LocalSettings, RunSettings
 from fedlight.context import Federation, RoundContext
 from fedlight.data.base import TensorDataset
+from fedlight.driver import Clients
+from fedlight.engines.base import LocalResult
+from fedlight.errors import ConfigError
 from fedlight.experiment import Job, run_job
 from fedlight.loop import FederatedLoop
 from fedlight.lr_schedules.constant import Constant
 from fedlight.selection.base import ClientPool, ModelQuality, Population, Selection
 from fedlight.selection.random import RandomSelection
+from fedlight.stages import Stages
 from fedlight.tensors import StateDict
+from fedlight.wire.base import Wire
 
 from .conftest import TINY, rows_without_timings, run_killed_in_round
 
@@ -120,9 +125,8 @@ def least_squares_loop(
         device="cpu",
     )
     module = LeastSquares(a.shape[1], lr, dtype, momentum)
-    return FederatedLoop(
-        settings, data, indices, module, algorithm, selection or RandomSelection(), Constant()
-    )
+    stages = Stages(algorithm, selection or RandomSelection(), Constant(), Wire())
+    return FederatedLoop(settings, Clients(data, indices), module, stages)
 
 
 # Two clients whose Hessians A_iᵀA_i/n differ: FedAvg's many local steps drift to a biased point.

@@ -14,8 +14,8 @@ import torch
 from torch import Tensor
 
 from fedlight.checkpoint import load_checkpoint
-from fedlight.config import ConfigError
 from fedlight.context import Federation
+from fedlight.errors import ConfigError
 from fedlight.experiment import Job, run_job
 from fedlight.outputs import jain_index
 from fedlight.rng import Stream

@@ -12,8 +12,8 @@ import torch
 
 from fedlight.algorithms.base import ClientUpload
 from fedlight.algorithms.fedavg import UPDATE, FedAvg
-from fedlight.config import ConfigError
 from fedlight.context import Federation
+from fedlight.errors import ConfigError
 from fedlight.experiment import Job, run_job
 from fedlight.rng import Stream, numpy_generator
 from fedlight.system.base import System
@@ -184,17 +184,22 @@ def test_a_late_update_is_left_out_and_the_mean_renormalized_on_one_worker_and_a
     algorithm = FedAvg()
     counts = [u.num_samples for u in uploads]
     one = algorithm.start_aggregation(counts)
-    one.add(ctx, uploads[0])
-    one.drop_late(uploads[1])
-    one.add(ctx, uploads[2])
+    one.add(algorithm.contribution(ctx, uploads[0]))
+    one.drop_late(uploads[1].contributor)
+    one.add(algorithm.contribution(ctx, uploads[2]))
     expected = (10 * 1.0 + 30 * 3.0) / 40
     assert one.results()[UPDATE]["w"].item() == pytest.approx(expected)
     shares = [algorithm.start_aggregation(counts), algorithm.start_aggregation(counts)]
-    shares[0].add(ctx, uploads[0])
-    shares[1].drop_late(uploads[1])
-    shares[1].add(ctx, uploads[2])
+    shares[0].add(algorithm.contribution(ctx, uploads[0]))
+    shares[1].drop_late(uploads[1].contributor)
+    shares[1].add(algorithm.contribution(ctx, uploads[2]))
     merged = algorithm.start_aggregation(counts)
-    merged.combine([s.partials() for s in shares], uploads, [False] * 3, [False, True, False])
+    merged.combine(
+        [s.partials() for s in shares],
+        [u.contributor for u in uploads],
+        [False] * 3,
+        [False, True, False],
+    )
     assert merged.late == one.late == [1] and merged.rejected == []
     assert merged.results()[UPDATE]["w"].item() == pytest.approx(expected)
 

@@ -13,8 +13,8 @@ from torch import Tensor
 from fedlight.algorithms.base import ServerState
 from fedlight.algorithms.fedprox import FedProx
 from fedlight.algorithms.scaffold import CONTROL, DELTA_C, DELTA_Y, Scaffold
-from fedlight.config import ConfigError
 from fedlight.context import Federation
+from fedlight.errors import ConfigError
 from fedlight.experiment import Job, run_job
 from fedlight.selection.base import ClientPool, ModelQuality, Population
 from fedlight.selection.proportional import Proportional

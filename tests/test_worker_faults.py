@@ -17,7 +17,8 @@ import pytest
 
 from fedlight import run_dir
 from fedlight.checkpoint import CHECKPOINT_NAME
-from fedlight.config import ConfigError, FLSettings, RunSettings
+from fedlight.config import FLSettings, RunSettings
+from fedlight.errors import ConfigError
 from fedlight.workers import WorkerError, WorkerLostError, spawn_workers
 
 from . import worker_targets

@@ -13,7 +13,8 @@ import torch
 
 from fedlight.checkpoint import load_checkpoint
 from fedlight.client_states import CLIENT_STATES_DIR, DiskClientStates
-from fedlight.config import ConfigError, FLSettings, RunSettings
+from fedlight.config import FLSettings, RunSettings
+from fedlight.errors import ConfigError
 from fedlight.experiment import Job, run_job
 from fedlight.workers import OneWorker, WorkerError, assign, pack, spawn_workers, unpack
 

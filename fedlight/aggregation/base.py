@@ -18,17 +18,13 @@ keeps the global model and says why.
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar, NamedTuple
 
 import torch
 from torch import Tensor
 
-from fedlight.config import require
+from fedlight.errors import require
 from fedlight.tensors import StateDict
-
-if TYPE_CHECKING:
-    from fedlight.algorithms.base import Algorithm, ClientUpload
-    from fedlight.context import RoundContext
 
 WEIGHTINGS = ("samples", "uniform")
 
@@ -47,6 +43,23 @@ class Part:
 
     weighting: str  # the method's own: "samples" or "uniform"
     configurable: bool  # through the configured aggregator; else the method's fixed plain mean
+
+
+class Contributor(NamedTuple):
+    """Who sent an upload, and the numbers its weights come from."""
+
+    client: int
+    num_samples: int
+    num_steps: int
+
+
+@dataclass(frozen=True)
+class Contribution:
+    """One decoded upload as the server aggregates it: its sender and each part's tensors (the
+    algorithm's `split`, done by the caller: aggregation knows parts, not algorithms)."""
+
+    contributor: Contributor
+    parts: Mapping[str, StateDict]
 
 
 class RoundRefused(Exception):  # noqa: N818 - a refusal, not an error: the run goes on
@@ -208,64 +221,63 @@ class RoundAggregation:
 
     def __init__(
         self,
-        algorithm: "Algorithm",
+        parts: Mapping[str, Part],
         aggregator: Aggregator,
         fixed_rule: Aggregator,
         sample_counts: Sequence[int],
     ) -> None:
-        self.algorithm = algorithm
         self.weightings: dict[str, str] = {}
         self.accumulators: dict[str, Accumulator] = {}
-        for name, part in algorithm.parts.items():
+        for name, part in parts.items():
             rule = aggregator if part.configurable else fixed_rule
             weighting = aggregator.weighting_of(part) if part.configurable else part.weighting
             total = sum(client_weight(weighting, n) for n in sample_counts)
             self.weightings[name] = weighting
             self.accumulators[name] = rule.accumulator(total, len(sample_counts))
-        self.contributors: list[tuple[int, int, int]] = []  # (client, samples, steps) in order
+        self.contributors: list[Contributor] = []  # of the accepted uploads, in order
         self.rejected: list[int] = []  # clients whose update was not finite, in order
         self.late: list[int] = []  # clients whose update missed the round's deadline, in order
 
     @property
-    def public_contributors(self) -> Sequence[tuple[int, int, int]]:
+    def public_contributors(self) -> Sequence[Contributor]:
         """The (client, samples, steps) the server update may depend on: the realized
         contributors, unless a private aggregation must hide them (DP-FedAvg's stand-ins)."""
         return self.contributors
 
-    def add(self, ctx: "RoundContext", upload: "ClientUpload") -> bool:
-        """The server's view of one decoded upload, added to every part; an upload with a NaN or
-        Inf entry is rejected instead (False), all its parts with it."""
-        parts = self.algorithm.split(ctx, upload)
-        if not all_finite(parts):
-            self.reject(upload)
+    def add(self, contribution: Contribution) -> bool:
+        """One decoded upload's parts, each added to its accumulator; an upload with a NaN or Inf
+        entry is rejected instead (False), all its parts with it."""
+        if not all_finite(contribution.parts):
+            self.reject(contribution.contributor)
             return False
-        self.contributors.append((upload.client_id, upload.num_samples, upload.num_steps))
-        self.accumulate(upload, parts)
+        self.contributors.append(contribution.contributor)
+        self.accumulate(contribution)
         return True
 
-    def accumulate(self, upload: "ClientUpload", parts: Mapping[str, StateDict]) -> None:
-        """Adds an accepted upload's `parts` to their accumulators, each with the client's weight
+    def accumulate(self, contribution: Contribution) -> None:
+        """Adds an accepted upload's parts to their accumulators, each with the client's weight
         for that part (a mechanism that scales uploads, DP-FedAvg's clip, overrides this)."""
-        for name, update in parts.items():
-            weight = client_weight(self.weightings[name], upload.num_samples)
+        samples = contribution.contributor.num_samples
+        for name, update in contribution.parts.items():
+            weight = client_weight(self.weightings[name], samples)
             if weight > 0:
                 self.accumulators[name].add(update, weight)
 
-    def reject(self, upload: "ClientUpload") -> None:
+    def reject(self, contributor: Contributor) -> None:
         """An upload with non-finite entries: counted, and left out."""
-        self.rejected.append(upload.client_id)
-        self.leave_out(upload)
+        self.rejected.append(contributor.client)
+        self.leave_out(contributor)
 
-    def drop_late(self, upload: "ClientUpload") -> None:
+    def drop_late(self, contributor: Contributor) -> None:
         """An upload that missed the round's deadline (`system.deadline`): counted, left out."""
-        self.late.append(upload.client_id)
-        self.leave_out(upload)
+        self.late.append(contributor.client)
+        self.leave_out(contributor)
 
-    def leave_out(self, upload: "ClientUpload") -> None:
+    def leave_out(self, contributor: Contributor) -> None:
         """A participant counted in the weights' total whose upload is not added: means
         renormalize over the others."""
         for name, accumulator in self.accumulators.items():
-            weight = client_weight(self.weightings[name], upload.num_samples)
+            weight = client_weight(self.weightings[name], contributor.num_samples)
             if weight > 0:
                 accumulator.reject(weight)
 
@@ -280,23 +292,23 @@ class RoundAggregation:
     def combine(
         self,
         partials: Sequence[dict[str, StateDict | None]],
-        uploads: Sequence["ClientUpload"],
+        contributors: Sequence[Contributor],
         rejected: Sequence[bool],
         late: Sequence[bool],
     ) -> None:
         """Every worker's `partials` (rank order) summed into fresh accumulators, and the
-        round's contributors as `uploads` (participant order) list them, less those `rejected`
-        (by the worker that aggregated them) or `late`."""
+        round's `contributors` (participant order), less those `rejected` (by the worker that
+        aggregated them) or `late`."""
         for name, accumulator in self.accumulators.items():
             accumulator.merge([partial[name] for partial in partials])
         self.contributors, self.rejected, self.late = [], [], []
-        for upload, was_rejected, was_late in zip(uploads, rejected, late, strict=True):
+        for contributor, was_rejected, was_late in zip(contributors, rejected, late, strict=True):
             if was_rejected:
-                self.reject(upload)
+                self.reject(contributor)
             elif was_late:
-                self.drop_late(upload)
+                self.drop_late(contributor)
             else:
-                self.contributors.append((upload.client_id, upload.num_samples, upload.num_steps))
+                self.contributors.append(contributor)
 
 
 def all_finite(parts: Mapping[str, StateDict]) -> bool:

@@ -7,7 +7,7 @@ import torch
 from torch import Tensor
 
 from fedlight.aggregation.base import RobustAggregator
-from fedlight.config import require
+from fedlight.errors import require
 
 
 @dataclass

@@ -7,7 +7,7 @@ import torch
 
 from fedlight.aggregation.base import Accumulator, Aggregator
 from fedlight.aggregation.mean import RunningMean
-from fedlight.config import require
+from fedlight.errors import require
 from fedlight.tensors import StateDict
 
 

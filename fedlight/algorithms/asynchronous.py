@@ -18,8 +18,8 @@ from typing import ClassVar
 from fedlight.algorithms.base import ClientUpload, ServerState
 from fedlight.algorithms.fedavg import FedAvg
 from fedlight.algorithms.staleness import Staleness
-from fedlight.config import require
 from fedlight.context import RoundContext
+from fedlight.errors import require
 from fedlight.tensors import StateDict
 
 

@@ -16,11 +16,12 @@ accuracy is its personal model's (the global model for a client that never train
 
 from dataclasses import dataclass
 
-from fedlight.algorithms.base import LocalCallback, LocalResult, OwnModel
+from fedlight.algorithms.base import OwnModel
 from fedlight.algorithms.fedavg import FedAvg
 from fedlight.algorithms.fedprox import ProximalTerm
-from fedlight.config import require
 from fedlight.context import RoundContext
+from fedlight.engines.base import LocalCallback, LocalResult
+from fedlight.errors import require
 from fedlight.tensors import StateDict, detached_copy
 
 

@@ -16,9 +16,10 @@ import torch
 
 from fedlight.aggregation.base import Aggregator, Part
 from fedlight.aggregation.mean import Mean
-from fedlight.algorithms.base import Algorithm, ClientUpload, LocalResult, ServerState
-from fedlight.config import require
+from fedlight.algorithms.base import Algorithm, ClientUpload, ServerState
 from fedlight.context import Federation, RoundContext
+from fedlight.engines.base import LocalResult
+from fedlight.errors import require
 from fedlight.server_opt.base import ServerOptimizer
 from fedlight.server_opt.sgd import SGD
 from fedlight.tensors import StateDict, subtract

@@ -13,8 +13,8 @@ from dataclasses import dataclass, replace
 
 from fedlight.algorithms.asynchronous import Arrival, AsynchronousFedAvg
 from fedlight.algorithms.base import ServerState
-from fedlight.config import require
 from fedlight.context import RoundContext
+from fedlight.errors import require
 
 
 @dataclass
@@ -36,7 +36,7 @@ class FedBuff(AsynchronousFedAvg):
                 name: t * weight if t.is_floating_point() else t
                 for name, t in arrival.upload.tensors.items()
             }
-            aggregation.add(ctx, replace(arrival.upload, tensors=tensors))
+            aggregation.add(self.contribution(ctx, replace(arrival.upload, tensors=tensors)))
         if not aggregation.contributors:  # every update was rejected: the model is kept
             return server
         return self.server_update(ctx, server, aggregation.results(), aggregation.contributors)

@@ -29,10 +29,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from fedlight.aggregation.base import client_weight
-from fedlight.algorithms.base import ClientUpload, LocalResult, ServerState
+from fedlight.algorithms.base import ClientUpload, ServerState
 from fedlight.algorithms.fedavg import BUFFERS, UPDATE, FedAvg
-from fedlight.config import require
 from fedlight.context import RoundContext
+from fedlight.engines.base import LocalResult
+from fedlight.errors import require
 from fedlight.tensors import StateDict, subtract
 
 

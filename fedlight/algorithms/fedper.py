@@ -13,10 +13,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from fedlight.algorithms.base import ClientUpload, LocalResult, ServerState
+from fedlight.algorithms.base import ClientUpload, ServerState
 from fedlight.algorithms.fedavg import FedAvg
-from fedlight.config import ConfigError
 from fedlight.context import Federation, RoundContext
+from fedlight.engines.base import LocalResult
+from fedlight.errors import ConfigError
 from fedlight.tensors import StateDict, detached_copy, subtract
 
 

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 import torch
 
 from fedlight.aggregation.base import WEIGHTINGS, Part
-from fedlight.algorithms.base import LocalCallback
 from fedlight.algorithms.fedavg import BUFFERS, UPDATE, FedAvg
-from fedlight.config import require
 from fedlight.context import RoundContext
+from fedlight.engines.base import LocalCallback
+from fedlight.errors import require
 from fedlight.tensors import StateDict
 from fedlight.variants import VariantTable, fill_from_variant
 

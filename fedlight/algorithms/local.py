@@ -11,8 +11,9 @@ that has not trained yet counts with the initial model), and `test_accuracy_std`
 from dataclasses import dataclass
 from typing import ClassVar
 
-from fedlight.algorithms.base import Algorithm, ClientUpload, LocalResult, OwnModel, ServerState
+from fedlight.algorithms.base import Algorithm, ClientUpload, OwnModel, ServerState
 from fedlight.context import RoundContext
+from fedlight.engines.base import LocalResult
 from fedlight.tensors import StateDict, detached_copy
 
 

@@ -63,12 +63,13 @@ import torch
 from torch import Tensor
 
 from fedlight.aggregation.base import WEIGHTINGS, Part
-from fedlight.algorithms.base import ClientUpload, LocalCallback, LocalResult, ServerState
+from fedlight.algorithms.base import ClientUpload, ServerState
 from fedlight.algorithms.fedavg import BUFFERS, FedAvg
 from fedlight.algorithms.fednova import momentum_step_norm
-from fedlight.config import require
 from fedlight.context import Federation, RoundContext
+from fedlight.engines.base import LocalCallback, LocalResult
 from fedlight.engines.sequential import training_loss
+from fedlight.errors import require
 from fedlight.tensors import StateDict
 from fedlight.variants import VariantTable, fill_from_variant
 

@@ -14,8 +14,8 @@ import torch
 from torch import Tensor
 
 from fedlight.attacks.base import Attack
-from fedlight.config import require
 from fedlight.context import RoundContext
+from fedlight.errors import require
 
 
 def paper_z(participants: int, malicious: int) -> float:

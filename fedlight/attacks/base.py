@@ -26,19 +26,22 @@ import torch
 from torch import Tensor
 
 from fedlight.aggregation.base import flatten, unflatten
-from fedlight.config import require
+from fedlight.errors import require
+from fedlight.pipeline.stage import ClientStep, UploadStage
 from fedlight.rng import Stream, numpy_generator
 from fedlight.tensors import StateDict
 
 if TYPE_CHECKING:
-    from fedlight.algorithms.base import ClientUpload
-    from fedlight.context import RoundContext
+    from fedlight.algorithms.base import Algorithm, ClientUpload
+    from fedlight.context import Federation, RoundContext
 
 
 @dataclass
-class Attack:
-    """`attack.fraction` of the N clients (or exactly `attack.count`) are malicious."""
+class Attack(UploadStage):
+    """`attack.fraction` of the N clients (or exactly `attack.count`) are malicious; as an
+    upload stage it corrupts their uploads (`client_side`) or forges them (`gathered`)."""
 
+    name = "attack"
     fraction: float = 0.0
     count: int | None = None
 
@@ -80,6 +83,33 @@ class Attack:
         """The update every malicious participant sends, from the round's benign updates as the
         rows of `benign` [b, d] and the number of malicious participants (after the gather)."""
         raise NotImplementedError(f"{type(self).__name__} does not act after the gather")
+
+    def holds_uploads(self, federation: "Federation") -> bool:
+        return self.after_gather and bool(federation.malicious)
+
+    def asynchronous_refusal(self) -> str | None:
+        if not (self.after_gather and (self.count or self.fraction)):
+            return None
+        return (
+            "it forges from a round's benign updates, which an asynchronous server never holds "
+            "together; use a client-side attack (sign_flip, gaussian, scaled, label_flip)"
+        )
+
+    def client_side(
+        self, step: ClientStep, upload: "ClientUpload", state: StateDict | None
+    ) -> tuple["ClientUpload", StateDict | None]:
+        if step.client not in step.ctx.federation.malicious:
+            return upload, state
+        keys = step.algorithm.model_update_keys(step.ctx, upload.tensors)
+        return self.corrupt_upload(step.ctx, upload, keys), state
+
+    def gathered(
+        self, ctx: "RoundContext", uploads: Iterable["ClientUpload"], algorithm: "Algorithm"
+    ) -> Iterable["ClientUpload"]:
+        def keys_of(upload: "ClientUpload") -> list[str]:
+            return algorithm.model_update_keys(ctx, upload.tensors)
+
+        return self.forge_uploads(ctx, uploads, ctx.federation.malicious, keys_of)
 
     def corrupt_upload(
         self, ctx: "RoundContext", upload: "ClientUpload", keys: Sequence[str]

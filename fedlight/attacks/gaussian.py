@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import torch
 
 from fedlight.attacks.base import Attack
-from fedlight.config import require
 from fedlight.context import RoundContext
+from fedlight.errors import require
 from fedlight.rng import Stream
 from fedlight.tensors import StateDict
 

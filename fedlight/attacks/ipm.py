@@ -11,8 +11,8 @@ from typing import ClassVar
 from torch import Tensor
 
 from fedlight.attacks.base import Attack
-from fedlight.config import require
 from fedlight.context import RoundContext
+from fedlight.errors import require
 
 
 @dataclass

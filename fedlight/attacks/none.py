@@ -3,7 +3,7 @@
 from dataclasses import dataclass
 
 from fedlight.attacks.base import Attack
-from fedlight.config import require
+from fedlight.errors import require
 
 
 @dataclass

@@ -7,8 +7,8 @@ update norms.
 from dataclasses import dataclass
 
 from fedlight.attacks.base import Attack
-from fedlight.config import require
 from fedlight.context import RoundContext
+from fedlight.errors import require
 from fedlight.tensors import StateDict
 
 

@@ -26,7 +26,7 @@ from torch import Tensor
 
 from fedlight.compression.packing import shape_tensor
 from fedlight.compression.quantizer import Quantizer
-from fedlight.config import require
+from fedlight.errors import require
 
 PARTS = ("q", "scale", "zero", "shape")
 LEVELS = 255

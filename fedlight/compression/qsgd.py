@@ -34,7 +34,7 @@ from fedlight.compression.packing import (
     unpack_bits,
 )
 from fedlight.compression.quantizer import Quantizer
-from fedlight.config import require
+from fedlight.errors import require
 
 PARTS = ("norm", "signs", "levels", "shape")
 

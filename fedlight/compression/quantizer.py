@@ -1,13 +1,12 @@
-"""What the per-tensor quantizers (`qsgd`, `int8`) share: each float32 tensor becomes named
-payload parts and back, with optional error feedback and the round's squared error reported.
+"""What the per-tensor quantizers (`qsgd`, `int8`) share: each float32 tensor becomes named payload
+parts and back, with optional error feedback and the round's squared error reported.
 
 A subclass writes `quantize` (the parts of one tensor, drawing any randomness from the message's
-generator: stream WIRE, the round, the client) and `dequantize` (the same arithmetic on both
-sides, so the sender's residual e ← v − dequantize(quantize(v)) is exactly what the receiver
-lost). Every part but the coded values is metadata (`metadata_parts`: norms, scales, zero points,
-shapes), which later transforms of the chain pass bit for bit (`fedlight.wire.base.Payload`).
-Other dtypes, and metadata from before in the chain, travel unchanged under their own names.
-"""
+generator: stream WIRE, the round, the client) and `dequantize` (the same arithmetic on both sides,
+so error feedback's residual, `LossyTransform`, is exactly what the receiver lost). Every part but
+the coded values is metadata (`metadata_parts`: norms, scales, zero points, shapes), which later
+transforms of the chain pass bit for bit (`fedlight.wire.base.Payload`). Other dtypes, and metadata
+from before in the chain, travel unchanged under their own names."""
 
 from abc import abstractmethod
 from typing import ClassVar
@@ -19,19 +18,13 @@ from fedlight.compression.packing import add_parts, decode_parts, put
 from fedlight.context import RoundContext
 from fedlight.rng import Stream
 from fedlight.tensors import StateDict
-from fedlight.wire.base import Payload, WireTransform
+from fedlight.wire.base import LossyTransform, Payload
 
 
-class Quantizer(WireTransform):
-    error_feedback: bool  # a dataclass field of each subclass
-
+class Quantizer(LossyTransform):
     parts: ClassVar[tuple[str, ...]]  # the payload parts of one tensor, "<name>.<part>"
     metadata_parts: ClassVar[tuple[str, ...]]  # those of them that are not coded values
     metric: ClassVar[str]  # the round's summed squared quantization error, in the metrics channel
-
-    @property
-    def sender_state(self) -> bool:  # type: ignore[override]
-        return self.error_feedback
 
     @abstractmethod
     def quantize(self, t: Tensor, generator: torch.Generator) -> dict[str, Tensor]:
@@ -41,29 +34,22 @@ class Quantizer(WireTransform):
     def dequantize(self, parts: dict[str, Tensor]) -> Tensor:
         """The float32 tensor the parts stand for."""
 
-    def encode(
-        self, ctx: RoundContext, client: int, tensors: Payload, state: StateDict | None
-    ) -> tuple[Payload, StateDict | None]:
+    def encode_values(self, ctx: RoundContext, client: int, tensors: Payload) -> Payload:
         generator = ctx.torch_generator(Stream.WIRE, client)
         payload: StateDict = {}
         metadata = set(tensors.metadata)
-        residuals: StateDict = {}
         squared_error = 0.0
         for name, t in tensors.items():
-            if t.dtype != torch.float32 or name in tensors.metadata:
+            if not self.compresses(name, t, tensors):
                 put(payload, name, t)
                 continue
-            if self.error_feedback and state is not None and name in state:
-                t = t + state[name]
             parts = self.quantize(t, generator)
             add_parts(payload, name, parts)
             metadata.update(f"{name}.{part}" for part in self.metadata_parts)
             residual = t - self.dequantize(parts)
             squared_error += float(residual.double().square().sum())
-            if self.error_feedback:
-                residuals[name] = residual
         ctx.metrics.add(self.metric, squared_error)
-        return Payload(payload, metadata), residuals if self.error_feedback else None
+        return Payload(payload, metadata)
 
     def decode(
         self, ctx: RoundContext, client: int, payload: StateDict, state: StateDict | None

@@ -14,15 +14,15 @@ import torch
 from torch import Tensor
 
 from fedlight.compression.topk import SHAPE, VALUES
-from fedlight.config import require
 from fedlight.context import RoundContext
+from fedlight.errors import require
 from fedlight.rng import Stream
 from fedlight.tensors import StateDict
-from fedlight.wire.base import Payload, WireTransform
+from fedlight.wire.base import LossyTransform, Payload
 
 
 @dataclass
-class RandK(WireTransform):
+class RandK(LossyTransform):
     ratio: float = 0.1  # share of entries sent
     error_feedback: bool = False
 
@@ -32,39 +32,26 @@ class RandK(WireTransform):
             f"compression.ratio={self.ratio} must be in (0, 1] (the share of entries sent)",
         )
 
-    @property
-    def sender_state(self) -> bool:  # type: ignore[override]
-        return self.error_feedback
-
     def positions(self, generator: torch.Generator, size: int, device: torch.device) -> Tensor:
         """k sorted positions of 0 … size − 1, drawn without replacement."""
         k = math.ceil(self.ratio * size)
         return torch.randperm(size, generator=generator)[:k].sort().values.to(device)
 
-    def encode(
-        self, ctx: RoundContext, client: int, tensors: Payload, state: StateDict | None
-    ) -> tuple[Payload, StateDict | None]:
+    def encode_values(self, ctx: RoundContext, client: int, tensors: Payload) -> Payload:
         generator = ctx.torch_generator(Stream.WIRE, client)
         payload: StateDict = {}
         metadata = set(tensors.metadata)
-        residuals: StateDict = {}
         for name, t in tensors.items():
-            if t.dtype != torch.float32 or name in tensors.metadata:
+            if not self.compresses(name, t, tensors):
                 payload[name] = t
                 continue
-            if self.error_feedback and state and name in state:
-                t = t + state[name]
             flat = t.reshape(-1)
             chosen = self.positions(generator, flat.numel(), flat.device)
             scale = flat.numel() / chosen.numel()
             payload[name + VALUES] = flat[chosen] * scale
             payload[name + SHAPE] = torch.tensor(list(t.shape), dtype=torch.int32)
             metadata.add(name + SHAPE)
-            if self.error_feedback:
-                residual = flat.clone()
-                residual[chosen] -= payload[name + VALUES]
-                residuals[name] = residual.view(t.shape)
-        return Payload(payload, metadata), residuals if self.error_feedback else None
+        return Payload(payload, metadata)
 
     def decode(
         self, ctx: RoundContext, client: int, payload: StateDict, state: StateDict | None

@@ -20,10 +20,10 @@ import torch
 from torch import Tensor
 
 from fedlight.compression.packing import pack_bits, unpack_bits
-from fedlight.config import require
 from fedlight.context import RoundContext
+from fedlight.errors import require
 from fedlight.tensors import StateDict
-from fedlight.wire.base import Payload, WireTransform
+from fedlight.wire.base import LossyTransform, Payload
 
 SCOPES = ("tensor", "update")
 VALUES, INDICES, BITMAP, SHAPE = ".values", ".indices", ".bitmap", ".shape"
@@ -72,7 +72,7 @@ def sparse_names(payload: StateDict) -> list[str]:
 
 
 @dataclass
-class TopK(WireTransform):
+class TopK(LossyTransform):
     ratio: float = 0.1  # share of entries kept
     scope: str = "tensor"  # tensor | update: k per tensor, or over the whole update
     error_feedback: bool = True
@@ -88,35 +88,19 @@ class TopK(WireTransform):
             "(k over the whole update)",
         )
 
-    @property
-    def sender_state(self) -> bool:  # type: ignore[override]
-        return self.error_feedback
-
-    def encode(
-        self, ctx: RoundContext, client: int, tensors: Payload, state: StateDict | None
-    ) -> tuple[Payload, StateDict | None]:
-        corrected = {
-            name: t + state[name] if self.error_feedback and state and name in state else t
-            for name, t in tensors.items()
-            if t.dtype == torch.float32 and name not in tensors.metadata
-        }
-        chosen = self.choose({name: t.reshape(-1) for name, t in corrected.items()})
+    def encode_values(self, ctx: RoundContext, client: int, tensors: Payload) -> Payload:
+        values = {name: t for name, t in tensors.items() if self.compresses(name, t, tensors)}
+        chosen = self.choose({name: t.reshape(-1) for name, t in values.items()})
         payload: StateDict = {}
         metadata = set(tensors.metadata)
-        residuals: StateDict = {}
         for name, t in tensors.items():
-            if name not in corrected:
+            if name not in values:
                 payload[name] = t
                 continue
-            flat = corrected[name].reshape(-1)
-            sparse = encode_sparse(name, flat, chosen[name], t.shape)
+            sparse = encode_sparse(name, t.reshape(-1), chosen[name], t.shape)
             payload |= sparse
             metadata |= sparse.keys() - {name + VALUES}
-            if self.error_feedback:
-                residual = flat.clone()
-                residual[chosen[name]] = 0
-                residuals[name] = residual.view(t.shape)
-        return Payload(payload, metadata), residuals if self.error_feedback else None
+        return Payload(payload, metadata)
 
     def choose(self, flats: StateDict) -> dict[str, Tensor]:
         """The sorted positions each tensor keeps: its own top k, or its part of the update's."""

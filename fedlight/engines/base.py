@@ -10,18 +10,117 @@ example order comes from its own generator (seed, LOCAL_TRAINING, round, client)
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, TypeVar
 
 import pytorch_lightning as pl
 import torch
 from torch import Tensor
 
-from fedlight.algorithms.base import LocalCallback, LocalResult
-from fedlight.config import ConfigError, RunSettings
+from fedlight.config import RunSettings
 from fedlight.data.base import TensorDataset
+from fedlight.errors import ConfigError
 from fedlight.rng import Stream, derive_seed
 from fedlight.tensors import StateDict
+
+
+@dataclass
+class LocalResult:
+    """What local training produced on one client, before the algorithm decides what to send.
+
+    `weights` share storage with the engine (the sequential engine's one client module): valid
+    until the next client's result is asked for, so an algorithm that keeps them must copy them.
+    """
+
+    client_id: int
+    weights: StateDict
+    num_samples: int
+    num_steps: int
+    lr: float  # the local learning rate of this round (first parameter group)
+    train_loss: float
+    examples: int = 0  # examples trained on, over all steps (the work on a system's clock)
+    # what the algorithm's callbacks measured during training (`LocalCallback.measured`)
+    measured: StateDict = field(default_factory=dict)
+
+
+class LocalCallback:
+    """Lightning-style hooks an algorithm adds to a client's local training.
+
+    The sequential engine calls them right before the client module's hook of the same name (the
+    order of a Lightning Trainer: callbacks, then the module), on the client being trained only.
+    A callback whose whole effect is a gradient correction implements `correct_gradients` (and
+    `stack`) only: the default `on_after_backward` applies it to the module's gradients, and the
+    vectorized engine, which has no module per client, calls it on the `stack`ed callbacks of
+    all clients. The math is written once.
+    """
+
+    def on_train_start(
+        self, module: pl.LightningModule, batches: Iterable[tuple[Tensor, Tensor]]
+    ) -> None:
+        """Called before the first local step, at the start weights, with the client's examples
+        in batches (in order, without augmentation), for a callback that measures something
+        there (SCAFFOLD's option I gradient). The sequential engine only."""
+
+    def measured(self) -> StateDict:
+        """Tensors measured during local training, handed to the algorithm's upload in
+        `LocalResult.measured`."""
+        return {}
+
+    def on_before_backward(self, module: pl.LightningModule, loss: Tensor) -> None:
+        """Called with the loss of a local step before backpropagation."""
+
+    fills_missing_gradients: ClassVar[bool] = False  # correct parameters without a gradient too
+
+    def on_after_backward(self, module: pl.LightningModule) -> None:
+        """Called once gradients exist and before the optimizer sees them: `correct_gradients`
+        applied to the trainable parameters that have a gradient (and, with
+        `fills_missing_gradients`, to the others as a zero gradient); nothing for a callback
+        without `correct_gradients`."""
+        if type(self).correct_gradients is LocalCallback.correct_gradients:
+            return
+        params = {
+            name: param
+            for name, param in module.named_parameters()
+            if param.requires_grad and (param.grad is not None or self.fills_missing_gradients)
+        }
+        with torch.no_grad():
+            values = {name: param.detach() for name, param in params.items()}
+            grads = {
+                name: torch.zeros_like(param) if param.grad is None else param.grad
+                for name, param in params.items()
+            }
+            for name, corrected in self.correct_gradients(values, grads).items():
+                param = params[name]
+                if param.grad is None:
+                    param.grad = corrected
+                elif corrected is not param.grad:
+                    param.grad.copy_(corrected)
+
+    def on_before_optimizer_step(
+        self, module: pl.LightningModule, optimizer: torch.optim.Optimizer
+    ) -> None:
+        """Called right before each optimizer step."""
+
+    def on_train_batch_end(self, module: pl.LightningModule) -> None:
+        """Called after each local step's optimizer step (sequential engine only: a callback
+        that acts here has no `correct_gradients`, so the vectorized engine refuses it)."""
+
+    def correct_gradients(self, params: StateDict, grads: StateDict) -> StateDict:
+        """The corrected gradients `grads` of the trainable parameters `params`, name → tensor
+        (a new dict; tensors may be new or updated in place). Called on a `stack`ed callback,
+        every tensor has a leading client dimension. Override it (and `stack`) only if it is the
+        callback's whole effect; a callback without it trains on the sequential engine only."""
+        raise NotImplementedError
+
+    @classmethod
+    def stack(cls: type["CallbackT"], callbacks: Sequence["CallbackT"]) -> "CallbackT":
+        """One callback acting as `callbacks` (one per client, of this class) on tensors stacked
+        along a new leading client dimension, in their order: the vectorized engine corrects all
+        clients' gradients in one call."""
+        raise NotImplementedError
+
+
+CallbackT = TypeVar("CallbackT", bound=LocalCallback)
 
 
 @dataclass

@@ -13,9 +13,15 @@ from collections.abc import Iterable, Iterator, Sequence
 import torch
 from torch import Tensor
 
-from fedlight.algorithms.base import LocalCallback, LocalResult
-from fedlight.config import ConfigError
-from fedlight.engines.base import Engine, LocalTask, batch_indices, first_optimizer
+from fedlight.engines.base import (
+    Engine,
+    LocalCallback,
+    LocalResult,
+    LocalTask,
+    batch_indices,
+    first_optimizer,
+)
+from fedlight.errors import ConfigError
 
 
 def training_loss(output: Tensor | dict[str, Tensor] | None) -> Tensor:

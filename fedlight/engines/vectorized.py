@@ -39,16 +39,18 @@ from torch.nn import functional as F  # noqa: N812
 from torch.nn.modules.dropout import _DropoutNd
 from torch.nn.utils.rnn import pad_sequence
 
-from fedlight.algorithms.base import LocalCallback, LocalResult
-from fedlight.config import ConfigError, RunSettings
+from fedlight.config import RunSettings
 from fedlight.data.base import TensorDataset
 from fedlight.engines.base import (
     Engine,
+    LocalCallback,
+    LocalResult,
     LocalTask,
     batch_indices,
     first_optimizer,
     num_local_steps,
 )
+from fedlight.errors import ConfigError
 from fedlight.models.classifier import Classifier
 from fedlight.rng import Stream
 from fedlight.tensors import StateDict

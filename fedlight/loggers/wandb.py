@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from fedlight.config import require
+from fedlight.errors import require
 from fedlight.loggers.base import MetricsRow, RunInfo
 
 MODES = ("auto", "online", "offline", "disabled")  # logger.wandb.mode

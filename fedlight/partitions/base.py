@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedlight.config import require
+from fedlight.errors import require
 from fedlight.rng import Stream, numpy_generator
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedlight.config import require
+from fedlight.errors import require
 from fedlight.partitions.base import Partition
 
 

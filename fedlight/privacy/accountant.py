@@ -40,7 +40,7 @@ from opacus.accountants.analysis.prv import (
     discretize,
 )
 
-from fedlight.config import require
+from fedlight.errors import require
 
 ORDERS = (*RDPAccountant.DEFAULT_ALPHAS, *range(64, 257))
 CALIBRATION_TOLERANCE = 0.005  # calibrated ε lies within this of the target, below it

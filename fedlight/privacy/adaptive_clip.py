@@ -19,9 +19,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from fedlight.algorithms.base import Algorithm, ClientUpload
-from fedlight.config import RunSettings, require
-from fedlight.context import Federation, RoundContext
-from fedlight.privacy.base import Trained, as_state, clipped, scalar
+from fedlight.config import RunSettings
+from fedlight.context import RoundContext
+from fedlight.errors import require
+from fedlight.pipeline.stage import Delivered, StageSetup
+from fedlight.privacy.base import as_state, clipped, scalar
 from fedlight.privacy.dp_fedavg import DPFedAvg
 from fedlight.rng import Stream
 from fedlight.selection.base import Selection
@@ -75,10 +77,9 @@ class AdaptiveClip(DPFedAvg):
             "privacy.count_noise (null: max(E/20, z)), or use privacy=dp_fedavg",
         )
 
-    def init_state(
-        self, settings: RunSettings, federation: Federation, client_sizes: Sequence[int]
-    ) -> StateDict:
-        state = super().init_state(settings, federation, client_sizes)
+    def initial_state(self, setup: StageSetup) -> StateDict:
+        settings = setup.settings
+        state = super().initial_state(setup)
         noise = scalar(state, "noise_multiplier")
         return state | as_state(count_noise=self.planned_count_noise(settings, noise))
 
@@ -103,7 +104,7 @@ class AdaptiveClip(DPFedAvg):
         return replace(upload, tensors=tensors), {UNCLIPPED: float(factor == 1.0)}
 
     def finish_round(
-        self, ctx: RoundContext, state: StateDict, trained: Sequence[Trained]
+        self, ctx: RoundContext, state: StateDict, trained: Sequence[Delivered]
     ) -> StateDict:
         state = super().finish_round(ctx, state, trained)
         expected = scalar(state, "expected")

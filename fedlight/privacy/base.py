@@ -1,23 +1,23 @@
 """The `privacy` config group: differential privacy as stages of the round.
 
-A mechanism acts at up to four points of a round, each a hook of `Privacy` that does nothing by
-default (`privacy=none`):
+A mechanism is an upload stage (`fedlight.pipeline.stage`) named "privacy" that also may
+replace the engine of local training. It acts at up to four points of a round, each a hook that
+does nothing by default (`privacy=none`):
 - `engine`: local training itself (DP-SGD's per-example clipping and noise);
-- `clip_upload`: the client side, after the algorithm's upload (and an attack) and before the
+- `clip_upload` (its `client_side`): after the algorithm's upload (and an attack) and before the
   wire, so compression acts on the clipped update (user-level DP-FedAvg's clipping);
 - `start_aggregation`: the server side, how the decoded uploads are combined (a clipped, noised
   sum over the expected number of participants);
 - `finish_round`: after the server update, the mechanism's own state (an adaptive clip norm, the
   steps each client took) and the privacy spent, `epsilon`, reported to the metrics channel.
 
-Its state lives in the server extras under "privacy/" (checkpointed, the same on every worker, so
-a resumed run continues bit-exactly with its accountant), and its noise comes from the derived
-generators of stream PRIVACY. ε always comes from the accountant library (`accountant.py`).
+Its state is the stage's server state (checkpointed, the same on every worker, so a resumed run
+continues bit-exactly with its accountant), and its noise comes from the derived generators of
+stream PRIVACY. ε always comes from the accountant library (`accountant.py`).
 `budget_refusal` is asked before every round: a run with `privacy.target_epsilon` stops with a
 message, its checkpoint intact, instead of running a round that would exceed the budget.
 """
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -25,31 +25,22 @@ import pytorch_lightning as pl
 import torch
 from torch import Tensor
 
-from fedlight.aggregation.base import RoundAggregation
 from fedlight.algorithms.base import Algorithm, ClientUpload
-from fedlight.config import RunSettings, require
-from fedlight.context import Federation, RoundContext
+from fedlight.config import RunSettings
+from fedlight.context import RoundContext
 from fedlight.data.base import TensorDataset
 from fedlight.engines.base import Engine
+from fedlight.errors import require
+from fedlight.pipeline.stage import ClientStep, UploadStage
 from fedlight.privacy.accountant import ACCOUNTANTS
 from fedlight.selection.base import Selection
 from fedlight.tensors import StateDict
 
-STATE_PREFIX = "privacy/"
 
-
-@dataclass(frozen=True)
-class Trained:
-    """What the server learns of one participant that trained this round."""
-
-    client: int
-    num_steps: int
-    reports: dict[str, float]  # the numbers its `clip_upload` sent besides the upload
-    accepted: bool  # False: its upload had NaN/Inf entries and was left out of the aggregates
-
-
-class Privacy:
+class Privacy(UploadStage):
     """No privacy mechanism: every hook leaves the round as it is."""
+
+    name = "privacy"
 
     @property
     def option(self) -> str:
@@ -67,12 +58,6 @@ class Privacy:
         refusal that the settings decide belongs here, not in `init_state`); `choices` maps each
         config group to its option."""
         return None
-
-    def init_state(
-        self, settings: RunSettings, federation: Federation, client_sizes: Sequence[int]
-    ) -> StateDict:
-        """The mechanism's server state before round 1 (e.g. a calibrated noise multiplier)."""
-        return {}
 
     def describe(self, state: StateDict) -> str | None:
         """One line stating the guarantee being run (printed at the start), or None."""
@@ -96,22 +81,12 @@ class Privacy:
         as 4 bytes up)."""
         return upload, {}
 
-    def start_aggregation(
-        self,
-        ctx: RoundContext,
-        state: StateDict,
-        algorithm: Algorithm,
-        sample_counts: Sequence[int],
-    ) -> RoundAggregation:
-        """The round's aggregation of the decoded uploads: the algorithm's own."""
-        return algorithm.start_aggregation(sample_counts)
-
-    def finish_round(
-        self, ctx: RoundContext, state: StateDict, trained: Sequence[Trained]
-    ) -> StateDict:
-        """The state after the round (`trained`: its participants, in order); reports the
-        privacy spent to `ctx.metrics`."""
-        return state
+    def client_side(
+        self, step: ClientStep, upload: ClientUpload, state: StateDict | None
+    ) -> tuple[ClientUpload, StateDict | None]:
+        server = step.broadcast[self.name]  # the round's clip norm
+        upload, reports = self.clip_upload(step.ctx, server, step.algorithm, upload)
+        return upload.reporting(self.name, reports), state
 
     def budget_refusal(self, state: StateDict, round_index: int) -> str | None:
         """Why round `round_index` must not run (it would exceed the budget); None: it may."""

@@ -30,16 +30,24 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from fedlight.aggregation.base import Accumulator, Aggregator, RoundAggregation
+from fedlight.aggregation.base import (
+    Accumulator,
+    Aggregator,
+    Contribution,
+    Contributor,
+    Part,
+    RoundAggregation,
+)
 from fedlight.aggregation.mean import RunningMean
 from fedlight.algorithms.base import Algorithm, ClientUpload
-from fedlight.config import RunSettings, require
-from fedlight.context import Federation, RoundContext
+from fedlight.config import RunSettings
+from fedlight.context import RoundContext
 from fedlight.engines.base import num_local_steps
+from fedlight.errors import require
+from fedlight.pipeline.stage import Delivered, StageSetup
 from fedlight.privacy.accountant import calibrate_noise, epsilon
 from fedlight.privacy.base import (
     GaussianMechanism,
-    Trained,
     as_state,
     clip_factor,
     clipped,
@@ -73,7 +81,7 @@ class PrivateAggregation(RoundAggregation):
 
     def __init__(
         self,
-        algorithm: Algorithm,
+        parts: Mapping[str, Part],
         sample_counts: Sequence[int],
         expected: float,
         clip: float,
@@ -82,25 +90,26 @@ class PrivateAggregation(RoundAggregation):
         public: tuple[int, int],
     ) -> None:
         rule = OverExpected(expected=expected)
-        super().__init__(algorithm, rule, rule, sample_counts)
+        super().__init__(parts, rule, rule, sample_counts)
         self.expected, self.clip, self.noise_std = expected, clip, noise_std
         self.generator = generator
         self.public = public
 
     @property
-    def public_contributors(self) -> list[tuple[int, int, int]]:
+    def public_contributors(self) -> list[Contributor]:
         """E participants of the public mean size and step count: what the means are over."""
         samples, steps = self.public
-        return [(PUBLIC_PARTICIPANT, samples, steps)] * round(self.expected)
+        return [Contributor(PUBLIC_PARTICIPANT, samples, steps)] * round(self.expected)
 
-    def accumulate(self, upload: ClientUpload, parts: Mapping[str, StateDict]) -> None:
+    def accumulate(self, contribution: Contribution) -> None:
         """Every part with weight 1, held jointly to norm ≤ C again."""
+        parts = contribution.parts
         joint = {f"{name}/{key}": t for name, part in parts.items() for key, t in part.items()}
         factor = clip_factor(float(update_norm(joint)), self.clip)
         for name, update in parts.items():
             self.accumulators[name].add(update, factor)
 
-    def leave_out(self, upload: ClientUpload) -> None:
+    def leave_out(self, contributor: Contributor) -> None:
         """Never renormalized for: the denominator is the expected count."""
 
     def results(self) -> Mapping[str, StateDict | None]:
@@ -153,6 +162,14 @@ class DPFedAvg(GaussianMechanism):
             "bypassed; leave aggregator=mean",
         )
 
+    def asynchronous_refusal(self) -> str | None:
+        return (
+            "its accountant composes synchronous rounds of Poisson-sampled clients, and an "
+            "asynchronous server updates from whoever arrives, for which no guarantee is derived "
+            "here; use privacy=dp_sgd (example-level, accounted per client's steps) or a "
+            "synchronous algorithm"
+        )
+
     def sampling_rate(self, settings: RunSettings) -> float:
         return settings.fl.clients_per_round / settings.fl.num_clients
 
@@ -174,9 +191,8 @@ class DPFedAvg(GaussianMechanism):
             self.accountant,
         )
 
-    def init_state(
-        self, settings: RunSettings, federation: Federation, client_sizes: Sequence[int]
-    ) -> StateDict:
+    def initial_state(self, setup: StageSetup) -> StateDict:
+        settings, client_sizes = setup.settings, setup.client_sizes
         # The dataset's size is public (the data set is), a client's is not: the stand-in
         # participant holds the mean and takes its steps.
         mean_size = round(sum(client_sizes) / max(len(client_sizes), 1))
@@ -230,7 +246,7 @@ class DPFedAvg(GaussianMechanism):
     ) -> RoundAggregation:
         clip = self.upload_clip(state, algorithm)
         return PrivateAggregation(
-            algorithm,
+            algorithm.parts,
             sample_counts,
             expected=scalar(state, "expected"),
             clip=clip,
@@ -250,7 +266,7 @@ class DPFedAvg(GaussianMechanism):
         )
 
     def finish_round(
-        self, ctx: RoundContext, state: StateDict, trained: Sequence[Trained]
+        self, ctx: RoundContext, state: StateDict, trained: Sequence[Delivered]
     ) -> StateDict:
         self.report(ctx, state, self.spent(state, ctx.round_index))
         return state

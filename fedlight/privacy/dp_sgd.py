@@ -39,19 +39,22 @@ from opacus import GradSampleModule
 from opacus.optimizers import DPOptimizer
 from opacus.validators import ModuleValidator
 
-from fedlight.algorithms.base import Algorithm, LocalResult
-from fedlight.config import ConfigError, RunSettings, require
-from fedlight.context import Federation, RoundContext
+from fedlight.algorithms.base import Algorithm
+from fedlight.config import RunSettings
+from fedlight.context import RoundContext
 from fedlight.data.base import TensorDataset
 from fedlight.engines.base import (
     Engine,
+    LocalResult,
     LocalTask,
     first_optimizer,
     num_local_steps,
 )
 from fedlight.engines.sequential import SequentialEngine, training_loss
+from fedlight.errors import ConfigError, require
+from fedlight.pipeline.stage import Delivered, StageSetup
 from fedlight.privacy.accountant import calibrate_noise, epsilon
-from fedlight.privacy.base import GaussianMechanism, Trained, as_state, default_delta, scalar
+from fedlight.privacy.base import GaussianMechanism, as_state, default_delta, scalar
 from fedlight.rng import Stream, derive_seed
 from fedlight.selection.base import Selection
 from fedlight.tensors import StateDict
@@ -207,9 +210,8 @@ class DPSGD(GaussianMechanism):
             "algorithm (e.g. algo=fedavg with every client a round) as the private baseline",
         )
 
-    def init_state(
-        self, settings: RunSettings, federation: Federation, client_sizes: Sequence[int]
-    ) -> StateDict:
+    def initial_state(self, setup: StageSetup) -> StateDict:
+        settings, federation, client_sizes = setup.settings, setup.federation, setup.client_sizes
         local = settings.local
         sizes = torch.tensor(client_sizes, dtype=torch.float64)
         rates = (local.batch_size / sizes.clamp(min=1)).clamp(max=1.0)
@@ -271,7 +273,7 @@ class DPSGD(GaussianMechanism):
         return max(spent, default=0.0)
 
     def finish_round(
-        self, ctx: RoundContext, state: StateDict, trained: Sequence[Trained]
+        self, ctx: RoundContext, state: StateDict, trained: Sequence[Delivered]
     ) -> StateDict:
         steps = state["steps"].clone()
         for participant in trained:

@@ -13,16 +13,19 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 from torch import Tensor
 
 from fedlight.context import Federation, RoundContext
+from fedlight.pipeline.stage import ClientStep, Delivered, StageSetup, UploadStage
 from fedlight.rng import Stream
 from fedlight.tensors import StateDict, nbytes
 
-STATE_PREFIX = "selection/"
+if TYPE_CHECKING:
+    from fedlight.algorithms.base import ClientUpload
+
 REPORTED_NUMBER_BYTES = 4  # a reported number crosses the wire as a float32
 
 
@@ -105,8 +108,12 @@ def draw_by_size(ctx: RoundContext, sizes: Sequence[int], count: int) -> list[in
     return [int(c) for c in drawn]
 
 
-class Selection(ABC):
-    """The `selection` config group: which clients take part in a round."""
+class Selection(UploadStage, ABC):
+    """The `selection` config group: which clients take part in a round; as an upload stage, the
+    numbers a participant reports (`client_report`) and the selector's state after the round
+    (`update`)."""
+
+    name = "selection"
 
     # What the selector measures on the clients' training data to choose them (losses,
     # accuracies), in words; None: nothing (sizes at most). Example-level DP-SGD refuses it.
@@ -118,8 +125,14 @@ class Selection(ABC):
         return None
 
     def init_state(self, federation: Federation) -> StateDict:
-        """The selector's state before round 1 (tensors; stored under `selection/`)."""
+        """The selector's state before round 1 (tensors)."""
         return {}
+
+    def initial_state(self, setup: StageSetup) -> StateDict:
+        return self.init_state(setup.federation)
+
+    def asynchronous_refusal(self) -> str | None:
+        return "its clients are drawn uniformly as slots free up; leave selection at its default"
 
     @abstractmethod
     def select(self, ctx: RoundContext, clients_per_round: int, seen: Population) -> list[int]:
@@ -137,3 +150,16 @@ class Selection(ABC):
     ) -> StateDict:
         """The state after a round whose participants reported `reports` (client → numbers)."""
         return state
+
+    def client_side(
+        self, step: ClientStep, upload: "ClientUpload", state: StateDict | None
+    ) -> tuple["ClientUpload", StateDict | None]:
+        reports = self.client_report(step.ctx, step.client, step.local.weights, step.pool)
+        return upload.reporting(self.name, reports), state
+
+    def finish_round(
+        self, ctx: RoundContext, state: StateDict, delivered: Sequence[Delivered]
+    ) -> StateDict:
+        """`update` from the reports that arrived (a late participant's did not)."""
+        reports = {d.client: d.reports for d in delivered if d.reports and not d.late}
+        return self.update(ctx, state, reports)

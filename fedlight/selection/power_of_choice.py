@@ -12,8 +12,8 @@ training starts on the virtual clock only once the slowest candidate has answere
 from dataclasses import dataclass
 from typing import ClassVar
 
-from fedlight.config import require
 from fedlight.context import RoundContext
+from fedlight.errors import require
 from fedlight.selection.base import Population, Selection, draw_by_size
 
 

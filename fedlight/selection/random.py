@@ -9,6 +9,9 @@ from fedlight.selection.base import Population, Selection
 
 @dataclass
 class RandomSelection(Selection):
+    def asynchronous_refusal(self) -> str | None:
+        return None  # an asynchronous driver draws uniformly too, as slots free up
+
     def select(self, ctx: RoundContext, clients_per_round: int, seen: Population) -> list[int]:
         # numpy draws this with a partial shuffle of arange(N) in C for N <= 10,000 (8 bytes per
         # client, ~20 µs in all) and in O(K) above; another method would change every run's clients.

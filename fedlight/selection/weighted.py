@@ -13,8 +13,8 @@ from typing import ClassVar
 
 import torch
 
-from fedlight.config import require
 from fedlight.context import Federation, RoundContext
+from fedlight.errors import require
 from fedlight.rng import Stream
 from fedlight.selection.base import ClientPool, Population, Selection
 from fedlight.tensors import StateDict

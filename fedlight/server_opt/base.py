@@ -15,7 +15,7 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from fedlight.config import require
+from fedlight.errors import require
 from fedlight.tensors import StateDict
 
 Slots = dict[str, Tensor]  # one parameter's optimizer state: slot name → tensor

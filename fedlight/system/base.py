@@ -26,8 +26,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from fedlight.config import require
 from fedlight.context import RoundContext
+from fedlight.errors import require
 from fedlight.rng import Stream, numpy_generator
 
 

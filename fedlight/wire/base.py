@@ -12,11 +12,13 @@ a sparse tensor's positions). A transform re-encodes values only and passes meta
 so a float16 cast after QSGD leaves its float32 norms as they are: a rounded norm would scale every
 entry of its bucket by the same error, and one above 65504 would become infinite.
 
-A transform may keep state: the sender's in `encode`, the receiver's in `decode`. On a client that
-is its per-client state (in the client-state store, memory or disk, under keys
-"<namespace>/<key>"); on the server it is the server's (in `ServerState.extras`, same keys). Both
-travel in checkpoints, so a resumed run continues bit-exactly. A transform's randomness comes from
-the round context's generators (stream WIRE, the round, the client), the same on every worker.
+The wire is the last upload stage (`fedlight.pipeline.stage`), named "wire": its `client_side`
+encodes an upload, its `server_side` decodes it. A transform may keep state: the sender's in
+`encode`, the receiver's in `decode`, under "<direction>.<name>/<key>" in the wire stage's state:
+on a client its per-client state (in the client-state store, memory or disk), on the server the
+wire's server state. Both travel in checkpoints, so a resumed run continues bit-exactly. A
+transform's randomness comes from the round context's generators (stream WIRE, the round, the
+client), the same on every worker.
 
 A non-empty chain reports its time to the metrics channel, summed over the round's messages:
 `wire.<direction>.encode_seconds` (on the sending side) and `wire.<direction>.decode_seconds`
@@ -26,13 +28,19 @@ A non-empty chain reports its time to the metrics channel, summed over the round
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
+import torch
 from torch import Tensor
 
-from fedlight.config import require
 from fedlight.context import RoundContext
+from fedlight.errors import require
+from fedlight.pipeline.stage import ClientStep, UploadStage
 from fedlight.tensors import StateDict
+
+if TYPE_CHECKING:
+    from fedlight.algorithms.base import ClientUpload
 
 
 class Payload(dict[str, Tensor]):
@@ -73,6 +81,42 @@ class WireTransform(ABC):
         """The tensors `payload` stands for, and the receiver's new state (None: none kept)."""
 
 
+class LossyTransform(WireTransform):
+    """A transform whose decoding may differ from what was encoded, with error feedback written
+    once for all of them (Seide et al. 2014; Stich et al., NeurIPS 2018; Karimireddy et al., "Error
+    Feedback Fixes SignSGD", ICML 2019): with `error_feedback` the sender adds what it lost last
+    time, e, to each value it compresses, and keeps e ← (v + e) − decode(encode(v + e)) as its
+    state, so compression errors do not accumulate over rounds. A subclass writes `encode_values`
+    (the payload of the corrected values) and `decode`; `compresses` says which entries it acts on
+    (float32 values, not metadata)."""
+
+    error_feedback: bool  # a dataclass field of each subclass
+
+    @property
+    def sender_state(self) -> bool:  # type: ignore[override]
+        return self.error_feedback
+
+    def compresses(self, name: str, t: Tensor, tensors: Payload) -> bool:
+        return t.dtype == torch.float32 and name not in tensors.metadata
+
+    @abstractmethod
+    def encode_values(self, ctx: RoundContext, client: int, tensors: Payload) -> Payload:
+        """What travels instead of `tensors` (already corrected by the residual)."""
+
+    def encode(
+        self, ctx: RoundContext, client: int, tensors: Payload, state: StateDict | None
+    ) -> tuple[Payload, StateDict | None]:
+        if not self.error_feedback:
+            return self.encode_values(ctx, client, tensors), None
+        compressed = [name for name, t in tensors.items() if self.compresses(name, t, tensors)]
+        if state:
+            corrected = {name: tensors[name] + state[name] for name in compressed if name in state}
+            tensors = Payload(tensors | corrected, tensors.metadata)
+        payload = self.encode_values(ctx, client, tensors)
+        decoded, _ = self.decode(ctx, client, payload, None)
+        return payload, {name: tensors[name] - decoded[name] for name in compressed}
+
+
 def namespace_of(state: Mapping[str, object] | None, namespace: str) -> StateDict | None:
     """The entries of `state` under "<namespace>/", without the prefix; None if there are none."""
     if not state:
@@ -92,9 +136,10 @@ def with_namespace(state: StateDict, namespace: str, part: StateDict | None) -> 
 
 
 @dataclass
-class Wire:
+class Wire(UploadStage):
     """The download and upload chains, each transform named (its state's namespace)."""
 
+    name = "wire"
     upload: dict[str, WireTransform] = field(default_factory=dict)
     download: dict[str, WireTransform] = field(default_factory=dict)
 
@@ -122,7 +167,7 @@ class Wire:
         started = time.perf_counter()
         payload = Payload(tensors)
         for name, transform in chain.items():
-            namespace = f"wire.{direction}.{name}"
+            namespace = f"{direction}.{name}"
             payload, part = transform.encode(ctx, client, payload, namespace_of(state, namespace))
             state = with_namespace(state, namespace, part)
         ctx.metrics.add(f"wire.{direction}.encode_seconds", time.perf_counter() - started)
@@ -140,12 +185,24 @@ class Wire:
         chain = self.chain(direction)
         started = time.perf_counter()
         for name, transform in reversed(chain.items()):
-            namespace = f"wire.{direction}.{name}"
+            namespace = f"{direction}.{name}"
             payload, part = transform.decode(ctx, client, payload, namespace_of(state, namespace))
             state = with_namespace(state, namespace, part)
         if chain:
             ctx.metrics.add(f"wire.{direction}.decode_seconds", time.perf_counter() - started)
         return payload, state
+
+    def client_side(
+        self, step: ClientStep, upload: "ClientUpload", state: StateDict | None
+    ) -> tuple["ClientUpload", StateDict | None]:
+        payload, sent = self.send(UPLOAD, step.ctx, step.client, upload.tensors, state or {})
+        return replace(upload, tensors=payload), sent or None
+
+    def server_side(
+        self, ctx: RoundContext, upload: "ClientUpload", state: StateDict
+    ) -> tuple["ClientUpload", StateDict]:
+        tensors, state = self.receive(UPLOAD, ctx, upload.client_id, upload.tensors, state)
+        return replace(upload, tensors=tensors), state
 
     def chain(self, direction: str) -> dict[str, WireTransform]:
         return self.upload if direction == UPLOAD else self.download

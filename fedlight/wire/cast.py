@@ -1,17 +1,16 @@
 """Casting float32 tensors to a 16-bit float for the wire: half the bytes of every float32 entry.
 
 Decoding casts back to float32, so the receiver computes with exactly the values the 16-bit type
-can hold. With `error_feedback` the sender keeps what the cast lost, e_i ← (u + e_i) −
-cast(u + e_i), and adds it to its next message (Seide et al. 2014; Karimireddy et al., "Error
-Feedback Fixes SignSGD", ICML 2019), so rounding errors do not accumulate over rounds; e_i is
-per-client state. Other dtypes (float64, integer buffers) and the payload's metadata (after a
-quantizer: its float32 norms, scales and zero points, see `fedlight.wire.base.Payload`) travel
-unchanged, so a cast after `compression=qsgd`, `int8` or `sign` leaves their payload as it is.
+can hold. With `error_feedback` the sender keeps what the cast lost, e_i ← (u + e_i) − cast(u +
+e_i), and adds it to its next message (`LossyTransform`: error feedback written once), so rounding
+errors do not accumulate over rounds; e_i is per-client state. Other dtypes (float64, integer
+buffers) and the payload's metadata (after a quantizer: its float32 norms, scales and zero points,
+see `fedlight.wire.base.Payload`) travel unchanged, so a cast after `compression=qsgd`, `int8` or
+`sign` leaves their payload as it is.
 
-Reported per round (metrics channel): `wire.<dtype>.sq_error`, the squared rounding error
-Σ_i ‖v_i − cast(v_i)‖² summed over the round's messages (v_i with error feedback included), so a
-sweep shows what the cast cost.
-"""
+Reported per round (metrics channel): `wire.<dtype>.sq_error`, the squared rounding error Σ_i ‖v_i
+− cast(v_i)‖² summed over the round's messages (v_i with error feedback included), so a sweep shows
+what the cast cost."""
 
 from dataclasses import dataclass
 from typing import ClassVar
@@ -20,38 +19,27 @@ import torch
 
 from fedlight.context import RoundContext
 from fedlight.tensors import StateDict
-from fedlight.wire.base import Payload, WireTransform
+from fedlight.wire.base import LossyTransform, Payload
 
 
 @dataclass
-class Cast(WireTransform):
+class Cast(LossyTransform):
     error_feedback: bool = False
 
     dtype: ClassVar[torch.dtype] = torch.float16
 
-    @property
-    def sender_state(self) -> bool:  # type: ignore[override]
-        return self.error_feedback
-
-    def encode(
-        self, ctx: RoundContext, client: int, tensors: Payload, state: StateDict | None
-    ) -> tuple[Payload, StateDict | None]:
+    def encode_values(self, ctx: RoundContext, client: int, tensors: Payload) -> Payload:
         payload: StateDict = {}
-        residuals: StateDict = {}
         squared_error = 0.0
         for name, t in tensors.items():
-            if t.dtype != torch.float32 or name in tensors.metadata:
+            if not self.compresses(name, t, tensors):
                 payload[name] = t
                 continue
-            if self.error_feedback and state is not None and name in state:
-                t = t + state[name]
             payload[name] = t.to(self.dtype)
             residual = t - payload[name].to(torch.float32)
             squared_error += float(residual.double().square().sum())
-            if self.error_feedback:
-                residuals[name] = residual
         ctx.metrics.add(f"wire.{str(self.dtype).removeprefix('torch.')}.sq_error", squared_error)
-        return Payload(payload, tensors.metadata), residuals if self.error_feedback else None
+        return Payload(payload, tensors.metadata)
 
     def decode(
         self, ctx: RoundContext, client: int, payload: StateDict, state: StateDict | None

@@ -1,0 +1,363 @@
+"""What both drivers share: the run's parts, built once from typed settings (the federation,
+the server's and the stages' states, the client-state store, the engine, the client pipeline,
+the evaluations), and the loop over rounds: run a round (the driver's `run_round`: a synchronous
+round, or one server update of the asynchronous event queue) → evaluate when due → metrics (csv,
+W&B, console) → divergence check → checkpoint → the privacy budget for the next round.
+
+A round whose training loss or weights are not finite ends the run (`fl.on_divergence=stop`)
+before its checkpoint, so the last checkpoint is the last good round. Only the main worker
+evaluates and saves checkpoints; the others go on to the next round and meet it at its gather.
+"""
+
+import math
+import sys
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+from torch import Tensor
+
+from fedlight.algorithms.base import ServerState
+from fedlight.checkpoint import save_checkpoint
+from fedlight.client_states import ClientStates, MemoryClientStates
+from fedlight.config import RunSettings
+from fedlight.context import Federation
+from fedlight.data.base import TensorDataset
+from fedlight.engines import Engine, LocalTask, first_optimizer, make_engine
+from fedlight.engines.base import LocalCallback, LocalResult
+from fedlight.evaluation import ACCURACY, LOSS
+from fedlight.history import (
+    STATE_FORMAT,
+    History,
+    history_state,
+    passed_multiple,
+    restored_history,
+)
+from fedlight.loggers.base import MetricsRow, RoundLogger
+from fedlight.pipeline.client import ClientPipeline
+from fedlight.pipeline.stage import StageSetup, StageStates, UploadStage
+from fedlight.rng import Stream
+from fedlight.run_evaluation import RunEvaluation
+from fedlight.selection.base import ClientPool
+from fedlight.stages import Stages
+from fedlight.tensors import StateDict, detached_copy, on_device
+from fedlight.workers import OneWorker, Workers
+
+
+@dataclass(frozen=True)
+class Clients:
+    """The run's data as its clients hold it."""
+
+    data: TensorDataset
+    train: Sequence[Tensor]  # each client's training examples (indices into the pool)
+    test: Sequence[Tensor] | None = None  # each client's local test set; None without them
+
+
+@dataclass
+class RoundStats:
+    train_loss: float  # nan when no participant held data or every update was rejected
+    num_samples: int  # trained on by the participants whose updates were accepted
+    lr: float
+    bytes_up: int
+    bytes_down: int
+    client_seconds: float  # summed local-training time of the round's participants
+    metrics: dict[str, float] = field(default_factory=dict)  # the stages' reported numbers
+    every_update_rejected: bool = False  # clients trained, and none sent finite numbers
+    virtual_seconds: float = 0.0  # how long the round lasted on the system's clock
+
+
+def not_finite(stats: RoundStats, weights: StateDict) -> str | None:
+    """What of a round is not finite (every client's update, its training loss, if anybody
+    trained, or the global weights), in words; None if everything is. A round whose every update
+    was rejected kept the global model, but nothing its clients computed was a number: local
+    training diverged (e.g. a learning rate far too high), or every participant attacked."""
+    if stats.every_update_rejected:
+        return "every client update had NaN/Inf entries (all rejected; the model was kept)"
+    if stats.num_samples and not math.isfinite(stats.train_loss):
+        return f"train_loss {stats.train_loss}"
+    floating = {name: t for name, t in weights.items() if t.is_floating_point()}
+    finite = torch.stack([t.isfinite().all() for t in floating.values()])
+    if bool(finite.all()):  # one device sync per round
+        return None
+    return f"weights {list(floating)[int(finite.logical_not().nonzero()[0])]} not finite"
+
+
+def federation_of(settings: RunSettings, module: pl.LightningModule, stages: Stages) -> Federation:
+    """The run's fixed facts: the client module's initial weights and trainable entries, the
+    attack's malicious clients (drawn from the seed)."""
+    return Federation(
+        num_clients=settings.fl.num_clients,
+        trainable=frozenset(name for name, _ in module.named_parameters()),
+        seed=settings.seed,
+        device=next(module.parameters()).device,
+        initial_weights=detached_copy(module.state_dict()),
+        rounds=settings.fl.rounds,
+        malicious=stages.attack.malicious_clients(settings.fl.num_clients, settings.seed),
+    )
+
+
+class Driver(ABC):
+    """The parts of a run and its loop over rounds; a driver writes `run_round`."""
+
+    def __init__(
+        self,
+        settings: RunSettings,
+        clients: Clients,
+        module: pl.LightningModule,
+        stages: Stages,
+        client_states: ClientStates | None = None,
+        workers: Workers | None = None,
+    ) -> None:
+        """`client_states` defaults to a memory store on the client module's device, `workers`
+        to this process alone."""
+        self.settings = settings
+        self.data = clients.data
+        self.client_indices = clients.train
+        self.client_test_indices = clients.test
+        self.module = module
+        self.algorithm = algorithm = stages.algorithm
+        self.selection = stages.selection
+        self.lr_schedule = stages.lr_schedule
+        self.privacy = stages.privacy
+        self.system = stages.system
+        self.stages: list[UploadStage] = stages.upload  # in chain order
+        self.speeds = (
+            self.system.speeds(settings.fl.num_clients, settings.seed)
+            if self.system.clocked
+            else None
+        )
+        self.told: set[str] = set()  # the once-per-run console notes already printed
+        self.base_lrs = [
+            g["lr"] for g in first_optimizer(module.configure_optimizers()).param_groups
+        ]
+        self.federation = federation_of(settings, module, stages)
+        device = self.federation.device
+        self.server = algorithm.init_server(self.federation.initial_weights, self.federation)
+        setup = StageSetup(settings, self.federation, [len(i) for i in clients.train])
+        self.stage_states: StageStates = {
+            stage.name: stage.initial_state(setup) for stage in self.stages
+        }
+        self.workers = OneWorker(device) if workers is None else workers
+        self.client_states = (
+            MemoryClientStates(device)
+            if client_states is None  # an empty store is falsy: it is a Mapping
+            else client_states
+        )
+        self.history = History(participation=[0] * settings.fl.num_clients)
+        self.saved_round = 0  # the rounds the last checkpoint holds
+        self.engine = self.build_engine()
+        self.client = ClientPipeline(
+            algorithm,
+            self.stages,
+            stages.wire,
+            stages.attack.label_map(self.data.num_classes, self.data.train_y.device),
+            self.side_engine(algorithm.personal_epochs, Stream.PERSONAL_TRAINING),
+        )
+        self.evaluation = self.build_evaluation()
+        self.client_pool = ClientPool(clients.train, self.evaluation.quality_on)
+
+    def build_evaluation(self) -> RunEvaluation:
+        """The run's evaluations; with local test sets and `eval.finetune_epochs`, a side engine
+        fine-tunes a copy of each client's model first."""
+        tested = self.client_test_indices is not None
+        epochs = self.settings.eval.finetune_epochs if tested else 0
+        return RunEvaluation(
+            self.module,
+            self.data,
+            self.settings.eval.batch_size,
+            self.algorithm,
+            self.federation,
+            self.client_indices,
+            self.client_test_indices,
+            self.side_engine(epochs, Stream.FINE_TUNING),
+            self.base_lrs,
+        )
+
+    @abstractmethod
+    def run_round(self, round_index: int) -> RoundStats:
+        """Round `round_index`: what happened in it (metrics are reported to its context)."""
+
+    def tell_once(self, topic: str, message: str) -> None:
+        """`message` on the console (main worker), the first time `topic` comes up in this
+        process."""
+        if self.workers.main and topic not in self.told:
+            self.told.add(topic)
+            print(f"fedlight: {message}", file=sys.stderr, flush=True)
+
+    def train_client(
+        self,
+        client: int,
+        indices: Tensor,
+        round_index: int,
+        start: StateDict,
+        lrs: list[float],
+        callbacks: list[LocalCallback],
+    ) -> LocalResult:
+        """Local training of one participant by the loop's engine (as in a round)."""
+        task = LocalTask(client, indices, start, callbacks)
+        (local,) = self.engine.train([task], round_index, lrs)
+        return local
+
+    def side_engine(self, epochs: int, stream: Stream) -> Engine | None:
+        """An engine of `fl.engine`'s kind for a training beside the round's (a personal model's,
+        evaluation-time fine-tuning): `epochs` per call, batches drawn from `stream` (so the
+        round's training never sees its draws); None for 0 epochs."""
+        if not epochs:
+            return None
+        settings = self.settings
+        side = replace(settings, local=replace(settings.local, epochs=epochs))
+        return make_engine(self.module, self.data, side, stream)
+
+    def run(
+        self, loggers: Sequence[RoundLogger], checkpoint_path: Path, checkpoint_meta: dict[str, Any]
+    ) -> History:
+        """All remaining rounds; rows of rounds done before a resume are replayed to the loggers.
+
+        `checkpoint_meta` is stored beside the state (the config, to check a resume against).
+        Only the main worker evaluates and saves checkpoints (the others have no loggers): the
+        others go on to the next round and meet it at its gather.
+        """
+        history, settings = self.history, self.settings
+        for row in history.rows:
+            for logger in loggers:
+                logger.log_round(row)
+        started = time.perf_counter() - history.wall_seconds
+        first_round = history.completed_rounds + 1
+        described = self.privacy.describe(self.privacy_state())
+        if described is not None and first_round <= settings.fl.rounds:
+            self.tell_once("privacy", described)
+        if first_round <= settings.fl.rounds:
+            history.stopped = self.privacy.budget_refusal(self.privacy_state(), first_round)
+        for round_index in range(first_round, settings.fl.rounds + 1):
+            if history.stopped:
+                break
+            stats = self.run_round(round_index)
+            history.add(round_index, stats, time.perf_counter() - started)
+            if round_index < settings.fl.rounds:  # the next round must stay within the budget
+                history.stopped = self.privacy.budget_refusal(self.privacy_state(), round_index + 1)
+            last = round_index == settings.fl.rounds or history.stopped is not None
+            diverged = None if history.diverged_at_round else not_finite(stats, self.server.weights)
+            evaluated_round = last or self.evaluation_due(round_index) or diverged
+            if self.workers.main and evaluated_round:
+                row = self.evaluated_row(round_index, stats, started)
+                if not (diverged or history.diverged_at_round or math.isfinite(row["test_loss"])):
+                    diverged = f"test_loss {row['test_loss']}"
+                history.add_row(row, settings.eval.target_accuracy)
+                for logger in loggers:
+                    logger.log_round(row)
+            if self.workers.count > 1:
+                diverged = self.workers.broadcast(diverged)  # the test loss is the main worker's
+            if diverged:
+                history.diverged_at_round, history.divergence = round_index, diverged
+                if settings.fl.on_divergence == "stop":
+                    break
+            if last or round_index % settings.checkpoint.every == 0:
+                self.save_checkpoint(checkpoint_path, checkpoint_meta)
+        self.keep_resumed_checkpoint(first_round, checkpoint_path, checkpoint_meta)
+        if history.stopped:
+            self.tell_once("stopped", history.stopped)
+        return history
+
+    def keep_resumed_checkpoint(self, first_round: int, path: Path, meta: dict[str, Any]) -> None:
+        """A resume that ran no round (of a finished run, or one the privacy budget stops) leaves
+        the checkpoint it resumed where it writes, so that it can be resumed in turn; resumed in
+        place, that file stays as it was."""
+        resume = self.settings.resume
+        if self.history.completed_rounds >= first_round:
+            return
+        resumed = None if resume is None else Path(resume) / path.name
+        if resumed is not None and path.exists() and resumed.exists() and path.samefile(resumed):
+            return
+        self.save_checkpoint(path, meta)
+
+    def evaluation_due(self, round_index: int) -> bool:
+        """Every `eval.every` rounds, or with `eval.every_seconds` the first round whose virtual
+        time passes a multiple of it since the last evaluated round."""
+        every_seconds = self.settings.eval.every_seconds
+        if every_seconds is None:
+            return round_index % self.settings.eval.every == 0
+        rows = self.history.rows
+        previous = float(rows[-1]["virtual_time"]) if rows else 0.0
+        return passed_multiple(previous, self.history.virtual_time, every_seconds)
+
+    def privacy_state(self) -> StateDict:
+        return self.stage_states[self.privacy.name]
+
+    def build_engine(self) -> Engine:
+        """The engine of local training: the privacy mechanism's, if it has one, else
+        `fl.engine`'s."""
+        engine = self.privacy.engine(self.module, self.data, self.settings, self.privacy_state())
+        return make_engine(self.module, self.data, self.settings) if engine is None else engine
+
+    def evaluated_row(self, round_index: int, stats: RoundStats, started: float) -> MetricsRow:
+        """The round's row of metrics: the fixed columns, then the test metrics beyond accuracy
+        and loss, then what the stages reported, each sorted by name."""
+        evaluated, local = self.evaluation.evaluate_all(
+            self.server, self.client_states, self.history.completed_rounds
+        )
+        if local is not None:
+            self.history.local_accuracies = local
+        self.history.wall_seconds = time.perf_counter() - started
+        row: MetricsRow = {
+            "round": round_index,
+            "test_accuracy": evaluated.pop(ACCURACY),
+            "test_loss": evaluated.pop(LOSS),
+            "train_loss": stats.train_loss,
+            "lr": stats.lr,
+            "bytes_up": stats.bytes_up,
+            "bytes_down": stats.bytes_down,
+            "wall_seconds": self.history.wall_seconds,
+            "test_accuracy_std": evaluated.pop("test_accuracy_std"),
+            "client_seconds": stats.client_seconds,
+        }
+        if self.speeds is not None:
+            row["virtual_time"] = self.history.virtual_time
+        row |= {name: evaluated[name] for name in sorted(evaluated)}
+        return row | {name: stats.metrics[name] for name in sorted(stats.metrics)}
+
+    def save_checkpoint(self, path: Path, meta: dict[str, Any]) -> None:
+        """The main worker writes the checkpoint; every worker's client store learns of it."""
+        if self.workers.main:
+            save_checkpoint(path, {**self.state_dict(), **meta})
+            self.saved_round = self.history.completed_rounds
+        self.client_states.checkpoint_saved()
+
+    def state_dict(self) -> dict[str, Any]:
+        """Server state, client states (or, on disk, which file version each is), history and RNG
+        state: only weights-only-safe types."""
+        return {
+            "state_format": STATE_FORMAT,
+            "server_weights": self.server.weights,
+            "server_extras": self.server.extras,
+            "stage_states": self.stage_states,
+            "client_states": self.client_states.state_dict(),
+            **history_state(self.history),
+            "torch_rng": torch.get_rng_state(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any], run_dir: Path) -> None:
+        """Restore the checkpoint (loaded on the CPU) of the run in `run_dir` onto the device of
+        the client module."""
+        device = next(self.module.parameters()).device
+        self.server = ServerState(
+            on_device(state["server_weights"], device), on_device(state["server_extras"], device)
+        )
+        # A stage's state key added since the checkpoint was written keeps its initial value.
+        self.stage_states = {
+            name: initial | on_device(state["stage_states"].get(name, {}), device)
+            for name, initial in self.stage_states.items()
+        }
+        self.client_states.load_state_dict(state["client_states"], run_dir)
+        settings = self.settings
+        self.history = restored_history(
+            state, settings.fl.rounds, settings.eval.every, settings.eval.every_seconds
+        )
+        self.saved_round = self.history.completed_rounds
+        torch.set_rng_state(state["torch_rng"])
+        self.engine.close()
+        self.engine = self.build_engine()  # a mechanism's engine reads the restored state

@@ -1,0 +1,138 @@
+"""What a run has done so far (`History`) and how a checkpoint stores it: everything a resumed
+run needs to reproduce the rows and totals of the uninterrupted run.
+"""
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from fedlight.loggers.base import MetricsRow
+
+if TYPE_CHECKING:
+    from fedlight.driver import RoundStats
+
+STATE_FORMAT = 2
+
+
+@dataclass
+class History:
+    """Everything a resumed run needs to reproduce the rows and totals of the uninterrupted run."""
+
+    completed_rounds: int = 0
+    rows: list[MetricsRow] = field(default_factory=list)
+    bytes_up: int = 0
+    bytes_down: int = 0
+    wall_seconds: float = 0.0
+    client_seconds: float = 0.0
+    diverged_at_round: int | None = None  # the first round whose loss or weights were not finite
+    divergence: str | None = None  # what was not finite then, in words
+    participation: list[int] = field(default_factory=list)  # rounds each client trained in
+    # [bytes up, bytes down] sent until the first evaluated round reaching eval.target_accuracy
+    bytes_to_target: list[int] | None = None
+    stopped: str | None = None  # why the run ended before fl.rounds (the privacy budget)
+    # each client's accuracy on its local test set at the last evaluation (nan: no test data)
+    local_accuracies: list[float] = field(default_factory=list)
+    virtual_time: float = 0.0  # seconds on the system's clock (`system`), all rounds so far
+
+    def add(self, round_index: int, stats: "RoundStats", wall_seconds: float) -> None:
+        """Round `round_index` done: its totals added."""
+        self.completed_rounds = round_index
+        self.bytes_up += stats.bytes_up
+        self.bytes_down += stats.bytes_down
+        self.client_seconds += stats.client_seconds
+        self.virtual_time += stats.virtual_seconds
+        self.wall_seconds = wall_seconds
+
+    def add_row(self, row: MetricsRow, target: float | None) -> None:
+        """An evaluated round's row; the bytes sent so far if it first reached `target`."""
+        self.rows.append(row)
+        reached = target is not None and row["test_accuracy"] >= target
+        if reached and self.bytes_to_target is None:
+            self.bytes_to_target = [self.bytes_up, self.bytes_down]
+
+
+# What a checkpoint holds besides the caller's meta data (`FederatedLoop.state_dict`).
+STATE_KEYS = (
+    "state_format",
+    "server_weights",
+    "server_extras",
+    "stage_states",
+    "client_states",
+    "completed_rounds",
+    "rows",
+    "bytes_up",
+    "bytes_down",
+    "wall_seconds",
+    "client_seconds",
+    "diverged_at_round",
+    "divergence",
+    "participation",
+    "bytes_to_target",
+    "local_accuracies",
+    "virtual_time",
+    "torch_rng",
+)
+
+
+def passed_multiple(before: float, now: float, period: float) -> bool:
+    """Whether the clock passed a multiple of `period` in (before, now]."""
+    return math.floor(now / period) > math.floor(before / period)
+
+
+def due_rows(
+    rows: Sequence[MetricsRow], every: int, every_seconds: float | None, kept: tuple[Any, ...]
+) -> list[MetricsRow]:
+    """The checkpoint's rows the uninterrupted run would have evaluated: those on the grid of
+    `eval.every` (or of `eval.every_seconds` on the virtual clock), and the rounds in `kept`."""
+    due: list[MetricsRow] = []
+    for row in rows:
+        if every_seconds is None:
+            on_grid = row["round"] % every == 0
+        else:
+            previous = float(due[-1]["virtual_time"]) if due else 0.0
+            on_grid = passed_multiple(previous, float(row["virtual_time"]), every_seconds)
+        if on_grid or row["round"] in kept:
+            due.append(row)
+    return due
+
+
+def history_state(history: History) -> dict[str, Any]:
+    """The history as a checkpoint holds it (weights-only-safe types)."""
+    return {
+        "completed_rounds": history.completed_rounds,
+        "rows": history.rows,
+        "bytes_up": history.bytes_up,
+        "bytes_down": history.bytes_down,
+        "wall_seconds": history.wall_seconds,
+        "client_seconds": history.client_seconds,
+        "diverged_at_round": history.diverged_at_round,
+        "divergence": history.divergence,
+        "participation": history.participation,
+        "bytes_to_target": history.bytes_to_target,
+        "local_accuracies": history.local_accuracies,
+        "virtual_time": history.virtual_time,
+    }
+
+
+def restored_history(
+    state: Mapping[str, Any], rounds: int, every: int, every_seconds: float | None
+) -> History:
+    """The history of a checkpoint's `state`, its rows those the run evaluates (`due_rows`) with
+    `fl.rounds=rounds`: a finished run's last round was evaluated because it was last; extended,
+    it is not."""
+    diverged = state["diverged_at_round"]
+    return History(
+        completed_rounds=state["completed_rounds"],
+        rows=due_rows(state["rows"], every, every_seconds, (rounds, diverged)),
+        bytes_up=state["bytes_up"],
+        bytes_down=state["bytes_down"],
+        wall_seconds=state["wall_seconds"],
+        client_seconds=state["client_seconds"],
+        diverged_at_round=diverged,
+        divergence=state["divergence"],
+        participation=list(state["participation"]),
+        bytes_to_target=state.get("bytes_to_target"),  # absent in older checkpoints
+        local_accuracies=list(state.get("local_accuracies", [])),
+        virtual_time=state.get("virtual_time", 0.0),
+    )

@@ -1,0 +1,159 @@
+"""The one signature of an upload stage, and the typed states the pipelines keep for stages.
+
+An upload stage is one step of the chain every client upload goes through after the algorithm
+computed it (selection's report, an attack, privacy's clip, the wire's codecs; see
+`fedlight.pipeline`). It acts at up to five points, each a method that does nothing by default:
+
+- `client_side`: on the client, in chain order: the changed upload (its tensors, and the numbers
+  it reports under the stage's name) and the stage's new client state;
+- `server_side`: on the server, per upload, in reverse chain order (a codec's decoding);
+- `gathered`: on the server, once every upload of the round is in (an attack that forges from
+  the benign updates); a stage with `holds_uploads` keeps the round from streaming its uploads;
+- `start_aggregation`: how the decoded uploads are combined, for a stage that replaces the
+  algorithm's aggregation (DP-FedAvg's clipped, noised sum); the first such stage wins;
+- `finish_round`: after the server update, in reverse chain order: the stage's server state
+  from what the round's participants delivered (a selector's scores, a privacy accountant).
+
+A stage's state is its own mapping name → tensor, on the server (`StageStates`, one entry per
+stage name, checkpointed) and on each client (`ClientState.stages`): no stage sees another's.
+"""
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar
+
+from fedlight.config import RunSettings
+from fedlight.context import Federation, RoundContext
+from fedlight.engines.base import LocalResult
+from fedlight.tensors import StateDict
+
+if TYPE_CHECKING:
+    from fedlight.aggregation.base import RoundAggregation
+    from fedlight.algorithms.base import Algorithm, ClientUpload
+    from fedlight.selection.base import ClientPool
+
+# Each stage's server state, by stage name.
+StageStates = dict[str, StateDict]
+
+
+@dataclass(frozen=True)
+class StageSetup:
+    """What a stage's initial server state may depend on."""
+
+    settings: RunSettings
+    federation: Federation
+    client_sizes: Sequence[int]  # every client's number of training examples
+
+
+@dataclass(frozen=True)
+class ClientStep:
+    """One participant's upload as its stages see it on the client."""
+
+    ctx: RoundContext  # the round, with this client's metrics channel
+    client: int
+    local: LocalResult  # what its local training produced
+    algorithm: "Algorithm"
+    broadcast: Mapping[str, StateDict]  # each stage's server state as the round began
+    pool: "ClientPool"  # the selector's questions (a report evaluates the trained model)
+
+
+@dataclass(frozen=True)
+class Delivered:
+    """What the server learns of one participant once the round is gathered."""
+
+    client: int
+    num_steps: int
+    reports: Mapping[str, float]  # the numbers the stage's `client_side` reported
+    accepted: bool  # False: rejected (NaN/Inf entries) or late: left out of the aggregates
+    late: bool = False  # it missed the system's deadline: nothing of it arrived
+
+
+@dataclass
+class ClientState:
+    """A client's persistent state: the algorithm's entries, and each stage's by name."""
+
+    algorithm: StateDict | None = None
+    stages: StageStates = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, stored: StateDict | None) -> "ClientState":
+        """The state a client-state store holds as one flat mapping: the algorithm's entries
+        under their names (state-dict names have no "/"), a stage's as "<stage>/<key>"."""
+        algorithm: StateDict = {}
+        stages: StageStates = {}
+        for key, t in (stored or {}).items():
+            stage, slash, name = key.partition("/")
+            if slash:
+                stages.setdefault(stage, {})[name] = t
+            else:
+                algorithm[key] = t
+        return cls(algorithm or None, stages)
+
+    def stored(self) -> StateDict:
+        """The flat mapping a store keeps (`of` undone)."""
+        flat = dict(self.algorithm or {})
+        for stage, entries in self.stages.items():
+            flat |= {f"{stage}/{key}": t for key, t in entries.items()}
+        return flat
+
+    def with_stage(self, name: str, state: StateDict | None) -> "ClientState":
+        stages = {key: value for key, value in self.stages.items() if key != name}
+        if state:
+            stages[name] = state
+        return ClientState(self.algorithm, stages)
+
+
+class UploadStage:
+    """One step of the upload pipeline; every method does nothing by default (module docstring).
+    `name` is the stage's namespace: of its state, client and server, and of its reports."""
+
+    name: ClassVar[str] = ""
+
+    def holds_uploads(self, federation: Federation) -> bool:
+        """Whether `gathered` needs every upload of a round at once."""
+        return False
+
+    def initial_state(self, setup: StageSetup) -> StateDict:
+        """The stage's server state before round 1."""
+        return {}
+
+    def asynchronous_refusal(self) -> str | None:
+        """Why the stage cannot run under the asynchronous driver (one update per arrival or
+        buffer, clients dispatched as slots free up), in words; None: it can."""
+        return None
+
+    def client_side(
+        self, step: ClientStep, upload: "ClientUpload", state: StateDict | None
+    ) -> tuple["ClientUpload", StateDict | None]:
+        """The upload as the stage passes it on, and the client's new state of this stage (None:
+        none); numbers the client reports go in `upload.reports[self.name]`."""
+        return upload, state
+
+    def server_side(
+        self, ctx: RoundContext, upload: "ClientUpload", state: StateDict
+    ) -> tuple["ClientUpload", StateDict]:
+        """One arrived upload as the stage's server side passes it on, and its new state."""
+        return upload, state
+
+    def gathered(
+        self, ctx: RoundContext, uploads: Iterable["ClientUpload"], algorithm: "Algorithm"
+    ) -> Iterable["ClientUpload"]:
+        """The round's decoded uploads, once all are in (lazily passed through by default)."""
+        return uploads
+
+    def start_aggregation(
+        self,
+        ctx: RoundContext,
+        state: StateDict,
+        algorithm: "Algorithm",
+        sample_counts: Sequence[int],
+    ) -> "RoundAggregation | None":
+        """The round's aggregation when the stage replaces the algorithm's; None: it does not."""
+        return None
+
+    def finish_round(
+        self, ctx: RoundContext, state: StateDict, delivered: Sequence[Delivered]
+    ) -> StateDict:
+        """The stage's server state after the round (`delivered`: its participants, in order,
+        with the numbers they reported to this stage)."""
+        return state

@@ -1,0 +1,147 @@
+"""What a run evaluates: the models the algorithm reports on the test set, each client's model on
+its local test set (after optional fine-tuning), and a model on a client's training data for a
+selector's questions. Both drivers evaluate through it; the round loop calls it on the rounds
+due (`eval.every`, `eval.every_seconds`).
+"""
+
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+import pytorch_lightning as pl
+import torch
+from torch import Tensor
+
+from fedlight.algorithms.base import Algorithm, ServerState
+from fedlight.client_states import ClientStates
+from fedlight.context import Federation
+from fedlight.data.base import TensorDataset
+from fedlight.engines import Engine, LocalTask
+from fedlight.evaluation import ACCURACY, LOSS, Evaluator
+from fedlight.pipeline.stage import ClientState
+from fedlight.selection.base import ModelQuality
+from fedlight.tensors import StateDict, detached_copy
+
+
+@dataclass
+class RunEvaluation:
+    """The run's evaluations; `finetune_engine` trains a copy of a client's model before its
+    local test (`eval.finetune_epochs`), None without."""
+
+    module: pl.LightningModule
+    data: TensorDataset
+    batch_size: int
+    algorithm: Algorithm
+    federation: Federation
+    client_indices: Sequence[Tensor]
+    client_test_indices: Sequence[Tensor] | None
+    finetune_engine: Engine | None
+    base_lrs: list[float]
+
+    def __post_init__(self) -> None:
+        self.evaluator = Evaluator(self.module, self.batch_size, self.data.prepare)
+
+    def evaluate(
+        self, server: ServerState, client_states: ClientStates, completed_rounds: int
+    ) -> tuple[float, float, float]:
+        """Mean test accuracy, mean test loss and accuracy spread of the evaluated models."""
+        metrics, _ = self.evaluate_all(server, client_states, completed_rounds)
+        return metrics[ACCURACY], metrics[LOSS], metrics["test_accuracy_std"]
+
+    def evaluate_all(
+        self, server: ServerState, client_states: ClientStates, completed_rounds: int
+    ) -> tuple[dict[str, float], list[float] | None]:
+        """Every test metric, averaged over the models the algorithm reports (the global model,
+        or each client's own for `local`, evaluated as they stream in, one at a time), and
+        `test_accuracy_std`, the population std of their accuracies; and each client's local
+        test accuracy (None without local test sets)."""
+        states = AlgorithmStates(client_states)
+        models = self.algorithm.evaluated_models(self.federation, server, states)
+        results = [self.evaluate_weights(weights) for weights in models]
+        accuracies = torch.tensor([r[ACCURACY] for r in results], dtype=torch.float64)
+        count = len(results)
+        names = list(dict.fromkeys(name for result in results for name in result))
+        mean = {name: sum(r[name] for r in results) / count for name in names}
+        spread = {"test_accuracy_std": accuracies.std(correction=0).item()}
+        if self.client_test_indices is None:
+            return mean | spread, None
+        local = self.local_accuracies(server, states, completed_rounds)
+        return mean | spread | local_accuracy_summary(local), local
+
+    def local_accuracies(
+        self, server: ServerState, states: "AlgorithmStates", completed_rounds: int
+    ) -> list[float]:
+        """Each client's accuracy, with the model it would use (fine-tuned on its training part
+        for `eval.finetune_epochs` first, if set), on its local test set (nan for a client without
+        test data); one client's model at a time, so a disk store streams."""
+        assert self.client_test_indices is not None
+        data, accuracies = self.data, []
+        for client, indices in enumerate(self.client_test_indices):
+            if len(indices) == 0:
+                accuracies.append(math.nan)
+                continue
+            weights = self.algorithm.model_of_client(self.federation, server, states, client)
+            if self.finetune_engine is not None:
+                weights = self.fine_tuned(client, weights, completed_rounds)
+            tested = self.evaluator.evaluate(weights, data.train_x[indices], data.train_y[indices])
+            accuracies.append(tested[ACCURACY])
+        return accuracies
+
+    def fine_tuned(self, client: int, weights: StateDict, completed_rounds: int) -> StateDict:
+        """A copy of `weights` after the client's fine-tuning epochs on its training part at the
+        configured learning rates (the global model and the client's state are not touched)."""
+        assert self.finetune_engine is not None
+        task = LocalTask(client, self.client_indices[client], weights, [])
+        (tuned,) = self.finetune_engine.train([task], completed_rounds, self.base_lrs)
+        return detached_copy(tuned.weights)
+
+    def quality_on(self, weights: StateDict, indices: Tensor) -> ModelQuality:
+        """Loss and accuracy of `weights` on the training examples `indices` (a client's)."""
+        x, y = self.data.train_x[indices], self.data.train_y[indices]
+        metrics = self.evaluator.evaluate(weights, x, y)
+        return ModelQuality(metrics[LOSS], metrics[ACCURACY])
+
+    def evaluate_weights(self, weights: StateDict) -> dict[str, float]:
+        data = self.data
+        return self.evaluator.evaluate(weights, data.test_x, data.test_y)
+
+    def evaluate_model(self, weights: StateDict) -> tuple[float, float]:
+        """Accuracy and mean cross-entropy of one model on the whole test set."""
+        metrics = self.evaluate_weights(weights)
+        return metrics[ACCURACY], metrics[LOSS]
+
+
+class AlgorithmStates(Mapping[int, StateDict]):
+    """The algorithm's part of each client's state (entries outside any stage's namespace), as
+    the algorithm's `evaluated_models` reads it; clients holding none of it are absent."""
+
+    def __init__(self, states: ClientStates) -> None:
+        self.states = states
+
+    def __getitem__(self, client: int) -> StateDict:
+        own = ClientState.of(self.states[client]).algorithm
+        if own is None:
+            raise KeyError(client)
+        return own
+
+    def __iter__(self) -> Iterator[int]:
+        return (client for client in self.states if client in self)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def __contains__(self, client: object) -> bool:
+        return client in self.states and ClientState.of(self.states[client]).algorithm is not None
+
+
+def local_accuracy_summary(accuracies: Sequence[float]) -> dict[str, float]:
+    """Mean, 10th percentile (linear interpolation) and population std of the clients' local test
+    accuracies, over the clients that have local test data."""
+    tested = torch.tensor([a for a in accuracies if not math.isnan(a)], dtype=torch.float64)
+    if not len(tested):
+        return {}
+    return {
+        "local_accuracy_mean": tested.mean().item(),
+        "local_accuracy_p10": torch.quantile(tested, 0.1).item(),
+        "local_accuracy_std": tested.std(correction=0).item(),
+    }
