@@ -146,7 +146,7 @@ class DPFedAvg(GaussianMechanism):
         name = self.option
         chosen = choices.get("selection", "random")
         require(
-            chosen == "poisson",
+            selection.poisson_sampling,
             f"privacy={name} accounts for Poisson sampling of clients (each takes part with "
             f"probability q = K/N), which selection={chosen} is not; use selection=poisson",
         )

@@ -118,6 +118,9 @@ class Selection(UploadStage, ABC):
     # What the selector measures on the clients' training data to choose them (losses,
     # accuracies), in words; None: nothing (sizes at most). Example-level DP-SGD refuses it.
     measures_training_data: ClassVar[str | None] = None
+    # Whether each client takes part independently with probability K/N (what DP-FedAvg's
+    # accountant composes); declared here so that privacy need not know selectors' names.
+    poisson_sampling: ClassVar[bool] = False
 
     def check(self, num_clients: int, clients_per_round: int) -> None:
         """Refuse (ConfigError, one line) settings this selector cannot work with; every

@@ -16,6 +16,8 @@ from fedlight.selection.base import Population, Selection
 
 @dataclass
 class Poisson(Selection):
+    poisson_sampling = True
+
     def select(self, ctx: RoundContext, clients_per_round: int, seen: Population) -> list[int]:
         rate = clients_per_round / ctx.num_clients
         taking = ctx.generator(Stream.SELECTION).random(ctx.num_clients) < rate
