@@ -119,6 +119,7 @@ class AlgorithmStates(Mapping[int, StateDict]):
         self.states = states
 
     def __getitem__(self, client: int) -> StateDict:
+        # Mapping's `get` and `in` come through here: a (disk) state is read and parsed once
         own = ClientState.of(self.states[client]).algorithm
         if own is None:
             raise KeyError(client)
@@ -129,9 +130,6 @@ class AlgorithmStates(Mapping[int, StateDict]):
 
     def __len__(self) -> int:
         return sum(1 for _ in self)
-
-    def __contains__(self, client: object) -> bool:
-        return client in self.states and ClientState.of(self.states[client]).algorithm is not None
 
 
 def local_accuracy_summary(accuracies: Sequence[float]) -> dict[str, float]:
