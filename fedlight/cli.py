@@ -33,6 +33,7 @@ from fedlight.config import (
 from fedlight.data.base import DataError
 from fedlight.errors import ConfigError, error_chain, one_line
 from fedlight.experiment import DivergenceError, Job, resumed_checkpoint, run_job
+from fedlight.pipeline.stage import Plan
 from fedlight.stages import CONF_DIR as STAGES_CONF_DIR
 from fedlight.stages import build_stages, instantiate_group
 from fedlight.workers import Terminated, WorkerError
@@ -51,7 +52,9 @@ def build_job(cfg: DictConfig, choices: dict[str, str], sweep_group: str | None 
     )
     settings: RunSettings = OmegaConf.to_object(settings_node)  # type: ignore[assignment]
     stages = build_stages(cfg, choices)
-    stages.privacy.check(settings, choices, stages.algorithm, stages.selection)
+    plan = Plan(settings, choices, stages.algorithm, stages.selection, stages.upload)
+    for stage in stages.upload:
+        stage.check_run(plan)
     return Job(
         settings=settings,
         data=instantiate_group(cfg, "data"),

@@ -251,6 +251,12 @@ def check_device_available(device: str) -> None:
         )
 
 
+# Upload stages that no driver asks for by name, in the order a client applies them (after
+# privacy, before the wire; `fedlight.stages` builds them, `fedlight.pipeline.stage` says what a
+# stage is): a new stage kind is its package, its YAMLs, its default in conf/config.yaml and one
+# entry here.
+CHAINED_GROUPS: dict[str, str] = {}
+
 # Every config group, registered here and only here: its folder conf/<group>/ holds one YAML per
 # option and its package fedlight/<package>/ one module per option (see fedlight.stages for what
 # each one builds). The schema, the command-line checks and the run's choices derive from it.
@@ -268,6 +274,7 @@ CONFIG_GROUPS: dict[str, str] = {
     "compression": "how uploads are compressed, before the wire (fedlight/compression)",
     "download_compression": "how the broadcast model is compressed (fedlight/compression)",
     "privacy": "differential privacy: clipping, noise, accounting (fedlight/privacy)",
+    **CHAINED_GROUPS,
     "system": "client speeds on a virtual clock, deadlines, dropouts (fedlight/system)",
     "logger": "where metrics go besides metrics.csv (fedlight/loggers)",
 }

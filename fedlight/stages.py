@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from fedlight.algorithms.base import Algorithm
 from fedlight.attacks.base import Attack
+from fedlight.config import CHAINED_GROUPS
 from fedlight.errors import ConfigError, require
 from fedlight.lr_schedules.base import LRSchedule
 from fedlight.pipeline.stage import UploadStage
@@ -40,12 +41,13 @@ class Stages:
     attack: Attack = dataclasses.field(default_factory=Attack)
     privacy: Privacy = dataclasses.field(default_factory=Privacy)
     system: System = dataclasses.field(default_factory=System)
+    chained: tuple[UploadStage, ...] = ()  # the `CHAINED_GROUPS`' stages, in their order
 
     @property
     def upload(self) -> list[UploadStage]:
         """The upload stages in the order a client applies them (the server undoes them in
-        reverse): a new stage kind is one entry here; the wire encodes last."""
-        return [self.selection, self.attack, self.privacy, self.wire]
+        reverse); the wire encodes last."""
+        return [self.selection, self.attack, self.privacy, *self.chained, self.wire]
 
 
 def instantiate_group(cfg: DictConfig, group: str, **injected: Any) -> Any:
@@ -155,6 +157,7 @@ def build_stages(cfg: DictConfig, choices: dict[str, str]) -> Stages:
         attack=attack,
         privacy=instantiate_group(cfg, "privacy"),
         system=system,
+        chained=tuple(instantiate_group(cfg, group) for group in CHAINED_GROUPS),
     )
     if algorithm.asynchronous:
         check_asynchronous(cfg, choices, stages)

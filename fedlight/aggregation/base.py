@@ -94,6 +94,11 @@ class Accumulator(ABC):
         """Becomes the sum of every worker's `partial` (this one's included), in rank order."""
         raise NotImplementedError(f"{type(self).__name__} cannot be reduced per worker")
 
+    def add_sum(self, weighted_sum: StateDict) -> None:
+        """The sum Σ w_i u_i of the accepted updates, formed elsewhere (secure aggregation), in
+        place of their `add`s; only linear aggregators take one."""
+        raise NotImplementedError(f"{type(self).__name__} needs each update, not their sum")
+
 
 @dataclass
 class Aggregator(ABC):
@@ -101,6 +106,9 @@ class Aggregator(ABC):
 
     weighting: str = "algorithm"  # samples | uniform | algorithm (each part's own weighting)
     holds_updates: ClassVar[bool] = False  # True: memory grows with the clients per round
+    # True: the aggregate is the weighted sum of the updates over the weights' total, so the sum
+    # alone (formed by another mechanism: DP-FedAvg, secure aggregation) gives it
+    sums_updates: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         require(
@@ -255,13 +263,16 @@ class RoundAggregation:
         return True
 
     def accumulate(self, contribution: Contribution) -> None:
-        """Adds an accepted upload's parts to their accumulators, each with the client's weight
-        for that part (a mechanism that scales uploads, DP-FedAvg's clip, overrides this)."""
-        samples = contribution.contributor.num_samples
-        for name, update in contribution.parts.items():
-            weight = client_weight(self.weightings[name], samples)
+        """Adds an accepted upload's parts to their accumulators, each with its `weights`."""
+        for name, weight in self.weights(contribution).items():
             if weight > 0:
-                self.accumulators[name].add(update, weight)
+                self.accumulators[name].add(contribution.parts[name], weight)
+
+    def weights(self, contribution: Contribution) -> dict[str, float]:
+        """Each part's weight for this upload: the client's for that part's weighting (a
+        mechanism that scales uploads, DP-FedAvg's clip, overrides this)."""
+        samples = contribution.contributor.num_samples
+        return {name: client_weight(self.weightings[name], samples) for name in contribution.parts}
 
     def reject(self, contributor: Contributor) -> None:
         """An upload with non-finite entries: counted, and left out."""

@@ -2,6 +2,7 @@
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
@@ -33,6 +34,12 @@ class RunningMean(Accumulator):
     def reject(self, weight: float) -> None:
         self.rejected += weight
 
+    def add_sum(self, weighted_sum: StateDict) -> None:
+        self.sums = {
+            name: (t / self.total).to(torch.float64 if t.dtype == torch.float64 else torch.float32)
+            for name, t in weighted_sum.items()
+        }
+
     def result(self) -> StateDict | None:
         if self.sums is None or not self.rejected:
             return self.sums
@@ -55,6 +62,8 @@ class RunningMean(Accumulator):
 @dataclass
 class Mean(Aggregator):
     """`aggregator=mean`: the weighted mean (`aggregator.weighting`)."""
+
+    sums_updates: ClassVar[bool] = True
 
     def accumulator(self, total_weight: float, count: int) -> Accumulator:
         return RunningMean(total_weight)

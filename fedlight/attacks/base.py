@@ -87,8 +87,11 @@ class Attack(UploadStage):
     def holds_uploads(self, federation: "Federation") -> bool:
         return self.after_gather and bool(federation.malicious)
 
+    def needs_each_upload(self) -> bool:
+        return self.after_gather and bool(self.count or self.fraction)
+
     def asynchronous_refusal(self) -> str | None:
-        if not (self.after_gather and (self.count or self.fraction)):
+        if not self.needs_each_upload():
             return None
         return (
             "it forges from a round's benign updates, which an asynchronous server never holds "

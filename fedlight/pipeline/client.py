@@ -30,7 +30,7 @@ class Received:
 
     download: StateDict
     state: ClientState
-    bytes_down: int
+    bytes_down: int  # the encoded download and the stages' protocol messages
     task: LocalTask  # its local training, as the engine is given it
 
 
@@ -40,7 +40,7 @@ class Sent:
 
     upload: ClientUpload  # as encoded for the wire, with the stages' reports
     state: ClientState | None  # its new state; None: unchanged
-    bytes_up: int  # the encoded tensors and every reported number
+    bytes_up: int  # the encoded tensors, every reported number, the stages' protocol messages
     examples: int  # examples trained on (its personal training included)
     seconds: float  # the personal training's time (the round's is the engine's)
 
@@ -76,7 +76,8 @@ class ClientPipeline:
         callbacks = self.algorithm.local_callbacks(ctx, decoded, own)
         labels = self.label_map if client in ctx.federation.malicious else None
         task = LocalTask(client, indices, start, callbacks, labels)
-        return Received(decoded, state, nbytes(payload), task)
+        protocol = sum(stage.protocol_bytes(ctx, client)[1] for stage in self.stages)
+        return Received(decoded, state, nbytes(payload) + protocol, task)
 
     def upload(
         self,
@@ -92,7 +93,8 @@ class ClientPipeline:
         state = got.state
         if new_own is not None and new_own is not own:
             state = ClientState(new_own, state.stages)
-        step = ClientStep(ctx, local.client_id, local, self.algorithm, broadcast, pool)
+        client = local.client_id
+        step = ClientStep(ctx, client, local, self.algorithm, broadcast, pool, self.stages)
         for stage in self.stages:
             before = state.stages.get(stage.name)
             upload, after = stage.client_side(step, upload, before)
@@ -106,6 +108,7 @@ class ClientPipeline:
             seconds = time.perf_counter() - started
             examples += examples_personal
         bytes_up = nbytes(upload.tensors) + REPORTED_NUMBER_BYTES * upload.reported_numbers
+        bytes_up += sum(stage.protocol_bytes(ctx, client)[0] for stage in self.stages)
         return Sent(upload, None if state is got.state else state, bytes_up, examples, seconds)
 
     def train_personal(

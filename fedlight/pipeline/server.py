@@ -48,16 +48,18 @@ class ServerRound:
         sample_counts: Sequence[int],
     ) -> "ServerRound":
         """The round's server side for participants with `sample_counts` (participant order):
-        the first stage's aggregation that replaces the algorithm's, else the algorithm's."""
+        the first stage's aggregation that replaces the algorithm's, else the algorithm's, as
+        each stage adapts it in chain order."""
         round_ = cls(ctx, algorithm, stages, dict(states))
         replaced = (
             stage.start_aggregation(ctx, states.get(stage.name, {}), algorithm, sample_counts)
             for stage in stages
         )
         chosen = next((a for a in replaced if a is not None), None)
-        round_.aggregation = (
-            algorithm.start_aggregation(sample_counts) if chosen is None else chosen
-        )
+        aggregation = algorithm.start_aggregation(sample_counts) if chosen is None else chosen
+        for stage in stages:
+            aggregation = stage.adapt_aggregation(ctx, states.get(stage.name, {}), aggregation)
+        round_.aggregation = aggregation
         return round_
 
     def holds_uploads(self) -> bool:

@@ -16,6 +16,12 @@ computed it (selection's report, an attack, privacy's clip, the wire's codecs; s
 
 A stage's state is its own mapping name → tensor, on the server (`StageStates`, one entry per
 stage name, checkpointed) and on each client (`ClientState.stages`): no stage sees another's.
+
+Besides these, a stage may declare what it needs of the run (`check_run`, asked before any
+work, with the whole chain: a stage's requirements on selection, aggregation or the other stages
+live with the stage), what its own protocol messages cost a participant (`protocol_bytes`), and
+how it changes the round's aggregation once chosen (`adapt_aggregation`: secure aggregation sums
+masked parts).
 """
 
 from collections.abc import Iterable, Mapping, Sequence
@@ -30,7 +36,7 @@ from fedlight.tensors import StateDict
 if TYPE_CHECKING:
     from fedlight.aggregation.base import RoundAggregation
     from fedlight.algorithms.base import Algorithm, ClientUpload
-    from fedlight.selection.base import ClientPool
+    from fedlight.selection.base import ClientPool, Selection
 
 # Each stage's server state, by stage name.
 StageStates = dict[str, StateDict]
@@ -46,6 +52,26 @@ class StageSetup:
 
 
 @dataclass(frozen=True)
+class Plan:
+    """What a stage's `check_run` may ask of the run before any work: the settings, each config
+    group's option (for messages), the algorithm (with its aggregator) and the whole chain."""
+
+    settings: RunSettings
+    choices: Mapping[str, str]
+    algorithm: "Algorithm"
+    selection: "Selection"
+    stages: Sequence["UploadStage"]  # chain order
+
+    def after(self, stage: "UploadStage") -> Sequence["UploadStage"]:
+        """The stages a client applies after `stage`."""
+        return self.stages[list(self.stages).index(stage) + 1 :]
+
+    def before(self, stage: "UploadStage") -> Sequence["UploadStage"]:
+        """The stages a client applies before `stage`."""
+        return self.stages[: list(self.stages).index(stage)]
+
+
+@dataclass(frozen=True)
 class ClientStep:
     """One participant's upload as its stages see it on the client."""
 
@@ -55,6 +81,7 @@ class ClientStep:
     algorithm: "Algorithm"
     broadcast: Mapping[str, StateDict]  # each stage's server state as the round began
     pool: "ClientPool"  # the selector's questions (a report evaluates the trained model)
+    stages: Sequence["UploadStage"] = ()  # the whole chain (a stage that must know the others)
 
 
 @dataclass(frozen=True)
@@ -117,6 +144,25 @@ class UploadStage:
         """The stage's server state before round 1."""
         return {}
 
+    def check_run(self, plan: Plan) -> None:
+        """Refuse (ConfigError, one line) what the stage cannot run with, before any work."""
+        return None
+
+    def needs_each_upload(self) -> bool:
+        """Whether the server side must see each client's decoded upload (an attack that forges
+        from the benign updates), which a stage that hides them (secure aggregation) refuses."""
+        return False
+
+    def encodes_uploads(self) -> bool:
+        """Whether `client_side` re-encodes the upload's tensors (a codec), which a stage whose
+        output must reach the server as it is (masked ring elements) refuses after it."""
+        return False
+
+    def protocol_bytes(self, ctx: RoundContext, client: int) -> tuple[int, int]:
+        """Bytes (up, down) of the stage's own messages for a participant this round, besides
+        the upload and the download (a key agreement); counted in bytes_up/bytes_down."""
+        return 0, 0
+
     def asynchronous_refusal(self) -> str | None:
         """Why the stage cannot run under the asynchronous driver (one update per arrival or
         buffer, clients dispatched as slots free up), in words; None: it can."""
@@ -150,6 +196,12 @@ class UploadStage:
     ) -> "RoundAggregation | None":
         """The round's aggregation when the stage replaces the algorithm's; None: it does not."""
         return None
+
+    def adapt_aggregation(
+        self, ctx: RoundContext, state: StateDict, aggregation: "RoundAggregation"
+    ) -> "RoundAggregation":
+        """The round's aggregation as the stage changes it, once chosen (in chain order)."""
+        return aggregation
 
     def finish_round(
         self, ctx: RoundContext, state: StateDict, delivered: Sequence[Delivered]

@@ -22,11 +22,10 @@ from fedlight.algorithms.base import Algorithm, ClientUpload
 from fedlight.config import RunSettings
 from fedlight.context import RoundContext
 from fedlight.errors import require
-from fedlight.pipeline.stage import Delivered, StageSetup
+from fedlight.pipeline.stage import Delivered, Plan, StageSetup
 from fedlight.privacy.base import as_state, clipped, scalar
 from fedlight.privacy.dp_fedavg import DPFedAvg
 from fedlight.rng import Stream
-from fedlight.selection.base import Selection
 from fedlight.tensors import StateDict
 
 UNCLIPPED = "unclipped"  # b_i, what a client reports besides its update
@@ -60,16 +59,10 @@ class AdaptiveClip(DPFedAvg):
             return self.count_noise
         return max(settings.fl.clients_per_round / 20, noise)
 
-    def check(
-        self,
-        settings: RunSettings,
-        choices: dict[str, str],
-        algorithm: Algorithm,
-        selection: Selection,
-    ) -> None:
-        super().check(settings, choices, algorithm, selection)
-        noise = self.planned_noise(settings)
-        count_noise = self.planned_count_noise(settings, noise)
+    def check_run(self, plan: Plan) -> None:
+        super().check_run(plan)
+        noise = self.planned_noise(plan.settings)
+        count_noise = self.planned_count_noise(plan.settings, noise)
         require(
             noise < 2 * count_noise,
             f"privacy.noise_multiplier={noise:.4g} must be below 2·σ_b={2 * count_noise:.4g} to "

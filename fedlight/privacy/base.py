@@ -33,7 +33,6 @@ from fedlight.engines.base import Engine
 from fedlight.errors import require
 from fedlight.pipeline.stage import ClientStep, UploadStage
 from fedlight.privacy.accountant import ACCOUNTANTS
-from fedlight.selection.base import Selection
 from fedlight.tensors import StateDict
 
 
@@ -46,18 +45,6 @@ class Privacy(UploadStage):
     def option(self) -> str:
         """The option's name in the `privacy` group (its module's)."""
         return type(self).__module__.rsplit(".", 1)[-1]
-
-    def check(
-        self,
-        settings: RunSettings,
-        choices: dict[str, str],
-        algorithm: Algorithm,
-        selection: Selection,
-    ) -> None:
-        """Refuse (ConfigError) what the mechanism cannot guarantee with, before any work (every
-        refusal that the settings decide belongs here, not in `init_state`); `choices` maps each
-        config group to its option."""
-        return None
 
     def describe(self, state: StateDict) -> str | None:
         """One line stating the guarantee being run (printed at the start), or None."""

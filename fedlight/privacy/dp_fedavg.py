@@ -44,7 +44,7 @@ from fedlight.config import RunSettings
 from fedlight.context import RoundContext
 from fedlight.engines.base import num_local_steps
 from fedlight.errors import require
-from fedlight.pipeline.stage import Delivered, StageSetup
+from fedlight.pipeline.stage import Delivered, Plan, StageSetup
 from fedlight.privacy.accountant import calibrate_noise, epsilon
 from fedlight.privacy.base import (
     GaussianMechanism,
@@ -56,7 +56,6 @@ from fedlight.privacy.base import (
     update_norm,
 )
 from fedlight.rng import Stream
-from fedlight.selection.base import Selection
 from fedlight.tensors import StateDict
 
 PUBLIC_PARTICIPANT = -1  # the client id of the stand-ins in `public_contributors`
@@ -101,13 +100,12 @@ class PrivateAggregation(RoundAggregation):
         samples, steps = self.public
         return [Contributor(PUBLIC_PARTICIPANT, samples, steps)] * round(self.expected)
 
-    def accumulate(self, contribution: Contribution) -> None:
+    def weights(self, contribution: Contribution) -> dict[str, float]:
         """Every part with weight 1, held jointly to norm ≤ C again."""
         parts = contribution.parts
         joint = {f"{name}/{key}": t for name, part in parts.items() for key, t in part.items()}
         factor = clip_factor(float(update_norm(joint)), self.clip)
-        for name, update in parts.items():
-            self.accumulators[name].add(update, factor)
+        return dict.fromkeys(parts, factor)
 
     def leave_out(self, contributor: Contributor) -> None:
         """Never renormalized for: the denominator is the expected count."""
@@ -136,17 +134,11 @@ class PrivateAggregation(RoundAggregation):
 class DPFedAvg(GaussianMechanism):
     """`privacy=dp_fedavg`: see the module docstring; `clip` is C, the noise on the sum z·C."""
 
-    def check(
-        self,
-        settings: RunSettings,
-        choices: dict[str, str],
-        algorithm: Algorithm,
-        selection: Selection,
-    ) -> None:
-        name = self.option
+    def check_run(self, plan: Plan) -> None:
+        name, choices, algorithm = self.option, plan.choices, plan.algorithm
         chosen = choices.get("selection", "random")
         require(
-            selection.poisson_sampling,
+            plan.selection.poisson_sampling,
             f"privacy={name} accounts for Poisson sampling of clients (each takes part with "
             f"probability q = K/N), which selection={chosen} is not; use selection=poisson",
         )
@@ -155,11 +147,11 @@ class DPFedAvg(GaussianMechanism):
             f"privacy={name} does not apply to algo={choices.get('algo')}: it aggregates no "
             "client updates; use an algorithm that does (e.g. algo=fedavg)",
         )
-        aggregator = choices.get("aggregator", "mean")
+        aggregator = algorithm.aggregator
         require(
-            aggregator == "mean",
-            f"privacy={name} sums the clipped updates itself; aggregator={aggregator} would be "
-            "bypassed; leave aggregator=mean",
+            aggregator.sums_updates,
+            f"privacy={name} sums the clipped updates itself; aggregator={aggregator.option} "
+            "would be bypassed; leave aggregator=mean",
         )
 
     def asynchronous_refusal(self) -> str | None:

@@ -39,7 +39,6 @@ from opacus import GradSampleModule
 from opacus.optimizers import DPOptimizer
 from opacus.validators import ModuleValidator
 
-from fedlight.algorithms.base import Algorithm
 from fedlight.config import RunSettings
 from fedlight.context import RoundContext
 from fedlight.data.base import TensorDataset
@@ -52,11 +51,10 @@ from fedlight.engines.base import (
 )
 from fedlight.engines.sequential import SequentialEngine, training_loss
 from fedlight.errors import ConfigError, require
-from fedlight.pipeline.stage import Delivered, StageSetup
+from fedlight.pipeline.stage import Delivered, Plan, StageSetup
 from fedlight.privacy.accountant import calibrate_noise, epsilon
 from fedlight.privacy.base import GaussianMechanism, as_state, default_delta, scalar
 from fedlight.rng import Stream, derive_seed
-from fedlight.selection.base import Selection
 from fedlight.tensors import StateDict
 
 
@@ -183,19 +181,14 @@ class DPSGD(GaussianMechanism):
             f"privacy.rounds_per_client={self.rounds_per_client} must be > 0; null means fl.rounds",
         )
 
-    def check(
-        self,
-        settings: RunSettings,
-        choices: dict[str, str],
-        algorithm: Algorithm,
-        selection: Selection,
-    ) -> None:
+    def check_run(self, plan: Plan) -> None:
+        choices, algorithm = plan.choices, plan.algorithm
         require(
-            settings.fl.engine != "vectorized",
+            plan.settings.fl.engine != "vectorized",
             "privacy=dp_sgd trains clients one at a time with Opacus; fl.engine=vectorized "
             "cannot run it; use fl.engine=auto",
         )
-        measured = selection.measures_training_data
+        measured = plan.selection.measures_training_data
         require(
             measured is None,
             f"privacy=dp_sgd does not cover selection={choices.get('selection')}: it chooses "

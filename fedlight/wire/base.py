@@ -151,6 +151,9 @@ class Wire(UploadStage):
                 "cannot keep per client while it sends one model to all; use it in wire.upload",
             )
 
+    def encodes_uploads(self) -> bool:
+        return bool(self.upload)
+
     def send(
         self,
         direction: str,
