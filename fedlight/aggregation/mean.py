@@ -35,8 +35,10 @@ class RunningMean(Accumulator):
         self.rejected += weight
 
     def add_sum(self, weighted_sum: StateDict) -> None:
+        """Divided in float64, kept in float32: a sum formed elsewhere (decoded from a ring)
+        carries no dtype of the updates, and float32 is that of every non-float64 one."""
         self.sums = {
-            name: (t / self.total).to(torch.float64 if t.dtype == torch.float64 else torch.float32)
+            name: (t.to(torch.float64) / self.total).to(torch.float32)
             for name, t in weighted_sum.items()
         }
 
