@@ -255,7 +255,9 @@ def check_device_available(device: str) -> None:
 # privacy, before the wire; `fedlight.stages` builds them, `fedlight.pipeline.stage` says what a
 # stage is): a new stage kind is its package, its YAMLs, its default in conf/config.yaml and one
 # entry here.
-CHAINED_GROUPS: dict[str, str] = {}
+CHAINED_GROUPS: dict[str, str] = {
+    "secure_aggregation": "masks that hide each upload in the sum (fedlight/secure_aggregation)",
+}
 
 # Every config group, registered here and only here: its folder conf/<group>/ holds one YAML per
 # option and its package fedlight/<package>/ one module per option (see fedlight.stages for what

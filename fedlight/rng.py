@@ -25,6 +25,7 @@ class Stream(IntEnum):
     FINE_TUNING = 9  # the batches of evaluation-time fine-tuning (eval.finetune_epochs)
     PERSONAL_TRAINING = 10  # the batches of a client's second, personal training (Ditto)
     SYSTEM = 11  # client speeds (round 0) and which selected clients fail (per round, client)
+    SECURE_AGGREGATION = 12  # pairwise and self masks (per round, client or pair of clients)
 
 
 def derive_seed(seed: int, stream: Stream, round_index: int = 0, client: int = 0) -> int:
