@@ -137,12 +137,11 @@ def build_stages(cfg: DictConfig, choices: dict[str, str]) -> Stages:
         )
     selection: Selection = instantiate_group(cfg, "selection")
     selection.check(cfg.fl.num_clients, cfg.fl.clients_per_round)
-    if algorithm.required_selection is not None:
-        option, why = algorithm.required_selection
-        require(
-            choices.get("selection") == option,
-            f"selection={choices.get('selection')} with {why}; add selection={option}",
-        )
+    why = algorithm.needs_sampling_by_size
+    require(
+        why is None or selection.draws_by_size,
+        f"selection={choices.get('selection')} with {why}; add selection=proportional",
+    )
     system: System = instantiate_group(cfg, "system")
     require(
         system.clocked or cfg.eval.every_seconds is None,

@@ -81,9 +81,9 @@ class Algorithm(ABC):
     per_client_models: ClassVar[bool] = False
     # True for algorithms that run on the asynchronous driver (`fedlight.asynchronous`).
     asynchronous: ClassVar[bool] = False
-    # The `selection` option a configured variant's aggregation assumes, and why (FedProx's
-    # plain mean is unbiased under sampling ∝ n_k only); None: any selection.
-    required_selection: tuple[str, str] | None = None
+    # Why a configured variant's aggregation assumes clients drawn ∝ n_k (FedProx's plain mean
+    # is unbiased only then), which the selector declares (`Selection.draws_by_size`); None: any.
+    needs_sampling_by_size: str | None = None
     # True where a round's trainer learns from examples pooled across clients, drawn afresh each
     # round (`central`), not each selected client from its own data.
     pools_data: ClassVar[bool] = False

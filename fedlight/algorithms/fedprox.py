@@ -80,10 +80,9 @@ class FedProx(FedAvg):
             f"algo.sampling={self.sampling} is not a sampling; use any or proportional",
         )
         if self.sampling == "proportional":
-            self.required_selection = (
-                "proportional",
+            self.needs_sampling_by_size = (
                 f"algo.sampling=proportional (algo.variant={self.variant}): the plain mean of "
-                "FedProx's paper is unbiased only for clients drawn ∝ n_k",
+                "FedProx's paper is unbiased only for clients drawn ∝ n_k"
             )
 
     @property  # type: ignore[override]

@@ -121,6 +121,8 @@ class Selection(UploadStage, ABC):
     # Whether each client takes part independently with probability K/N (what DP-FedAvg's
     # accountant composes); declared here so that privacy need not know selectors' names.
     poisson_sampling: ClassVar[bool] = False
+    # True where each client is drawn with probability ∝ its data size (FedProx's sampling)
+    draws_by_size: ClassVar[bool] = False
 
     def check(self, num_clients: int, clients_per_round: int) -> None:
         """Refuse (ConfigError, one line) settings this selector cannot work with; every

@@ -16,5 +16,7 @@ from fedlight.selection.base import Population, Selection, draw_by_size
 
 @dataclass
 class Proportional(Selection):
+    draws_by_size = True
+
     def select(self, ctx: RoundContext, clients_per_round: int, seen: Population) -> list[int]:
         return sorted(draw_by_size(ctx, seen.pool.sizes, clients_per_round))
