@@ -80,8 +80,11 @@ def rows_without_timings(run_dir: Path) -> list[dict[str, str]]:
 def run_cli(
     *args: str, cwd: Path, check: bool = True, launcher: Sequence[str] = ()
 ) -> subprocess.CompletedProcess:
-    """`python [launcher] -m fedlight args`; `launcher` e.g. torchrun's module and its flags."""
-    env = {**os.environ, "WANDB_MODE": "disabled", "HYDRA_FULL_ERROR": "0"}
+    """`python [launcher] -m fedlight args`; `launcher` e.g. torchrun's module and its flags. The
+    fedlight of this checkout, not whichever the environment has installed (a worktree shares
+    its virtual environment with the checkout it was added from)."""
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "WANDB_MODE": "disabled", "HYDRA_FULL_ERROR": "0", "PYTHONPATH": path}
     result = subprocess.run(
         [sys.executable, *launcher, "-m", "fedlight", *args],
         cwd=cwd,
