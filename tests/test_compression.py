@@ -1,7 +1,7 @@
-"""Sparsifying compressors (`compression=topk`, `randk`): what they keep, the exact bytes they
+"""Sparsifying compressors (`upload=[topk]`, `[randk]`): what they keep, the exact bytes they
 send, error feedback's bookkeeping, unbiasedness of random-k, and runs that resume bit-exactly
 with the residuals in the disk client store; SCAFFOLD's two residuals; the compressed broadcast
-(`download_compression`), the traffic in summary.json and the wire's timing columns."""
+(`download=[int8]`), the traffic in summary.json and the wire's timing columns."""
 
 import json
 import math
@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from fedlight.checkpoint import CHECKPOINT_NAME, load_checkpoint
 from fedlight.compression.randk import RandK
 from fedlight.compression.topk import TopK, index_dtype
 from fedlight.context import Federation
 from fedlight.errors import ConfigError
-from fedlight.experiment import Job, run_job
+from fedlight.experiment import Job, resumed_checkpoint, run_job
 from fedlight.tensors import StateDict, nbytes
 from fedlight.wire.base import UPLOAD, Payload, Wire
 from fedlight.wire.fp16 import FP16
@@ -194,6 +195,24 @@ def test_a_download_compressor_with_error_feedback_is_refused_in_one_line(
 ) -> None:
     with pytest.raises(ConfigError, match=r"^download.int8.error_feedback=true: .*=false$"):
         make_job([*TINY, "download=[int8]", "download.int8.error_feedback=true"])
+
+
+def test_a_checkpoint_of_the_groups_before_upload_and_download_is_refused_in_one_line(
+    make_job: Callable[[list[str]], Job], tmp_path: Path
+) -> None:
+    """A checkpoint written with `compression=topk wire=fp16` names its clients' residuals by
+    those groups (`wire/upload.compression/...`): resumed as `upload=[topk,fp16]` they would be
+    lost, so it is refused, naming the groups."""
+    overrides = [*TINY, "fl.rounds=1", "upload=[topk,fp16]"]
+    run_job(make_job(overrides), tmp_path / "run")
+    path = tmp_path / "run" / CHECKPOINT_NAME
+    checkpoint = load_checkpoint(path)
+    config = json.loads(checkpoint["config"])
+    config["compression"], config["wire"] = config.pop("upload")["topk"], {"upload": {}}
+    checkpoint["config"] = json.dumps(config)
+    torch.save(checkpoint, path)
+    with pytest.raises(ConfigError, match=r"written before the groups upload and download "):
+        resumed_checkpoint(make_job([*overrides, f"resume={tmp_path / 'run'}"]))
 
 
 def test_a_compressor_chains_with_the_wire_cast_that_follows_it() -> None:

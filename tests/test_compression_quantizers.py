@@ -147,7 +147,7 @@ def test_qsgd_at_4_bits_in_buckets_of_512_stays_within_the_papers_variance_bound
 
 
 def test_bucket_size_0_sends_and_decodes_what_qsgd_did_before_buckets() -> None:
-    """One bucket per tensor is the behaviour of fedlight before `compression.bucket_size`: the
+    """One bucket per tensor is the behaviour of fedlight before `upload.qsgd.bucket_size`: the
     payload's and the decoded tensors' bytes are those fedlight 8932dbd produced (digests)."""
     generator = torch.Generator().manual_seed(31)
     tensors = {
