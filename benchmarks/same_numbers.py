@@ -4,7 +4,9 @@ checkouts and compares their `metrics.csv` (every column but the wall-clock timi
 The cases: every algorithm of the README's Fashion-MNIST shards comparison (its command with
 `fl.rounds=3`) plus the other synchronous options of conf/algo on that setting; the first cell of
 every preset's sweep (`+experiment=<preset>` and, for each key of its `hydra.sweeper.params`, the
-first value); and a few more cells of the async, compression and privacy presets. Each runs as
+first value); a few more cells of the async, compression and privacy presets; and one case that
+spells out both codec chains (translated to the groups compression, wire and download_compression
+for a checkout that has them). Each runs as
 `python -m fedlight` from the checkout (cwd and PYTHONPATH), with OMP_NUM_THREADS=1 and
 `fl.threads_per_worker=1` (where the checkout has that setting), once per `--workers` count, into
 `OUT/<case>_w<workers>`. Each case directory gets `outcome.txt` (exit code, the last line of stderr,
@@ -87,7 +89,24 @@ EXTRA_CELLS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("async_fedasync_constant", "async", ("+experiment/async=fedasync_constant", "seed=0")),
     ("compression_topk10", "compression", ("+experiment/compression=topk10", "seed=0")),
     ("privacy_fedavg100_eps10", "privacy", ("+experiment/privacy=fedavg100_eps10", "seed=0")),
+    # both codec chains spelled out, a cast after a compressor (see `old_spelling`)
+    (
+        "codec_topk_fp16_int8",
+        "compression",
+        (
+            "upload=[topk,fp16]",
+            "upload.topk.ratio=0.05",
+            "upload.fp16.error_feedback=true",
+            "download=[int8]",
+            "seed=0",
+        ),
+    ),
 )
+# A checkout from before the groups upload and download (issue 32) spells a codec with the groups
+# compression (a compressor, first in the upload chain), wire (the casts after it) and
+# download_compression: `old_spelling` translates a case's overrides for it.
+COMPRESSORS = ("topk", "randk", "qsgd", "int8", "sign")
+CASTS = ("fp16", "bf16")
 
 # metrics.csv columns that measure real time, left out of the comparison: the run's and the
 # clients' (fedlight/loop.py) and a wire codec's encode/decode time (`wire.<direction>.
@@ -156,14 +175,55 @@ def check_checkout(src: Path) -> None:
             )
 
 
+def old_spelling(overrides: Sequence[str]) -> list[str]:
+    """`overrides` in the groups compression, wire and download_compression: `upload=[c,cast]`
+    is `compression=c wire=cast`, `download=[int8]` is `download_compression=int8`, an fp16 cast
+    both ways is `wire=fp16_both`; each option's settings follow it. Other chains had no old
+    spelling and stop the run."""
+    chains: dict[str, list[str]] = {"upload": [], "download": []}
+    kept = []
+    for override in overrides:
+        key, _, value = override.partition("=")
+        if key in chains:
+            chains[key] = [v for v in value.strip("[]").split(",") if v]
+        else:
+            kept.append(override)
+    upload, download = chains["upload"], chains["download"]
+    compressors, casts = [c for c in upload if c in COMPRESSORS], [c for c in upload if c in CASTS]
+    if compressors + casts != upload or len(compressors) > 1 or len(casts) > 1:
+        sys.exit(f"same_numbers: upload={upload} has no spelling in compression= and wire=")
+    if download not in ([], ["int8"]) and not (download == ["fp16"] and casts == ["fp16"]):
+        sys.exit(f"same_numbers: download={download} has no old spelling")
+    groups = [f"compression={c}" for c in compressors] + [
+        f"download_compression={d}" for d in download if d == "int8"
+    ]
+    if casts:
+        groups.append(f"wire={casts[0]}{'_both' if download == ['fp16'] else ''}")
+    renamed = []
+    for override in kept:
+        key, _, value = override.partition("=")
+        direction, _, rest = key.partition(".")
+        option, _, setting = rest.partition(".")
+        if direction == "upload" and option in COMPRESSORS:
+            key = f"compression.{setting}"
+        elif direction == "download" and option == "int8":
+            key = f"download_compression.{setting}"
+        elif direction in chains and option in CASTS:
+            key = f"wire.{key}"
+        renamed.append(f"{key}={value}" if value or "=" in override else key)
+    return [*groups, *renamed]
+
+
 def command(case: Case, src: Path, run_dir: Path, data_root: Path, workers: int) -> list[str]:
-    """The `python -m fedlight` command line of `case` (run from `src`)."""
+    """The `python -m fedlight` command line of `case` (run from `src`), in the old codec
+    groups where the checkout has them (`old_spelling`)."""
     threads = ["fl.threads_per_worker=1"] if has_threads_per_worker(src) else []
+    old = (src / "conf" / "compression").is_dir()
     return [
         sys.executable,
         "-m",
         "fedlight",
-        *case.overrides,
+        *(old_spelling(case.overrides) if old else case.overrides),
         f"fl.rounds={ROUNDS}",
         f"data.root={data_root}",
         f"fl.workers={workers}",

@@ -16,6 +16,7 @@ from typing import Any, NoReturn
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override
 from hydra.errors import CompactHydraException
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -40,6 +41,7 @@ from fedlight.workers import Terminated, WorkerError
 
 CONF_DIR = str(STAGES_CONF_DIR)
 MULTIRUN_FLAGS = ("-m", "--multirun")
+LIST_GROUPS = ("upload", "download")  # groups whose options form a chain, in list order
 
 
 def build_job(cfg: DictConfig, choices: dict[str, str], sweep_group: str | None = None) -> Job:
@@ -79,12 +81,19 @@ def interpolated_keys(config: Any, path: str = "") -> Iterator[str]:
 
 
 def group_choices(cfg: DictConfig, runtime_choices: DictConfig) -> dict[str, str]:
-    """Each group's option; a group given several options (`logger=[csv,wandb]`), which Hydra
-    records no choice for, as their names joined by '+'."""
+    """Each group's option; a group given several options (`logger=[csv,wandb]`,
+    `upload=[topk,fp16]`), which Hydra records no choice for, as their names joined by '+', and
+    none for an empty list (`upload=[]`, the default)."""
     return {
-        group: str(runtime_choices[group]) if group in runtime_choices else "+".join(cfg[group])
+        group: str(runtime_choices[group])
+        if group in runtime_choices
+        else "+".join(cfg[group]) or "none"
         for group in CONFIG_GROUPS
     }
+
+
+def list_text(options: list[str]) -> str:
+    return f"[{','.join(options)}]"
 
 
 def group_options(group: str) -> list[str]:
@@ -94,6 +103,14 @@ def group_options(group: str) -> list[str]:
 def unknown_key_message(key: str, group_overrides: list[str]) -> str:
     parent, _, _ = key.rpartition(".")
     base = hydra.compose("config", overrides=group_overrides)
+    group, _, rest = key.partition(".")
+    option = rest.partition(".")[0]
+    if group in LIST_GROUPS and option in group_options(group) and option not in base[group]:
+        listed = [*base[group], option]
+        return (
+            f"{key} sets {option}, which {group}={list_text(list(base[group]))} does not list; "
+            f"add it: {group}={list_text(listed)} (in the order the sender applies them)"
+        )
     node = OmegaConf.select(base, parent) if parent else base
     allowed = (
         ", ".join(k for k in node if not str(k).startswith("_"))
@@ -104,16 +121,93 @@ def unknown_key_message(key: str, group_overrides: list[str]) -> str:
     return f"unknown key {key}; {where} has: {allowed or 'no settable keys'}"
 
 
+# Groups that are no more, each old option as it is said now: the codec of each direction is one
+# group, a list of transforms in the order the sender applies them (`upload=[topk,fp16]`).
+CODECS = ("topk", "randk", "qsgd", "int8", "sign")
+RENAMED_GROUPS: dict[str, dict[str, str]] = {
+    "wire": {
+        "none": "upload=[] download=[]",
+        "fp16": "upload=[fp16]",
+        "bf16": "upload=[bf16]",
+        "fp16_both": "upload=[fp16] download=[fp16]",
+    },
+    "compression": {"none": "upload=[]"} | {c: f"upload=[{c}]" for c in CODECS},
+    "download_compression": {"none": "download=[]", "int8": "download=[int8]"},
+}
+RENAMED_WHY = {
+    "wire": "each direction lists its transforms, in the order the sender applies them",
+    "compression": "a cast goes after a compressor: upload=[topk,fp16]",
+    "download_compression": "the broadcast's transforms, in the order the server applies them",
+}
+
+
+def renamed_setting(override: Override, overrides: list[Override]) -> str | None:
+    """The one-line refusal of a setting of a group that is no more (`RENAMED_GROUPS`), naming
+    how it is said now; None for any other setting."""
+    key = override.key_or_group
+    old, _, rest = key.partition(".")
+    if old not in RENAMED_GROUPS:
+        return None
+    text = override.input_line.lstrip("+~")
+    value = text.partition("=")[2]
+    if not rest:  # wire=fp16, compression=topk,qsgd (a sweep), ~compression
+        if override.is_delete():
+            return f"{text}: the {old} group is no more; {RENAMED_WHY[old]}"
+        values = list(override.sweep_string_iterator()) if override.is_sweep_override() else [value]
+        now = [RENAMED_GROUPS[old].get(v) for v in values]
+        if None in now:
+            options = ", ".join(f"{old}={o} is {n}" for o, n in RENAMED_GROUPS[old].items())
+            return f"{text}: the {old} group is no more ({options}); {RENAMED_WHY[old]}"
+        return f"{text} is now {' / '.join(now)}; {RENAMED_WHY[old]}"  # type: ignore[arg-type]
+    if old == "wire":  # wire.upload.fp16.error_feedback=true: the chain was already a list
+        direction, _, setting = rest.partition(".")
+        if direction in ("upload", "download"):
+            new = f"{direction}.{setting}" if setting else direction
+            return f"{text} is now {new}={value}; {RENAMED_WHY[old]}"
+        return f"{text}: the wire group is no more; {RENAMED_WHY[old]}"
+    direction = "upload" if old == "compression" else "download"
+    chosen = [
+        str(o.value())
+        for o in overrides
+        if o.key_or_group == old and not o.is_delete() and not o.is_sweep_override()
+    ]
+    setting = rest.split(".")[0]
+    names = [c for c in chosen if c in group_options(direction)] or [
+        option
+        for option in RENAMED_GROUPS[old]
+        if option in group_options(direction)
+        and setting in OmegaConf.load(Path(CONF_DIR) / direction / f"{option}.yaml")[option]
+    ]
+    name = names[-1] if len(names) == 1 or chosen else "<option>"
+    which = f"; {setting} is a setting of {', '.join(names)}" if name == "<option>" else ""
+    return (
+        f"{text} is now {direction}.{name}.{rest}={value} (with {direction}=[{name}]{which}); "
+        f"{RENAMED_WHY[old]}"
+    )
+
+
 def check_group_choices(overrides: list[str]) -> None:
-    for override in OverridesParser.create().parse_overrides(overrides):
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    for override in parsed:
+        if (renamed := renamed_setting(override, parsed)) is not None:
+            raise ConfigError(renamed)
         group = override.key_or_group
         if group not in CONFIG_GROUPS or override.is_delete():
             continue
         value = override.value()
-        if override.is_sweep_override():
-            values = [str(v) for v in override.sweep_string_iterator()]
-        else:  # a list selects several options of the group: logger=[csv,wandb]
-            values = [str(v) for v in value] if isinstance(value, list) else [str(value)]
+        # A list selects several options of the group (logger=[csv,wandb]), a sweep may go over
+        # lists (upload=[topk],[qsgd]).
+        choices = list(override.sweep_iterator()) if override.is_sweep_override() else [value]
+        values = []
+        for choice in choices:
+            listed = [str(v) for v in choice] if isinstance(choice, list) else [str(choice)]
+            twice = sorted({v for v in listed if listed.count(v) > 1})
+            if twice:
+                raise ConfigError(
+                    f"{group}={list_text(listed)} names {', '.join(twice)} twice; list each "
+                    f"option of {group} once"
+                )
+            values += listed
         options = group_options(group)
         for value in values:
             if value not in options:

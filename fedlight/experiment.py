@@ -241,6 +241,13 @@ def resumed_checkpoint(
             f"resume={settings.resume}: its {CHECKPOINT_NAME} holds no readable config; it cannot "
             "be resumed: start the run again without resume="
         ) from None
+    old_groups = [g for g in ("wire", "compression", "download_compression") if g in saved]
+    require(
+        not old_groups,
+        f"resume={settings.resume}: its {CHECKPOINT_NAME} was written before the groups upload "
+        f"and download replaced {', '.join(old_groups)} (its clients' codec state is named by "
+        "them); continue it with the fedlight that wrote it, or start the run again",
+    )
     difference = first_difference(saved, comparable_config(job.config), job.derived_keys)
     if difference:
         raise ConfigError(

@@ -7,6 +7,7 @@ line that says why, before any work.
 """
 
 import dataclasses
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ from fedlight.pipeline.stage import UploadStage
 from fedlight.privacy.base import Privacy
 from fedlight.selection.base import Selection
 from fedlight.system.base import System
-from fedlight.wire.base import Wire, WireTransform
+from fedlight.wire.base import DOWNLOAD, UPLOAD, Wire, WireTransform
 
 CONF_DIR = Path(__file__).resolve().parent / "conf"
 INJECTED = ("aggregator", "server_opt")  # groups whose objects the algorithm receives
@@ -116,25 +117,7 @@ def build_stages(cfg: DictConfig, choices: dict[str, str]) -> Stages:
             f"fl.exchange=sums cannot run attack={name}: it forges from every upload of the "
             "round after the gather; use fl.exchange=uploads",
         )
-    wire: Wire = instantiate_group(cfg, "wire")
-    # Compressors come first in their chain: the wire's casts act on their payload.
-    compressor: WireTransform | None = instantiate_group(cfg, "compression")
-    if compressor is not None:
-        wire = Wire(upload={"compression": compressor, **wire.upload}, download=wire.download)
-    broadcast: WireTransform | None = instantiate_group(cfg, "download_compression")
-    if broadcast is not None:
-        require(
-            not broadcast.sender_state,
-            "download_compression.error_feedback=true: the server sends one model to all clients "
-            "and keeps no residual per client; set download_compression.error_feedback=false",
-        )
-        wire = Wire(upload=wire.upload, download={"compression": broadcast, **wire.download})
-    for name, transform in wire.upload.items():
-        require(
-            exchange != "sums" or not transform.receiver_state,
-            f"fl.exchange=sums cannot run wire.upload.{name}: its server side keeps state that "
-            "must see every upload in order; use fl.exchange=uploads",
-        )
+    wire = build_wire(cfg, exchange)
     selection: Selection = instantiate_group(cfg, "selection")
     selection.check(cfg.fl.num_clients, cfg.fl.clients_per_round)
     why = algorithm.needs_sampling_by_size
@@ -161,6 +144,39 @@ def build_stages(cfg: DictConfig, choices: dict[str, str]) -> Stages:
     if algorithm.asynchronous:
         check_asynchronous(cfg, choices, stages)
     return stages
+
+
+def build_chain(cfg: DictConfig, direction: str) -> dict[str, WireTransform]:
+    """The `direction` group's transforms (`upload=[topk,fp16]`), each named by its option, in
+    the order the sender applies them."""
+    chain = {}
+    for name in cfg[direction] or {}:
+        try:
+            chain[str(name)] = instantiate_group(cfg, f"{direction}.{name}")
+        except ConfigError as error:
+            # A transform names its settings by its module (`compression.ratio=2 must be ...`);
+            # here they are settings of this group's option.
+            message = re.sub(r"^(compression|wire)\.", f"{direction}.{name}.", str(error))
+            raise ConfigError(message) from None
+    return chain
+
+
+def build_wire(cfg: DictConfig, exchange: str | None) -> Wire:
+    """One `Wire` out of the `upload` and `download` groups, each chain in its list's order."""
+    upload, download = build_chain(cfg, UPLOAD), build_chain(cfg, DOWNLOAD)
+    for name, transform in download.items():
+        require(
+            not transform.sender_state,
+            f"download.{name}.error_feedback=true: the server sends one model to all clients and "
+            f"keeps no residual per client; set download.{name}.error_feedback=false",
+        )
+    for name, transform in upload.items():
+        require(
+            exchange != "sums" or not transform.receiver_state,
+            f"fl.exchange=sums cannot run {name} in upload: its server side keeps state that must "
+            f"see every upload in order; use fl.exchange=uploads (or leave {name} out of upload)",
+        )
+    return Wire(upload=upload, download=download)
 
 
 def check_asynchronous(cfg: DictConfig, choices: dict[str, str], stages: Stages) -> None:

@@ -13,8 +13,8 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, open_dict
 
-from fedlight.cli import CONF_DIR, build_job
-from fedlight.config import CONFIG_GROUPS, register_schema
+from fedlight.cli import CONF_DIR, build_job, group_choices
+from fedlight.config import register_schema
 from fedlight.driver import Driver
 from fedlight.experiment import Job, run_job
 from fedlight.loop import FederatedLoop
@@ -53,7 +53,7 @@ def compose_config(overrides: list[str]) -> DictConfig:
 def make_job():
     def make(overrides: list[str]) -> Job:
         cfg = compose_config(overrides)
-        choices = {g: str(cfg.hydra.runtime.choices[g]) for g in CONFIG_GROUPS}
+        choices = group_choices(cfg, cfg.hydra.runtime.choices)  # as the CLI records them
         with open_dict(cfg):
             del cfg["hydra"]
         return build_job(cfg, choices)
@@ -80,8 +80,11 @@ def rows_without_timings(run_dir: Path) -> list[dict[str, str]]:
 def run_cli(
     *args: str, cwd: Path, check: bool = True, launcher: Sequence[str] = ()
 ) -> subprocess.CompletedProcess:
-    """`python [launcher] -m fedlight args`; `launcher` e.g. torchrun's module and its flags."""
-    env = {**os.environ, "WANDB_MODE": "disabled", "HYDRA_FULL_ERROR": "0"}
+    """`python [launcher] -m fedlight args`; `launcher` e.g. torchrun's module and its flags. The
+    fedlight of this checkout, not whichever the environment has installed (a worktree shares
+    its virtual environment with the checkout it was added from)."""
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "WANDB_MODE": "disabled", "HYDRA_FULL_ERROR": "0", "PYTHONPATH": path}
     result = subprocess.run(
         [sys.executable, *launcher, "-m", "fedlight", *args],
         cwd=cwd,

@@ -237,7 +237,7 @@ def test_fedbuff_with_an_attack_and_top_k_with_error_feedback_resumes_bit_exactl
     """The attack acts on its clients' uploads (malicious arrivals are counted and the model
     differs from the clean run's), top-k keeps each client's residual in its state, and a run
     killed with clients in flight resumes to the uninterrupted run's every number."""
-    overrides = [*ASYNC_ATTACKED, "compression=topk", "compression.ratio=0.1"]
+    overrides = [*ASYNC_ATTACKED, "upload=[topk]", "upload.topk.ratio=0.1"]
     run_job(make_job(overrides), tmp_path / "full")
     rows = read_rows(tmp_path / "full")
     assert sum(row["malicious"] for row in rows) > 0
@@ -247,9 +247,7 @@ def test_fedbuff_with_an_attack_and_top_k_with_error_feedback_resumes_bit_exactl
     run_killed_in_round(make_job(overrides), tmp_path / "killed", 3, monkeypatch, AsynchronousLoop)
     killed = torch.load(tmp_path / "killed" / "checkpoint.pt", weights_only=True)
     assert any(
-        k.startswith("wire/upload.compression/")
-        for s in killed["client_states"].values()
-        for k in s
+        k.startswith("wire/upload.topk/") for s in killed["client_states"].values() for k in s
     )
     run_job(make_job([*overrides, f"resume={tmp_path / 'killed'}"]), tmp_path / "resumed")
     assert_resumed_as_the_full_run(tmp_path)

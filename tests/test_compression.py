@@ -1,7 +1,7 @@
-"""Sparsifying compressors (`compression=topk`, `randk`): what they keep, the exact bytes they
+"""Sparsifying compressors (`upload=[topk]`, `[randk]`): what they keep, the exact bytes they
 send, error feedback's bookkeeping, unbiasedness of random-k, and runs that resume bit-exactly
 with the residuals in the disk client store; SCAFFOLD's two residuals; the compressed broadcast
-(`download_compression`), the traffic in summary.json and the wire's timing columns."""
+(`download=[int8]`), the traffic in summary.json and the wire's timing columns."""
 
 import json
 import math
@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from fedlight.checkpoint import CHECKPOINT_NAME, load_checkpoint
 from fedlight.compression.randk import RandK
 from fedlight.compression.topk import TopK, index_dtype
 from fedlight.context import Federation
 from fedlight.errors import ConfigError
-from fedlight.experiment import Job, run_job
+from fedlight.experiment import Job, resumed_checkpoint, run_job
 from fedlight.tensors import StateDict, nbytes
 from fedlight.wire.base import UPLOAD, Payload, Wire
 from fedlight.wire.fp16 import FP16
@@ -129,7 +130,7 @@ def test_random_k_is_unbiased_and_sends_only_values() -> None:
 def test_compressed_runs_count_the_payload_and_resume_bit_exactly_from_the_disk_store(
     make_job: Callable[[list[str]], Job], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    compressed = [*TINY, "compression=topk", "compression.ratio=0.05", "fl.client_state=disk"]
+    compressed = [*TINY, "upload=[topk]", "upload.topk.ratio=0.05", "fl.client_state=disk"]
     run_job(make_job(compressed), tmp_path / "full")
     run_killed_in_round(make_job(compressed), tmp_path / "killed", 3, monkeypatch)
     run_job(make_job([*compressed, f"resume={tmp_path / 'killed'}"]), tmp_path / "resumed")
@@ -145,11 +146,11 @@ def test_scaffold_compresses_delta_y_and_delta_c_each_with_its_own_residual(
 ) -> None:
     """Both parts of SCAFFOLD's upload go through top-k; each key keeps its own residual in the
     client's state, checkpointed with it."""
-    run_job(make_job([*TINY, "algo=scaffold", "compression=topk"]), tmp_path)
+    run_job(make_job([*TINY, "algo=scaffold", "upload=[topk]"]), tmp_path)
     checkpoint = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
     trained = [state for state in checkpoint["client_states"].values() if state]
     assert trained
-    prefix = "wire/upload.compression/"
+    prefix = "wire/upload.topk/"
     for state in trained:
         residuals = {key.removeprefix(prefix): t for key, t in state.items() if prefix in key}
         delta_y = {key for key in residuals if key.startswith("delta_y/")}
@@ -167,13 +168,13 @@ def test_scaffold_compresses_delta_y_and_delta_c_each_with_its_own_residual(
 def test_the_broadcast_model_is_quantized_and_traffic_and_codec_time_are_reported(
     make_job: Callable[[list[str]], Job], tmp_path: Path
 ) -> None:
-    """download_compression=int8 sends about a quarter of the float32 model; summary.json has
+    """download=[int8] sends about a quarter of the float32 model; summary.json has
     upload MB and the MB spent until the target accuracy; the wire's encode and decode seconds
     are in metrics.csv for each direction with a chain."""
     target = [*TINY, "eval.target_accuracy=0.01"]
     plain, both = tmp_path / "plain", tmp_path / "both"
     run_job(make_job(target), plain)
-    run_job(make_job([*target, "compression=int8", "download_compression=int8"]), both)
+    run_job(make_job([*target, "upload=[int8]", "download=[int8]"]), both)
     rows = read_rows(both)
     for plain_row, row in zip(read_rows(plain), rows, strict=True):
         assert 0.25 < int(row["bytes_down"]) / int(plain_row["bytes_down"]) < 0.26
@@ -192,12 +193,30 @@ def test_the_broadcast_model_is_quantized_and_traffic_and_codec_time_are_reporte
 def test_a_download_compressor_with_error_feedback_is_refused_in_one_line(
     make_job: Callable[[list[str]], Job],
 ) -> None:
-    with pytest.raises(ConfigError, match=r"^download_compression.error_feedback=true: .*=false$"):
-        make_job([*TINY, "download_compression=int8", "+download_compression.error_feedback=true"])
+    with pytest.raises(ConfigError, match=r"^download.int8.error_feedback=true: .*=false$"):
+        make_job([*TINY, "download=[int8]", "download.int8.error_feedback=true"])
+
+
+def test_a_checkpoint_of_the_groups_before_upload_and_download_is_refused_in_one_line(
+    make_job: Callable[[list[str]], Job], tmp_path: Path
+) -> None:
+    """A checkpoint written with `compression=topk wire=fp16` names its clients' residuals by
+    those groups (`wire/upload.compression/...`): resumed as `upload=[topk,fp16]` they would be
+    lost, so it is refused, naming the groups."""
+    overrides = [*TINY, "fl.rounds=1", "upload=[topk,fp16]"]
+    run_job(make_job(overrides), tmp_path / "run")
+    path = tmp_path / "run" / CHECKPOINT_NAME
+    checkpoint = load_checkpoint(path)
+    config = json.loads(checkpoint["config"])
+    config["compression"], config["wire"] = config.pop("upload")["topk"], {"upload": {}}
+    checkpoint["config"] = json.dumps(config)
+    torch.save(checkpoint, path)
+    with pytest.raises(ConfigError, match=r"written before the groups upload and download "):
+        resumed_checkpoint(make_job([*overrides, f"resume={tmp_path / 'run'}"]))
 
 
 def test_a_compressor_chains_with_the_wire_cast_that_follows_it() -> None:
-    """compression=topk wire=fp16: top-k's float32 values travel as float16 (their positions and
+    """upload=[topk,fp16]: top-k's float32 values travel as float16 (their positions and
     shapes as they are), and the receiver undoes the chain in reverse."""
     ctx = FEDERATION.round(1)
     tensors = update()

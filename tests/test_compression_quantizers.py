@@ -134,7 +134,7 @@ def test_qsgd_at_4_bits_in_buckets_of_512_stays_within_the_papers_variance_bound
     """A 200×200 tensor at 4 bits (s = 15): one norm for all 40,000 entries gives a relative
     squared error of about 9.6 (bound min(n/s², √n/s) = 13.3); the default buckets of d = 512
     give 0.38, under the paper's bound min(d/s², √d/s) = 1.51, and as computed by hand."""
-    qsgd = make_job([*TINY, "compression=qsgd"]).stages.wire.upload["compression"]
+    qsgd = make_job([*TINY, "upload=[qsgd]"]).stages.wire.upload["qsgd"]
     assert isinstance(qsgd, QSGD) and (qsgd.bits, qsgd.bucket_size) == (4, 512)
     v = torch.randn(200, 200, generator=torch.Generator().manual_seed(0))
     bound = min(512 / 15**2, math.sqrt(512) / 15)
@@ -147,7 +147,7 @@ def test_qsgd_at_4_bits_in_buckets_of_512_stays_within_the_papers_variance_bound
 
 
 def test_bucket_size_0_sends_and_decodes_what_qsgd_did_before_buckets() -> None:
-    """One bucket per tensor is the behaviour of fedlight before `compression.bucket_size`: the
+    """One bucket per tensor is the behaviour of fedlight before `upload.qsgd.bucket_size`: the
     payload's and the decoded tensors' bytes are those fedlight 8932dbd produced (digests)."""
     generator = torch.Generator().manual_seed(31)
     tensors = {
@@ -169,12 +169,12 @@ def test_bucket_size_0_sends_and_decodes_what_qsgd_did_before_buckets() -> None:
 def test_qsgd_runs_count_one_norm_per_bucket_and_old_checkpoints_resume_at_one_bucket(
     make_job: Callable[[list[str]], Job], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """`bytes_up` of a `compression=qsgd` run is, per participant and float32 tensor of n
+    """`bytes_up` of an `upload=[qsgd]` run is, per participant and float32 tensor of n
     entries, 4·⌈n/512⌉ + ⌈n/8⌉ + ⌈4n/8⌉ + 4·ndim. A checkpoint written before
-    `compression.bucket_size` existed (its config lacks the key) is refused at the new default,
+    `upload.qsgd.bucket_size` existed (its config lacks the key) is refused at the new default,
     in one line that names the setting and the value it ran at, and resumes bit-exactly with
-    `compression.bucket_size=0`."""
-    run_job(make_job([*TINY, "fl.rounds=1", "compression=qsgd"]), tmp_path / "default")
+    `upload.qsgd.bucket_size=0`."""
+    run_job(make_job([*TINY, "fl.rounds=1", "upload=[qsgd]"]), tmp_path / "default")
     weights = load_checkpoint(tmp_path / "default" / CHECKPOINT_NAME)["server_weights"]
     per_client = sum(
         4 * math.ceil(t.numel() / 512)
@@ -187,21 +187,21 @@ def test_qsgd_runs_count_one_norm_per_bucket_and_old_checkpoints_resume_at_one_b
     [row] = read_rows(tmp_path / "default")
     assert int(row["bytes_up"]) == int(float(row["participants"])) * per_client
 
-    old = [*TINY, "fl.rounds=3", "compression=qsgd", "compression.bucket_size=0"]
+    old = [*TINY, "fl.rounds=3", "upload=[qsgd]", "upload.qsgd.bucket_size=0"]
     run_job(make_job(old), tmp_path / "full")
     run_killed_in_round(make_job(old), tmp_path / "killed", 3, monkeypatch)
     checkpoint = load_checkpoint(tmp_path / "killed" / CHECKPOINT_NAME)
     config = json.loads(checkpoint["config"])
-    del config["compression"]["bucket_size"]  # as fedlight wrote it before buckets
+    del config["upload"]["qsgd"]["bucket_size"]  # as fedlight wrote it before buckets
     checkpoint["config"] = json.dumps(config)
     torch.save(checkpoint, tmp_path / "killed" / CHECKPOINT_NAME)
     resume = f"resume={tmp_path / 'killed'}"
     with pytest.raises(
         ConfigError,
-        match=r"config differs at compression.bucket_size \(checkpoint absent, now 512\); the "
-        r"checkpoint predates the setting: compression.bucket_size=0 continues it as it ran; ",
+        match=r"config differs at upload.qsgd.bucket_size \(checkpoint absent, now 512\); the "
+        r"checkpoint predates the setting: upload.qsgd.bucket_size=0 continues it as it ran; ",
     ):
-        resumed_checkpoint(make_job([*TINY, "fl.rounds=3", "compression=qsgd", resume]))
+        resumed_checkpoint(make_job([*TINY, "fl.rounds=3", "upload=[qsgd]", resume]))
     run_job(make_job([*old, resume]), tmp_path / "resumed")
     assert rows_without_timings(tmp_path / "resumed") == rows_without_timings(tmp_path / "full")
 
@@ -500,13 +500,13 @@ def huge_update() -> StateDict:
 def test_a_cast_after_a_quantizer_sends_its_metadata_bit_for_bit(
     make_job: Callable[[list[str]], Job], compression: str, wire: str
 ) -> None:
-    """`compression=<quantizer> wire=fp16|bf16`, the wire the config builds: the cast has no
+    """`upload=[<quantizer>,fp16|bf16]`, the wire the config builds: the cast has no
     values left to cast (the codes are integers, the rest metadata), so the payload is the
     quantizer's to the bit, float32 norms, scales and zero points beyond 65504 included, its
     bytes are the quantizer's alone, and it decodes finitely to what the quantizer decodes."""
-    cast = make_job([*TINY, f"compression={compression}", f"wire={wire}"]).stages.wire
-    alone = make_job([*TINY, f"compression={compression}"]).stages.wire
-    assert list(cast.upload) == ["compression", wire] and list(alone.upload) == ["compression"]
+    cast = make_job([*TINY, f"upload=[{compression},{wire}]"]).stages.wire
+    alone = make_job([*TINY, f"upload=[{compression}]"]).stages.wire
+    assert list(cast.upload) == [compression, wire] and list(alone.upload) == [compression]
     ctx = context()
     update = huge_update()
     payload, _ = cast.send(UPLOAD, ctx, 3, update, {})
@@ -532,7 +532,7 @@ def test_a_huge_update_crosses_a_float16_wire_after_a_quantizer(
     points and sign's scales exceed 65504, float16's largest value: cast to float16 they became
     infinite and every upload was rejected as non-finite; now each arrives and is aggregated."""
     boosted = ["attack=scaled", "attack.fraction=1.0", "attack.scale=1e9"]
-    overrides = [*TINY, "fl.rounds=1", f"compression={compression}", "wire=fp16", *boosted]
+    overrides = [*TINY, "fl.rounds=1", f"upload=[{compression},fp16]", *boosted]
     run_job(make_job(overrides), tmp_path)
     [row] = read_rows(tmp_path)
     assert float(row["malicious"]) == float(row["participants"]) == 4

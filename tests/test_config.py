@@ -115,6 +115,100 @@ def test_every_job_of_a_sweep_is_validated() -> None:
         validate_command_line(["-m", "partition=iid,bogus"])
 
 
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["wire=fp16"], "wire=fp16 is now upload=[fp16]; "),
+        (["wire=bf16"], "wire=bf16 is now upload=[bf16]; "),
+        (["wire=fp16_both"], "wire=fp16_both is now upload=[fp16] download=[fp16]; "),
+        (["wire=none"], "wire=none is now upload=[] download=[]; "),
+        (["wire=nope"], "wire=nope: the wire group is no more (wire=none is upload=[] download=[]"),
+        (
+            ["compression=topk"],
+            "compression=topk is now upload=[topk]; a cast goes after a compressor: "
+            "upload=[topk,fp16]",
+        ),
+        (["compression=none"], "compression=none is now upload=[]; "),
+        (["-m", "compression=topk,qsgd"], "compression=topk,qsgd is now upload=[topk] / upload=["),
+        (["download_compression=int8"], "download_compression=int8 is now download=[int8]; "),
+        (
+            ["compression=topk", "compression.ratio=0.05"],
+            "compression=topk is now upload=[topk]; ",
+        ),
+        (
+            ["compression.ratio=0.05", "compression=topk"],
+            "compression.ratio=0.05 is now upload.topk.ratio=0.05 (with upload=[topk]); ",
+        ),
+        (["compression.bits=2"], "compression.bits=2 is now upload.qsgd.bits=2 (with upload=[qs"),
+        (
+            ["wire.upload.fp16.error_feedback=true"],
+            "wire.upload.fp16.error_feedback=true is now upload.fp16.error_feedback=true; ",
+        ),
+        (
+            ["+download_compression.error_feedback=true"],
+            "download_compression.error_feedback=true is now download.int8.error_feedback=true",
+        ),
+        (["~compression"], "compression: the compression group is no more; "),
+    ],
+)
+def test_the_groups_one_codec_replaced_name_how_to_say_it_now(
+    args: list[str], expected: str
+) -> None:
+    """`wire`, `compression` and `download_compression` became `upload` and `download`, each
+    a list of transforms: an old spelling is refused in one line naming the new one, before
+    Hydra's own error."""
+    with pytest.raises(ConfigError) as error:
+        validate_command_line(args)
+    message = str(error.value)
+    assert "\n" not in message
+    assert message.startswith(expected), message
+
+
+def test_each_direction_lists_its_transforms_in_the_order_the_sender_applies_them(
+    make_job,
+) -> None:
+    job = make_job(["upload=[topk,fp16]", "upload.topk.ratio=0.05", "download=[int8]"])
+    assert list(job.stages.wire.upload) == ["topk", "fp16"]
+    assert job.stages.wire.upload["topk"].ratio == 0.05
+    assert list(job.stages.wire.download) == ["int8"]
+    assert job.choices["upload"] == "topk+fp16" and job.choices["download"] == "int8"
+    assert make_job(["upload=[fp16,topk]"]).stages.wire.upload.keys() == {"fp16", "topk"}
+    assert list(make_job(["upload=[fp16,topk]"]).stages.wire.upload) == ["fp16", "topk"]
+    for as_is in ([], ["upload=[]", "download=[]"]):
+        job = make_job(as_is)
+        assert job.stages.wire.is_identity()
+        assert (job.choices["upload"], job.choices["download"]) == ("none", "none")
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (
+            ["upload.topk.ratio=0.05"],
+            "upload.topk.ratio sets topk, which upload=[] does not list; add it: upload=[topk]",
+        ),
+        (
+            ["upload=[topk]", "download.int8.block_size=64"],
+            "download.int8.block_size sets int8, which download=[] does not list; add it: ",
+        ),
+        (["upload=[topk,topk]"], "upload=[topk,topk] names topk twice; list each option"),
+        (["upload=[topk]", "upload.topk.ratio=2"], "upload.topk.ratio=2 must be in (0, 1]"),
+        (
+            ["download=[int8]", "download.int8.error_feedback=true"],
+            "download.int8.error_feedback=true: the server sends one model to all clients",
+        ),
+    ],
+)
+def test_a_codec_setting_of_an_unlisted_or_repeated_transform_is_refused_in_one_line(
+    args: list[str], expected: str
+) -> None:
+    with pytest.raises(ConfigError) as error:
+        validate_command_line(args)
+    message = str(error.value)
+    assert "\n" not in message
+    assert message.startswith(expected), message
+
+
 def test_config_files_are_inside_the_package() -> None:
     assert CONF_DIR.endswith("fedlight/conf")
 

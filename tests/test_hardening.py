@@ -23,7 +23,6 @@ from omegaconf import open_dict
 
 from fedlight import cli, run_dir
 from fedlight.checkpoint import CHECKPOINT_NAME, load_checkpoint
-from fedlight.config import CONFIG_GROUPS
 from fedlight.errors import ConfigError
 from fedlight.experiment import (
     DivergenceError,
@@ -65,7 +64,7 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A finished 3-round TINY run with eval.every=2 (rows 2 and 3) and its checkpoint."""
     directory = tmp_path_factory.mktemp("finished") / "run"
     cfg = compose_config([*TINY, "fl.rounds=3", "eval.every=2"])
-    choices = {g: str(cfg.hydra.runtime.choices[g]) for g in CONFIG_GROUPS}
+    choices = cli.group_choices(cfg, cfg.hydra.runtime.choices)
     with open_dict(cfg):
         del cfg["hydra"]
     run_job(cli.build_job(cfg, choices), directory)

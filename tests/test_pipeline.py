@@ -117,7 +117,7 @@ def test_fp16_uploads_halve_the_bytes_exactly_and_arrive_as_the_cast(
     make_job: Callable[[list[str]], Job], tmp_path: Path
 ) -> None:
     run_job(make_job([*TINY, "fl.rounds=2"]), tmp_path / "plain")
-    job = make_job([*TINY, "fl.rounds=2", "wire=fp16"])
+    job = make_job([*TINY, "fl.rounds=2", "upload=[fp16]"])
     sent = record_uploads(job)
     received: list[ClientUpload] = []
     split = job.algorithm.split
@@ -164,8 +164,8 @@ def test_a_transform_with_client_state_resumes_bit_exactly(
         overrides = [
             *TINY,
             "algo=scaffold",
-            "wire=fp16",
-            "wire.upload.fp16.error_feedback=true",
+            "upload=[fp16]",
+            "upload.fp16.error_feedback=true",
             f"fl.client_state={store}",
             "fl.rounds=4",
             "checkpoint.every=2",
@@ -235,7 +235,7 @@ def test_a_stage_reported_metric_reaches_metrics_csv_wandb_and_summary(
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb_root"))
     monkeypatch.setenv("WANDB_SILENT", "true")
-    run_job(make_job([*TINY, "fl.rounds=2", "wire=fp16", "logger=wandb"]), tmp_path / "run")
+    run_job(make_job([*TINY, "fl.rounds=2", "upload=[fp16]", "logger=wandb"]), tmp_path / "run")
     wandb.teardown()
     rows = read_rows(tmp_path / "run")
     name = "wire.float16.sq_error"
@@ -319,10 +319,13 @@ def test_a_modules_own_validation_step_evaluates_the_model(
         (["aggregator.weighting=median"], "aggregator.weighting=median is not a weighting"),
         (["server_opt=adam", "server_opt.beta1=1.0"], "server_opt.beta1=1.0 must be in [0, 1)"),
         (["server_opt.lr=0"], "server_opt.lr=0 must be > 0"),
-        (["wire=nope"], "wire=nope is not an option; choose wire from: bf16, fp16, fp16_both"),
         (
-            ["wire=fp16_both", "wire.download.fp16.error_feedback=true"],
-            "wire.download.fp16 keeps sender state",
+            ["upload=[nope]"],
+            "upload=nope is not an option; choose upload from: bf16, fp16, int8, qsgd, randk,",
+        ),
+        (
+            ["upload=[fp16]", "download=[fp16]", "download.fp16.error_feedback=true"],
+            "download.fp16.error_feedback=true: the server sends one model to all clients",
         ),
         (["fl.exchange=all"], "fl.exchange=all is not an exchange"),
         (["algo.server_lr=0.5"], "unknown key algo.server_lr; algo has:"),
@@ -374,7 +377,7 @@ def test_fedlight_report_tabulates_a_stage_reported_metric(tmp_path: Path) -> No
         "-m",
         *TINY,
         "fl.rounds=2",
-        "wire=fp16",
+        "upload=[fp16]",
         "seed=0,1",
         f"hydra.sweep.dir={sweep}",
         cwd=tmp_path,
@@ -403,9 +406,8 @@ def test_a_run_with_every_stage_kind_at_once_resumes_bit_exactly(
         "privacy.noise_multiplier=0.5",
         "attack=sign_flip",
         "attack.fraction=0.2",
-        "compression=topk",
-        "wire=fp16",
-        "wire.upload.fp16.error_feedback=true",
+        "upload=[topk,fp16]",
+        "upload.fp16.error_feedback=true",
         "fl.client_state=disk",
     ]
     run_job(make_job(overrides), tmp_path / "full")
@@ -426,7 +428,7 @@ def test_a_run_with_every_stage_kind_at_once_resumes_bit_exactly(
         for path in (tmp_path / "full" / "client_states").rglob("*.pt")
     ]
     keys = {key for state in residuals for key in state}
-    assert any(k.startswith("wire/upload.compression/") for k in keys)
+    assert any(k.startswith("wire/upload.topk/") for k in keys)
     assert any(k.startswith("wire/upload.fp16/") for k in keys)
     old = dict(first)
     old.pop("state_format")

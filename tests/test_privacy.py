@@ -203,7 +203,7 @@ def test_target_epsilon_is_met_by_the_calibrated_noise_and_the_budget_stops_a_lo
     "mechanism",
     [
         ["privacy=adaptive_clip", "privacy.count_noise=1"],
-        ["privacy=dp_fedavg", "algo=scaffold", "compression=int8"],
+        ["privacy=dp_fedavg", "algo=scaffold", "upload=[int8]"],
     ],
 )
 def test_a_killed_private_run_resumes_bit_exactly_with_its_accountant_and_clip_norm(

@@ -20,7 +20,6 @@ from omegaconf import open_dict
 
 from fedlight import cli, run_dir
 from fedlight.checkpoint import CHECKPOINT_NAME, load_checkpoint, save_checkpoint
-from fedlight.config import CONFIG_GROUPS
 from fedlight.errors import ConfigError
 from fedlight.experiment import run_job
 from fedlight.loggers.base import RunInfo
@@ -39,7 +38,7 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A finished run of FINISHED (rows 2 and 3) with its checkpoint."""
     directory = tmp_path_factory.mktemp("finished") / "run"
     cfg = compose_config(FINISHED)
-    choices = {g: str(cfg.hydra.runtime.choices[g]) for g in CONFIG_GROUPS}
+    choices = cli.group_choices(cfg, cfg.hydra.runtime.choices)
     with open_dict(cfg):
         del cfg["hydra"]
     run_job(cli.build_job(cfg, choices), directory)

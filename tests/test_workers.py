@@ -42,10 +42,10 @@ VARIANTS = {
     # and a quantized broadcast
     "topk_disk": [
         "algo=scaffold",
-        "compression=topk",
-        "compression.ratio=0.05",
+        "upload=[topk]",
+        "upload.topk.ratio=0.05",
         "fl.client_state=disk",
-        "download_compression=int8",
+        "download=[int8]",
     ],
     # attacks: after the gather (the same forgery on every worker), on the data, on the upload
     "alie_median": ["attack=alie", "aggregator=median"],

@@ -1,1 +1,2 @@
-"""Upload compressors (`compression=`): wire transforms whose payloads are the exact bytes sent."""
+"""Compressors (`upload=[topk]`, `download=[int8]`): wire transforms whose payloads are the exact
+bytes sent."""

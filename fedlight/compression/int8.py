@@ -1,6 +1,7 @@
-"""`compression=int8`: per-block affine quantization of uploads to 8-bit integers, round to nearest
-(the asymmetric min/max scheme of Jacob et al., "Quantization and Training of Neural Networks for
-Efficient Integer-Arithmetic-Only Inference", CVPR 2018, here with a float32 zero point).
+"""`upload=[int8]`, `download=[int8]`: per-block affine quantization to 8-bit integers, round to
+nearest (the asymmetric min/max scheme of Jacob et al., "Quantization and Training of Neural
+Networks for Efficient Integer-Arithmetic-Only Inference", CVPR 2018, here with a float32 zero
+point).
 
 Each float32 tensor is flattened and cut into blocks of `block_size` entries (0: one block per
 tensor; the last block may be shorter; the receiver cuts by the same setting). A block with

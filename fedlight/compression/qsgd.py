@@ -1,4 +1,4 @@
-"""`compression=qsgd`: QSGD stochastic quantization of uploads (Alistarh et al., "QSGD:
+"""`upload=[qsgd]`: QSGD stochastic quantization of uploads (Alistarh et al., "QSGD:
 Communication-Efficient SGD via Gradient Quantization and Encoding", NeurIPS 2017).
 
 Each float32 tensor is flattened and cut into buckets of `bucket_size` consecutive entries (the

@@ -1,4 +1,4 @@
-"""`compression=sign`: scaled sign compression of uploads with error feedback, EF-SignSGD
+"""`upload=[sign]`: scaled sign compression of uploads with error feedback, EF-SignSGD
 (Karimireddy et al., "Error Feedback Fixes SignSGD and other Gradient Compression Schemes",
 ICML 2019, Algorithm 1), the sign compressor of signSGD (Bernstein et al., "signSGD: Compressed
 Optimisation for Non-Convex Problems", ICML 2018) scaled so that its size matches the input's.

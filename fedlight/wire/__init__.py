@@ -1,1 +1,2 @@
-"""The wire (`wire=`): how downloads and uploads are encoded, counted in bytes and decoded."""
+"""The wire (the `upload` and `download` groups): how downloads and uploads are encoded, counted
+in bytes and decoded."""

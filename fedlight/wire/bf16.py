@@ -1,5 +1,5 @@
-"""`wire=bf16`: uploads travel as bfloat16, float32's range with 8 bits of mantissa (see
-`fedlight.wire.cast`)."""
+"""`upload=[bf16]`, `download=[bf16]`: tensors travel as bfloat16, float32's range with 8 bits
+of mantissa (see `fedlight.wire.cast`)."""
 
 from dataclasses import dataclass
 from typing import ClassVar

@@ -5,8 +5,8 @@ can hold. With `error_feedback` the sender keeps what the cast lost, e_i ← (u 
 e_i), and adds it to its next message (`LossyTransform`: error feedback written once), so rounding
 errors do not accumulate over rounds; e_i is per-client state. Other dtypes (float64, integer
 buffers) and the payload's metadata (after a quantizer: its float32 norms, scales and zero points,
-see `fedlight.wire.base.Payload`) travel unchanged, so a cast after `compression=qsgd`, `int8` or
-`sign` leaves their payload as it is.
+see `fedlight.wire.base.Payload`) travel unchanged, so a cast after `qsgd`, `int8` or `sign`
+(`upload=[qsgd,fp16]`) leaves their payload as it is.
 
 Reported per round (metrics channel): `wire.<dtype>.sq_error`, the squared rounding error Σ_i ‖v_i
 − cast(v_i)‖² summed over the round's messages (v_i with error feedback included), so a sweep shows

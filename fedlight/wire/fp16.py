@@ -1,4 +1,5 @@
-"""`wire=fp16`: uploads travel as IEEE half precision (see `fedlight.wire.cast`)."""
+"""`upload=[fp16]`, `download=[fp16]`: tensors travel as IEEE half precision (see
+`fedlight.wire.cast`)."""
 
 from dataclasses import dataclass
 from typing import ClassVar
