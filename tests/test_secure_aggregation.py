@@ -172,8 +172,8 @@ def test_one_worker_and_two_give_the_same_numbers(
     [
         (["aggregator=median"], r"^secure_aggregation=pairwise shows .* aggregator=median needs"),
         (["attack=alie", "attack.fraction=0.2"], r"^attack=alie needs each decoded upload"),
-        (["wire=fp16"], r"^wire: an upload codec would re-encode the masked ring elements"),
-        (["compression=topk"], r"^wire: an upload codec would re-encode"),
+        (["upload=[fp16]"], r"^upload=fp16 with secure_aggregation=pairwise: the wire would"),
+        (["upload=[topk,fp16]"], r"^upload=topk\+fp16 with .* use upload=\[\]$"),
         (["algo=local"], r"^secure_aggregation=pairwise does not apply to algo=local"),
         (["fl.clients_per_round=1"], r"^fl.clients_per_round=1: secure_aggregation=pairwise"),
         (

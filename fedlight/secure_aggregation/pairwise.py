@@ -107,9 +107,9 @@ class PairwiseMasking(SecureAggregation):
         for stage in plan.after(self):
             require(
                 not stage.encodes_uploads(),
-                f"{stage.name}: an upload codec would re-encode the masked ring elements, which "
-                "must reach the server as they are (secure_aggregation.bits sets their size); "
-                "use no upload codec with secure_aggregation=pairwise",
+                f"upload={choices.get('upload')} with secure_aggregation=pairwise: the {stage.name}"
+                " would re-encode the masked ring elements, which must reach the server as they "
+                "are (secure_aggregation.bits sets their size); use upload=[]",
             )
         clients = plan.settings.fl.clients_per_round
         require(
