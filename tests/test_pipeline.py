@@ -420,7 +420,8 @@ def test_a_run_with_every_stage_kind_at_once_resumes_bit_exactly(
     second = load_checkpoint(tmp_path / "resumed" / "checkpoint.pt")
     for name, weight in first["server_weights"].items():
         assert torch.equal(second["server_weights"][name], weight)
-    assert set(first["stage_states"]) == {"selection", "attack", "privacy", "wire"}
+    chain = {"selection", "attack", "privacy", "secure_aggregation", "wire"}
+    assert set(first["stage_states"]) == chain
     for stage, state in first["stage_states"].items():
         assert all(torch.equal(second["stage_states"][stage][k], t) for k, t in state.items())
     residuals = [
