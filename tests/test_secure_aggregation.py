@@ -212,3 +212,20 @@ def test_the_run_resumes_bit_exactly_with_masks_and_dropouts(
     run_killed_in_round(make_job(args), killed, 3, monkeypatch)
     run_job(make_job([*args, f"resume={killed}"]), killed)
     assert rows_without_timings(killed) == rows_without_timings(full)
+
+
+def test_entries_beyond_the_rings_range_are_saturated_and_counted() -> None:
+    """bits 24, fraction_bits 16, two clients: each may send magnitudes up to (2^23 − 1) // 2 in
+    fixed point, 64 in value; entries of 1,000 (times the weight) are held at that bound, every
+    one counted in `secure_aggregation.saturated`, and the unmasked mean is the bound's."""
+    masking = PairwiseMasking(bits=24, fraction_bits=16)
+    ctx = FEDERATION.round(1, (0, 1), (0.1,))
+    uploads = [
+        ClientUpload(c, 1, 1, {"w": torch.full((5,), 1000.0), "b": torch.zeros(7)}) for c in (0, 1)
+    ]
+    sent = [masked(ctx, [masking], upload, {}) for upload in uploads]
+    assert ctx.metrics.values["secure_aggregation.saturated"] == 10
+    assert sent[0].tensors["w"].dtype == torch.int32  # a 24-bit ring element: 4 bytes
+    mean = aggregate(ctx, [masking], sent, {})[UPDATE]["w"]
+    bound = ((1 << 23) - 1) // 2 / 2.0**16
+    assert torch.allclose(mean, torch.full((5,), bound), atol=2**-16)
