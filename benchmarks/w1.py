@@ -240,7 +240,7 @@ def check_same_architecture(model: str, data: TensorDataset) -> None:
 def shard_client_indices(data: TensorDataset) -> list[Tensor]:
     """fedlight's own partition of W1: the same Shards scheme and generator as `run_job`."""
     labels = data.train_y.numpy()
-    client_sets: list[np.ndarray] = Shards(SHARDS_PER_CLIENT)(
+    client_sets: list[np.ndarray] = Shards(shards_per_client=SHARDS_PER_CLIENT)(
         labels, NUM_CLIENTS, numpy_generator(SEED, Stream.PARTITION)
     )
     return [torch.as_tensor(s, dtype=torch.int64) for s in client_sets]
