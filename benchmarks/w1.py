@@ -194,7 +194,8 @@ def run_hand(model: str, data: TensorDataset, client_indices: list[Tensor], roun
             for _ in range(LOCAL_EPOCHS):
                 order = indices[torch.randperm(len(indices), generator=generator)]
                 for batch in order.split(BATCH_SIZE):
-                    loss = F.cross_entropy(net(data.train_x[batch]), data.train_y[batch])
+                    inputs = data.prepare(data.train_x[batch])
+                    loss = F.cross_entropy(net(inputs), data.train_y[batch])
                     optimizer.zero_grad(set_to_none=True)
                     loss.backward()
                     optimizer.step()
@@ -215,7 +216,7 @@ def evaluate(net: nn.Module, weights: dict[str, Tensor], data: TensorDataset) ->
     for x, y in zip(
         data.test_x.split(EVAL_BATCH_SIZE), data.test_y.split(EVAL_BATCH_SIZE), strict=True
     ):
-        correct += int((net(x).argmax(dim=1) == y).sum())
+        correct += int((net(data.prepare(x)).argmax(dim=1) == y).sum())
     return correct / len(data.test_y)
 
 
