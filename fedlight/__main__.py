@@ -1,6 +1,6 @@
-"""`python -m fedlight ...`: run one experiment, or a sweep with -m."""
+"""`python -m fedlight ...`: run one experiment, or a sweep with -m; `report` summarizes sweeps."""
 
-from fedlight.cli import main
+from fedlight.entry import main
 
 if __name__ == "__main__":
     main()

@@ -8,12 +8,14 @@ import os
 import re
 import shlex
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TextIO
 
 import hydra
+from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
@@ -21,7 +23,7 @@ from hydra.errors import CompactHydraException
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from fedlight import run_dir
+from fedlight import STARTED, STARTED_VARIABLE, run_dir
 from fedlight.checkpoint import CHECKPOINT_NAME
 from fedlight.client_states import ClientStateLostError
 from fedlight.config import (
@@ -33,14 +35,31 @@ from fedlight.config import (
 )
 from fedlight.data.base import DataError
 from fedlight.errors import ConfigError, error_chain, one_line
-from fedlight.experiment import DivergenceError, Job, resumed_checkpoint, run_job
+from fedlight.experiment import (
+    RESUME_FREE_KEYS,
+    DivergenceError,
+    Job,
+    resumed_checkpoint,
+    run_job,
+)
+from fedlight.files import open_to_append
+from fedlight.jobs import (
+    Command,
+    ComposedJob,
+    JobCompositionError,
+    Jobs,
+    compose_command,
+    job_lines,
+    parse_command,
+    with_config_dirs,
+)
 from fedlight.pipeline.stage import Plan
+from fedlight.run_dir import CONSOLE_NAME
 from fedlight.stages import CONF_DIR as STAGES_CONF_DIR
 from fedlight.stages import build_stages, instantiate_group
 from fedlight.workers import Terminated, WorkerError
 
 CONF_DIR = str(STAGES_CONF_DIR)
-MULTIRUN_FLAGS = ("-m", "--multirun")
 LIST_GROUPS = ("upload", "download")  # groups whose options form a chain, in list order
 
 
@@ -186,7 +205,9 @@ def renamed_setting(override: Override, overrides: list[Override]) -> str | None
     )
 
 
-def check_group_choices(overrides: list[str]) -> None:
+def check_group_choices(overrides: list[str], options_of: Callable[[str], list[str]]) -> None:
+    """Each option a command line names exists (`options_of`: a group's options on Hydra's
+    search path), or the group's options are listed in one line."""
     parsed = OverridesParser.create().parse_overrides(overrides)
     for override in parsed:
         if (renamed := renamed_setting(override, parsed)) is not None:
@@ -208,7 +229,7 @@ def check_group_choices(overrides: list[str]) -> None:
                     f"option of {group} once"
                 )
             values += listed
-        options = group_options(group)
+        options = options_of(group)
         for value in values:
             if value not in options:
                 raise ConfigError(
@@ -216,58 +237,49 @@ def check_group_choices(overrides: list[str]) -> None:
                 )
 
 
-def job_override_lists(overrides: list[str], multirun: bool) -> list[list[str]]:
-    if not multirun:
-        return [overrides]
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-
-    parsed = OverridesParser.create().parse_overrides(overrides)
-    return [job for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
-
-
-def preset_sweep(job: list[str]) -> list[str]:
-    """The sweep an experiment preset declares in `hydra.sweeper.params`, as overrides that the
-    command line's own overrides then replace key by key (as Hydra's basic sweeper does)."""
-    try:
-        composed = hydra.compose("config", overrides=job, return_hydra_config=True)
-    except Exception:  # noqa: BLE001 - the job is composed again below, which reports the error
-        return []
-    return [f"{key}={value}" for key, value in (composed.hydra.sweeper.params or {}).items()]
-
-
 def validate_command_line(args: list[str]) -> list[list[str]]:
     """Compose and build every job the command line describes, without running any of them;
     returns each job's overrides."""
-    return [overrides for overrides, _ in validated_jobs(args)]
+    command = parse_command(args)
+    if command is None:
+        raise ConfigError(f"{shlex.join(args)}: a Hydra flag that runs no job")
+    return [job.overrides for job, _ in checked_jobs(command)[1]]
 
 
-def validated_jobs(args: list[str]) -> list[tuple[list[str], RunSettings]]:
-    """`validate_command_line`'s jobs, each with its settings."""
-    multirun = any(a in MULTIRUN_FLAGS for a in args)
-    overrides = [
-        a for a in args if a not in MULTIRUN_FLAGS and not a.startswith(("hydra.", "hydra/"))
-    ]
+def checked_jobs(command: Command) -> tuple[Jobs, list[tuple[ComposedJob, RunSettings]]]:
+    """The command's jobs (`fedlight.jobs`), each composed by Hydra and built, so that a bad
+    setting of any of them is refused in one line before any job works; with its settings."""
     try:
-        check_group_choices(overrides)
-        jobs = job_override_lists(overrides, multirun)
+        check_overrides(command.overrides)
+        OverridesParser.create().parse_overrides(command.overrides)
     except ConfigError:
         raise
     except Exception as error:  # noqa: BLE001 - Hydra's parser errors become one line
         raise ConfigError(one_line(error)) from None
-    validated = []
+    checked = []
     with hydra.initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-        if multirun:
-            jobs = job_override_lists([*preset_sweep(jobs[0]), *overrides], multirun)
-        for job in jobs:
-            try:
-                cfg = hydra.compose("config", overrides=job, return_hydra_config=True)
-            except Exception as error:  # noqa: BLE001
-                text = "\n".join(str(e) for e in error_chain(error))
-                missing = re.search(r"Could not override '([^']+)'", text)
-                if missing and re.search(r"Key '[^']+' (is )?not in", text):
-                    groups = [o for o in job if o.split("=")[0] in CONFIG_GROUPS]
-                    raise ConfigError(unknown_key_message(missing.group(1), groups)) from None
-                raise ConfigError(one_line(error)) from None
+        loader = GlobalHydra.instance().config_loader()
+        searched = [o for o in with_config_dirs(command.overrides, command.config_dirs)]
+        search_path = [o for o in searched if o.startswith("hydra.searchpath=")]
+
+        def options(group: str) -> list[str]:
+            return sorted(
+                loader.get_group_options(
+                    group, config_name=command.config_name, overrides=search_path
+                )
+            )
+
+        check_group_choices(command.overrides, options)
+
+        def master(overrides: list[str], mode: RunMode) -> DictConfig:
+            return loader.load_configuration(command.config_name, overrides, mode)
+
+        try:
+            jobs = compose_command(command, master)
+        except JobCompositionError as failed:
+            raise ConfigError(composition_message(failed)) from None
+        for job in jobs.jobs:
+            cfg = job.config
             choices = group_choices(cfg, cfg.hydra.runtime.choices)
             with open_dict(cfg):
                 del cfg["hydra"]
@@ -278,12 +290,26 @@ def validated_jobs(args: list[str]) -> list[tuple[list[str], RunSettings]]:
                 raise
             except Exception as error:  # noqa: BLE001 - OmegaConf validation errors
                 raise ConfigError(one_line(error)) from None
-            validated.append((job, built.settings))
-    return validated
+            checked.append((job, built.settings))
+    return jobs, checked
+
+
+def composition_message(failed: JobCompositionError) -> str:
+    """Hydra's reason a job could not be composed, on one line; an unknown key names the keys
+    its parent has."""
+    error = failed.__cause__ or failed
+    text = "\n".join(str(e) for e in error_chain(error))
+    missing = re.search(r"Could not override '([^']+)'", text)
+    if missing and re.search(r"Key '[^']+' (is )?not in", text):
+        groups = [o for o in failed.overrides if o.split("=")[0] in CONFIG_GROUPS]
+        return unknown_key_message(missing.group(1), groups)
+    return one_line(error)
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
-def hydra_entry(cfg: DictConfig) -> None:
+def hydra_entry(cfg: DictConfig) -> float | int | None:
+    """One job: run, and its `objective` returned to Hydra's sweeper (None where the job
+    diverged and the sweep goes on)."""
     hydra_cfg = HydraConfig.get()
     choices = group_choices(cfg, hydra_cfg.runtime.choices)
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
@@ -292,8 +318,16 @@ def hydra_entry(cfg: DictConfig) -> None:
     setting = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     try:
         job = build_job(cfg, choices, sweep_group)
-        with writing(output_dir, setting, job.settings):
-            run_job(job, output_dir)
+        with writing(output_dir, setting, job.settings), console_saved(output_dir):
+            if writes_run_dir():
+                print(f"fedlight: run directory {output_dir}", flush=True)
+                search_path = [
+                    o for o in hydra_cfg.overrides.hydra if o.startswith("hydra.searchpath=")
+                ]
+                changed = non_default_settings(cfg, choices, hydra_cfg.job.config_name, search_path)
+                print(f"fedlight: settings {' '.join(changed) or '(all defaults)'}", flush=True)
+            summary = run_job(job, output_dir)
+        return summary.get(job.settings.objective)
     except (ConfigError, DataError) as error:
         job_failed(str(error), 2, multirun, output_dir)
     except WorkerError as error:
@@ -306,6 +340,7 @@ def hydra_entry(cfg: DictConfig) -> None:
         # One diverged job is a result of the sweep, not its end: said, and the next job runs
         # (`fedlight report` marks the job and leaves it out of mean ± std).
         print(f"fedlight: {output_dir}: {error}", file=sys.stderr)
+        return None
     except KeyboardInterrupt:
         print(interrupted(output_dir, list(hydra_cfg.overrides.task)), file=sys.stderr)
         sys.exit(130)
@@ -315,6 +350,77 @@ def hydra_entry(cfg: DictConfig) -> None:
         sys.exit(143)
     except OSError as error:
         job_failed(cannot_write(error, output_dir), 1, multirun, output_dir)
+
+
+def non_default_settings(
+    cfg: DictConfig, choices: dict[str, str], config_name: str, search_path: list[str]
+) -> list[str]:
+    """What the run sets otherwise than `config_name` alone: each group whose option differs,
+    then each setting that differs from those options' defaults (presets' included)."""
+    default = hydra.compose(config_name, overrides=search_path, return_hydra_config=True)
+    default_choices = group_choices(default, default.hydra.runtime.choices)
+    changed = {g: c for g, c in choices.items() if default_choices.get(g) != c}
+    options = [
+        f"{g}={list_text([] if c == 'none' else c.split('+'))}" if g in LIST_GROUPS else f"{g}={c}"
+        for g, c in changed.items()
+    ]
+    chosen = OmegaConf.to_container(
+        hydra.compose(config_name, overrides=[*search_path, *options]), resolve=True
+    )
+    ran = OmegaConf.to_container(cfg, resolve=True)
+    derived = set(interpolated_keys(OmegaConf.to_container(cfg, resolve=False)))
+    defaults = flattened(chosen)
+    differing = [
+        f"{key}={value}"
+        for key, value in flattened(ran).items()
+        if key not in derived and defaults.get(key, object()) != value
+    ]
+    return [*options, *differing]
+
+
+def flattened(config: Any, path: str = "") -> dict[str, Any]:
+    """A nested config's leaves by dotted key."""
+    if isinstance(config, dict) and config:
+        return {
+            k: v
+            for key, value in config.items()
+            for k, v in flattened(value, f"{path}{key}.").items()
+        }
+    return {path.rstrip("."): config}
+
+
+class Tee:
+    """A text stream that writes to the console and to a file."""
+
+    def __init__(self, console: TextIO, file: TextIO) -> None:
+        self.console, self.file = console, file
+
+    def write(self, text: str) -> int:
+        self.file.write(text)
+        return self.console.write(text)
+
+    def flush(self) -> None:
+        self.file.flush()
+        self.console.flush()
+
+    def __getattr__(self, name: str) -> Any:  # isatty, encoding, fileno: the console's
+        return getattr(self.console, name)
+
+
+@contextmanager
+def console_saved(output_dir: Path) -> Iterator[None]:
+    """What this process prints while the run runs, also appended to `console.log` in its run
+    directory (a resume in place continues the file)."""
+    if not writes_run_dir():
+        yield
+        return
+    with open_to_append(output_dir / CONSOLE_NAME) as file:
+        stdout, stderr = sys.stdout, sys.stderr
+        sys.stdout, sys.stderr = Tee(stdout, file), Tee(stderr, file)  # type: ignore[assignment]
+        try:
+            yield
+        finally:
+            sys.stdout, sys.stderr = stdout, stderr
 
 
 def cannot_write(error: OSError, output_dir: Path) -> str:
@@ -378,9 +484,8 @@ def writes_run_dir() -> bool:
 def interrupted(output_dir: Path, overrides: list[str], event: str = "interrupted") -> str:
     """What to type to go on after Ctrl-C (or SIGTERM): continue from the run's own checkpoint,
     in place, or start again there, replacing the rows it logged."""
-    if (output_dir / CHECKPOINT_NAME).exists():
-        kept = [o for o in overrides if not o.startswith("resume=")]
-        command = ["python", "-m", "fedlight", *kept, f"resume={output_dir}"]
+    if (output_dir / CHECKPOINT_NAME).exists():  # resume= alone reapplies the run's overrides
+        command = ["python", "-m", "fedlight", f"resume={output_dir}"]
         what = "continue from its last checkpoint"
     else:
         replaces = ["overwrite=true"] if run_dir.results_in(output_dir) else []
@@ -396,8 +501,6 @@ def check_overrides(args: list[str]) -> None:
     `hydra.run.dir=my run (1)`, is Hydra's lexer traceback otherwise)."""
     parser = OverridesParser.create()
     for arg in args:
-        if arg in MULTIRUN_FLAGS:
-            continue
         try:
             parser.parse_overrides([arg])
         except Exception as error:  # noqa: BLE001 - the grammar's errors become one line
@@ -409,16 +512,51 @@ def check_overrides(args: list[str]) -> None:
             ) from None
 
 
+def given_value(overrides: list[str], key: str) -> str | None:
+    """The value the command line gives `key` (its last override), None where none does."""
+    given = [o for o in overrides if o.split("=")[0].lstrip("+") == key]
+    if not given:
+        return None
+    return str(OverridesParser.create().parse_overrides(given[-1:])[0].value())
+
+
+def with_saved_overrides(command: Command) -> Command:
+    """`resume=<run dir>` continues that run as it was started: the run's recorded overrides
+    (`.hydra/overrides.yaml`) come first, the command's own after them. A setting the command
+    gives another value than the run had is refused naming the key, unless it is one a resume
+    may change (`RESUME_FREE_KEYS`: more `fl.rounds`, another `fl.workers`, ...)."""
+    directory = given_value(command.overrides, "resume")
+    if directory is None or command.multirun:
+        return command
+    recorded = Path(directory) / ".hydra" / "overrides.yaml"
+    if not recorded.is_file():
+        return command  # the resume's own check says what the directory lacks
+    saved = [str(o) for o in OmegaConf.load(recorded) if not str(o).startswith("resume=")]
+    parser = OverridesParser.create()
+    saved_values = {o.key_or_group: o for o in parser.parse_overrides(saved)}
+    for override in parser.parse_overrides(command.overrides):
+        key = override.key_or_group
+        before = saved_values.get(key)
+        if before is None or key in RESUME_FREE_KEYS or key == "resume":
+            continue
+        if before.input_line.lstrip("+") != override.input_line.lstrip("+"):
+            raise ConfigError(
+                f"resume={directory}: {override.input_line} differs from the run's "
+                f"{before.input_line}; leave it out to continue the run as it was started "
+                "(or start a new run without resume=)"
+            )
+    given = {o.key_or_group for o in parser.parse_overrides(command.overrides)}
+    kept = [o for o in saved if parser.parse_overrides([o])[0].key_or_group not in given]
+    return replace(command, overrides=[*kept, *command.overrides])
+
+
 def check_output_dir(args: list[str], multirun: bool, jobs: list[RunSettings]) -> Path | None:
     """The run or sweep directory given on the command line, locked for this run (or sweep)
     alone and prepared for it (no links, no other run's results: see `fedlight.run_dir`) before
     Hydra writes into it; None where none is given or this process does not write it."""
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
-    given = [a for a in args if a.startswith(f"{key}=")]
-    if not given or not writes_run_dir():
-        return None
-    value = str(OverridesParser.create().parse_overrides(given[-1:])[0].value())
-    if "${" in value:
+    value = given_value(args, key)
+    if value is None or "${" in value or not writes_run_dir():
         return None
     directory = Path(value)
     run_dir.acquire(directory, key)
@@ -434,22 +572,24 @@ def check_output_dir(args: list[str], multirun: bool, jobs: list[RunSettings]) -
 
 
 def main() -> None:
-    """`fedlight [overrides]` runs (Hydra); `fedlight report <sweep dir>` summarizes a sweep."""
-    args = sys.argv[1:]
-    if args[:1] == ["report"]:
-        from fedlight.report import main as report_main
-
-        sys.exit(report_main(args[1:]))
+    """`fedlight [overrides]`: every job of the command checked, then run by Hydra."""
+    os.environ[STARTED_VARIABLE] = repr(STARTED)
     register_schema()
-    hydra_flags = [a for a in args if a.startswith("-") and a not in MULTIRUN_FLAGS]
+    command = parse_command(sys.argv[1:])
     locked = None
-    if not hydra_flags:
+    if command is not None:  # not a Hydra flag that answers on its own (--help, --cfg job)
         try:
-            check_overrides(args)
-            jobs = [settings for _, settings in validated_jobs(args)]
-            locked = check_output_dir(args, any(a in MULTIRUN_FLAGS for a in args), jobs)
+            command = with_saved_overrides(command)
+            jobs, checked = checked_jobs(command)
+            if command.list_jobs:
+                sweep_dir = given_value(command.overrides, "hydra.sweep.dir")
+                print("\n".join(job_lines(jobs, sweep_dir)))
+                sys.exit(0)
+            settings = [job_settings for _, job_settings in checked]
+            locked = check_output_dir(command.overrides, command.multirun, settings)
         except ConfigError as error:
             fail(str(error), 2)
+        sys.argv = [sys.argv[0], *command.hydra_args]
     try:
         hydra_entry()
     except JobFailedError as failed:  # HYDRA_FULL_ERROR=1: Hydra raises it instead

@@ -202,6 +202,19 @@ class CheckpointSettings:
         require(self.every >= 1, f"checkpoint.every={self.every} must be >= 1")
 
 
+# summary.json's numbers that a sweep may optimize (`objective`)
+OBJECTIVES = (
+    "final_accuracy",
+    "best_accuracy",
+    "rounds_to_target",
+    "comm_mb",
+    "upload_mb",
+    "mb_to_target",
+    "wall_seconds",
+    "command_seconds",
+)
+
+
 @dataclass
 class RunSettings:
     """Everything about a run that is a plain value rather than a pluggable component."""
@@ -215,8 +228,14 @@ class RunSettings:
     device: str = "auto"
     resume: str | None = None
     overwrite: bool = False  # replace the results of another run in the run directory
+    objective: str = "final_accuracy"  # the summary.json value returned to Hydra's sweeper
 
     def __post_init__(self) -> None:
+        require(
+            self.objective in OBJECTIVES,
+            f"objective={self.objective} is not a summary.json number; choose from: "
+            f"{', '.join(OBJECTIVES)}",
+        )
         require(self.seed >= 0, f"seed={self.seed} must be >= 0")
         require(
             re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", self.device) is not None,
@@ -289,6 +308,7 @@ SETTING_KEYS = (
     "device",
     "resume",
     "overwrite",
+    "objective",
 )
 
 # The schema of `conf/config.yaml`: plain settings plus one node per config group, and the table

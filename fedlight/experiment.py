@@ -20,6 +20,7 @@ import numpy as np
 import pytorch_lightning as pl
 import torch
 
+from fedlight import command_seconds
 from fedlight.algorithms.base import Algorithm
 from fedlight.asynchronous import AsynchronousLoop
 from fedlight.checkpoint import CHECKPOINT_NAME, load_checkpoint, resumable_checkpoint
@@ -69,6 +70,7 @@ from fedlight.workers import (
 RESUME_FREE_KEYS = (
     "resume",
     "overwrite",
+    "objective",
     "logger",
     "fl.workers",
     "fl.threads_per_worker",
@@ -506,6 +508,7 @@ def write_summary(
         | {"diverged_at_round": history.diverged_at_round, "divergence": history.divergence}
         | ({"stopped": history.stopped} if history.stopped else {})
         | variants_summary(job.stages.algorithm)
+        | {"command_seconds": command_seconds()}
         | {"environment": ran.environment}
     )
     write_text(output_dir / SUMMARY_NAME, json.dumps(summary, indent=2, allow_nan=False))

@@ -80,9 +80,11 @@ def write_text(path: Path, text: str) -> None:
 
 
 def open_to_append(path: Path) -> TextIO:
-    """`path` (a regular file fedlight made) opened to append text, refused if it is a link."""
+    """`path` (a regular file fedlight makes) opened to append text, made if it is missing,
+    refused if it is a link."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC)
+        descriptor = os.open(path, flags, 0o644)
     except OSError as error:
         if error.errno == errno.ELOOP:
             raise linked(path) from None

@@ -38,6 +38,7 @@ SUMMARY_NAME = "summary.json"
 # What a run leaves that a new run into its directory would replace (metrics.csv: the csv
 # logger's default name).
 RESULTS = (CHECKPOINT_NAME, SUMMARY_NAME, "metrics.csv")
+CONSOLE_NAME = "console.log"  # what the run printed (appended to by a resume in place)
 # The folders of a run directory that fedlight and Hydra write into, searched for links.
 WRITTEN_FOLDERS = (".hydra", CLIENT_STATES_DIR)
 
@@ -202,7 +203,7 @@ def prepare(directory: Path, setting: str, settings: RunSettings) -> None:
         return
     if not settings.overwrite:
         raise refuse_results(directory, setting, found)
-    for name in RESULTS:
+    for name in (*RESULTS, CONSOLE_NAME):
         (directory / name).unlink(missing_ok=True)
     if (directory / CLIENT_STATES_DIR).is_dir():
         shutil.rmtree(directory / CLIENT_STATES_DIR)

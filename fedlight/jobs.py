@@ -1,0 +1,251 @@
+"""The jobs a command line describes, composed by Hydra's own config loader and listed by the
+sweeper the command chooses, so that every job can be checked before any of them works.
+
+fedlight does not expand sweeps itself: for a sweeper that fixes its jobs in advance (Hydra's basic
+sweeper: the product of the command's and the preset's `hydra.sweeper.params` lists) the sweeper
+itself runs with a launcher that only composes each job (`ListingLauncher`). A sweeper that chooses
+its jobs from the results of earlier ones (Optuna's) cannot be listed; each of its parameters is
+checked at every value it can list (the options of a choice, both ends of an interval), one
+parameter at a time, the others at their first value. Search paths (`hydra.searchpath`,
+`--config-dir`) and sweepers or launchers of other packages are Hydra's to resolve.
+"""
+
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import IntervalSweep, Override
+from hydra.core.plugins import Plugins
+from hydra.core.utils import JobReturn, JobStatus
+from hydra.plugins.launcher import Launcher
+from hydra.types import HydraContext, RunMode, TaskFunction
+from omegaconf import DictConfig, read_write
+
+MULTIRUN_FLAGS = ("-m", "--multirun")
+LIST_JOBS_FLAG = "--list-jobs"
+# Hydra's flags that take a value, and those of them fedlight reads
+VALUE_FLAGS = ("--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd")
+# Hydra's flags that print something and run no job: Hydra answers them on its own
+ANSWERING_FLAGS = (
+    "--help",
+    "-h",
+    "--hydra-help",
+    "--version",
+    "--cfg",
+    "-c",
+    "--info",
+    "-i",
+    "--shell-completion",
+    "-sc",
+    "--resolve",
+    "--package",
+    "-p",
+    "--experimental-rerun",
+)
+# The sweeper whose jobs are known before the first runs (Hydra's `hydra/sweeper=basic`)
+LISTING_SWEEPERS = ("hydra._internal.core_plugins.basic_sweeper.BasicSweeper",)
+
+
+@dataclass
+class Command:
+    """A command line as Hydra reads it: its overrides and the flags that change what it runs."""
+
+    overrides: list[str]
+    multirun: bool = False
+    config_name: str = "config"
+    config_dirs: list[str] = field(default_factory=list)
+    list_jobs: bool = False
+
+    @property
+    def hydra_args(self) -> list[str]:
+        """What Hydra is given: the command without fedlight's own flag."""
+        flags = ["--multirun"] if self.multirun else []
+        flags += ["--config-name", self.config_name] if self.config_name != "config" else []
+        for directory in self.config_dirs:
+            flags += ["--config-dir", directory]
+        return [*flags, *self.overrides]
+
+
+def parse_command(args: Sequence[str]) -> Command | None:
+    """The command `args` describe; None where a flag makes Hydra answer without running a job
+    (`--help`, `--cfg job`, `--info`), or one fedlight does not know (Hydra says what it is)."""
+    command = Command(overrides=[])
+    rest = list(args)
+    while rest:
+        arg = rest.pop(0)
+        flag, equals, value = arg.partition("=")
+        if arg in MULTIRUN_FLAGS:
+            command.multirun = True
+        elif arg == LIST_JOBS_FLAG:
+            command.list_jobs = True
+        elif flag in VALUE_FLAGS and flag not in ("--config-path", "-cp"):
+            if not equals:
+                if not rest:
+                    return None  # Hydra says the flag needs a value
+                value = rest.pop(0)
+            if flag in ("--config-name", "-cn"):
+                command.config_name = value
+            else:
+                command.config_dirs.append(value)
+        elif arg.startswith("-") and not arg.startswith("--="):
+            return None
+        else:
+            command.overrides.append(arg)
+    return command
+
+
+class JobCompositionError(Exception):
+    """Hydra could not compose one job of the command (the cause says why)."""
+
+    def __init__(self, overrides: list[str]) -> None:
+        super().__init__(" ".join(overrides))
+        self.overrides = overrides
+
+
+@dataclass
+class ComposedJob:
+    overrides: list[str]
+    config: DictConfig  # with its `hydra` node (runtime choices, sweep and run directories)
+
+
+@dataclass
+class Jobs:
+    """Every job of the command that can be known before it runs, composed."""
+
+    jobs: list[ComposedJob]
+    sweeper: str | None = None  # a sweeper that chooses its jobs as it runs; None: all listed
+
+    @property
+    def complete(self) -> bool:
+        return self.sweeper is None
+
+
+class ListingLauncher(Launcher):
+    """A launcher that composes the jobs a sweeper hands it, as Hydra's launchers do, and runs
+    none: the sweeper's own expansion, written nowhere."""
+
+    def __init__(self) -> None:
+        self.composed: list[ComposedJob] = []
+        self.context: HydraContext | None = None
+        self.config: DictConfig | None = None
+
+    def setup(
+        self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
+    ) -> None:
+        self.context, self.config = hydra_context, config
+
+    def launch(
+        self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
+    ) -> Sequence[JobReturn]:
+        assert self.context is not None and self.config is not None
+        returns = []
+        for overrides in job_overrides:
+            self.composed.append(compose_job(self.context, self.config, list(overrides)))
+            returns.append(JobReturn(overrides=list(overrides), status=JobStatus.COMPLETED))
+        return returns
+
+
+def compose_job(context: HydraContext, config: DictConfig, overrides: list[str]) -> ComposedJob:
+    try:
+        composed = context.config_loader.load_sweep_config(config, overrides)
+    except Exception as error:
+        raise JobCompositionError(overrides) from error
+    return ComposedJob(overrides, composed)
+
+
+def with_config_dirs(overrides: list[str], config_dirs: list[str]) -> list[str]:
+    """`--config-dir D` as Hydra reads it: D searched before the package's configs."""
+    if not config_dirs:
+        return overrides
+    given = [o for o in overrides if o.startswith("hydra.searchpath=")]
+    paths = [f"file://{Path(d).resolve()}" for d in config_dirs]
+    if given:
+        parsed = OverridesParser.create().parse_overrides(given[-1:])[0].value()
+        paths += [str(p) for p in parsed]  # type: ignore[union-attr]
+    kept = [o for o in overrides if not o.startswith("hydra.searchpath=")]
+    return [*kept, f"hydra.searchpath=[{','.join(paths)}]"]
+
+
+def compose_command(command: Command, master: Callable[[list[str], RunMode], DictConfig]) -> Jobs:
+    """The command's jobs: the run, or each job of the sweep that its sweeper can list (see the
+    module docstring); `master` composes the command's config as Hydra's run or multirun does."""
+    overrides = with_config_dirs(command.overrides, command.config_dirs)
+    mode = RunMode.MULTIRUN if command.multirun else RunMode.RUN
+    try:
+        config = master(overrides, mode)
+    except Exception as error:
+        raise JobCompositionError(overrides) from error
+    if not command.multirun:
+        return Jobs([ComposedJob(overrides, config)])
+    loader = GlobalHydra.instance().config_loader()
+    context = HydraContext(config_loader=loader, callbacks=None)  # type: ignore[arg-type]
+    sweeper_target = str(config.hydra.sweeper.get("_target_", ""))
+    task = list(config.hydra.overrides.task)
+    if sweeper_target not in LISTING_SWEEPERS:
+        jobs = [compose_job(context, config, job) for job in parameter_probes(config, task)]
+        return Jobs(jobs, sweeper=sweeper_target)
+    with tempfile.TemporaryDirectory(prefix="fedlight-jobs-") as scratch, read_write(config):
+        config.hydra.sweep.dir = scratch  # the basic sweeper records multirun.yaml there
+        HydraConfig.instance().set_config(config)
+        sweeper = Plugins.instance().instantiate_sweeper(
+            config=config, hydra_context=context, task_function=lambda _: None
+        )
+        launcher = ListingLauncher()
+        launcher.setup(hydra_context=context, task_function=lambda _: None, config=config)
+        sweeper.launcher = launcher  # type: ignore[attr-defined]
+        try:
+            sweeper.sweep(arguments=task)
+        except JobCompositionError:
+            raise
+        except Exception as error:
+            raise JobCompositionError(task) from error
+    return Jobs(launcher.composed)
+
+
+def parameter_probes(config: DictConfig, task: list[str]) -> list[list[str]]:
+    """Jobs that put each sweep parameter of an optimizing sweeper (its `params` and the
+    command's sweeps) at each value it can list, the others at their first: every value checked
+    without running the sweeper, whose next jobs depend on the results of earlier ones."""
+    declared = [f"{k}={v}" for k, v in (config.hydra.sweeper.get("params") or {}).items()]
+    parser = OverridesParser.create()
+    by_key: dict[str, Override] = {}
+    for override in parser.parse_overrides([*declared, *task]):
+        by_key[override.key_or_group] = override
+    options = [listed_values(o) for o in by_key.values()]
+    first = [values[0] for values in options]
+    probes = [first]
+    for index, values in enumerate(options):
+        for value in values[1:]:
+            probes.append([*first[:index], value, *first[index + 1 :]])
+    return probes
+
+
+def listed_values(override: Override) -> list[str]:
+    """A sweep override as the overrides of its values that can be listed: a choice's options,
+    an interval's two ends; any other override as it is."""
+    if not override.is_sweep_override():
+        return [override.input_line]
+    key = override.get_key_element()
+    value = override.value()
+    if isinstance(value, IntervalSweep):
+        return [f"{key}={value.start}", f"{key}={value.end}"]
+    return [f"{key}={v}" for v in override.sweep_string_iterator()]
+
+
+def job_lines(jobs: Jobs, sweep_dir: str | None) -> list[str]:
+    """`--list-jobs`: one line per job, its number and overrides (a sweeper that chooses its jobs
+    as it runs says so instead)."""
+    if not jobs.complete:
+        return [
+            f"{jobs.sweeper} chooses each job from the results of earlier ones: its jobs cannot "
+            f"be listed before it runs; {len(jobs.jobs)} jobs checking each parameter's values "
+            "were composed and passed"
+        ]
+    where = f" into {sweep_dir}" if sweep_dir else ""
+    lines = [f"{len(jobs.jobs)} jobs{where}:"]
+    lines += [f"{index}: {' '.join(job.overrides)}" for index, job in enumerate(jobs.jobs)]
+    return lines
