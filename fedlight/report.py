@@ -1001,7 +1001,8 @@ def check_metrics(metrics: tuple[str, ...] | None, jobs: list[JobResult]) -> Non
         at_round = ACCURACY_AT.fullmatch(metric)
         if at_round and int(at_round.group(1)) not in rounds:
             raise ReportError(
-                f"--metrics {metric}: no job logged round {at_round.group(1)} in its metrics.csv; "
+                f"--metrics {metric}: no job evaluated round {at_round.group(1)} (a test_accuracy "
+                "in its metrics.csv); "
                 f"the sweep's jobs have {choices}"
             )
         if not at_round and metric not in DEFAULT_METRICS and metric not in names:

@@ -485,7 +485,7 @@ def test_a_read_only_sweep_without_output_is_a_one_line_error(
     ("metrics", "named"),
     [
         ("final_accuracy,final_acc", "--metrics final_acc: no job of the sweep has this metric"),
-        ("accuracy_at_9", "--metrics accuracy_at_9: no job logged round 9"),
+        ("accuracy_at_9", "--metrics accuracy_at_9: no job evaluated round 9"),
     ],
 )
 def test_an_unknown_metrics_name_is_refused_with_the_metrics_the_jobs_have(
