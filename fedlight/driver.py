@@ -243,11 +243,14 @@ class Driver(ABC):
             last = round_index == settings.fl.rounds or history.stopped is not None
             diverged = None if history.diverged_at_round else not_finite(stats, self.server.weights)
             evaluated_round = last or self.evaluation_due(round_index) or diverged
-            if self.workers.main and evaluated_round:
-                row = self.evaluated_row(round_index, stats, started)
-                if not (diverged or history.diverged_at_round or math.isfinite(row["test_loss"])):
-                    diverged = f"test_loss {row['test_loss']}"
-                history.add_row(row, settings.eval.target_accuracy)
+            if self.workers.main:
+                tested = self.evaluation_of_round(started) if evaluated_round else {}
+                row = self.round_row(round_index, stats, tested)
+                if tested and not (
+                    diverged or history.diverged_at_round or math.isfinite(tested[LOSS])
+                ):
+                    diverged = f"test_loss {tested[LOSS]}"
+                history.add_row(row, tested, settings.eval.target_accuracy)
                 for logger in loggers:
                     logger.log_round(row)
             if self.workers.count > 1:
@@ -281,8 +284,7 @@ class Driver(ABC):
         every_seconds = self.settings.eval.every_seconds
         if every_seconds is None:
             return round_index % self.settings.eval.every == 0
-        rows = self.history.rows
-        previous = float(rows[-1]["virtual_time"]) if rows else 0.0
+        previous = self.history.last_evaluated_time()
         return passed_multiple(previous, self.history.virtual_time, every_seconds)
 
     def privacy_state(self) -> StateDict:
@@ -294,30 +296,42 @@ class Driver(ABC):
         engine = self.privacy.engine(self.module, self.data, self.settings, self.privacy_state())
         return make_engine(self.module, self.data, self.settings) if engine is None else engine
 
-    def evaluated_row(self, round_index: int, stats: RoundStats, started: float) -> MetricsRow:
-        """The round's row of metrics: the fixed columns, then the test metrics beyond accuracy
-        and loss, then what the stages reported, each sorted by name."""
+    def evaluation_of_round(self, started: float) -> dict[str, float]:
+        """The test metrics of the round just done (the clients' local accuracies kept in the
+        history); the wall time, counted from `started`, then includes the evaluation."""
         evaluated, local = self.evaluation.evaluate_all(
             self.server, self.client_states, self.history.completed_rounds
         )
         if local is not None:
             self.history.local_accuracies = local
         self.history.wall_seconds = time.perf_counter() - started
+        return evaluated
+
+    def round_row(
+        self, round_index: int, stats: RoundStats, tested: dict[str, float]
+    ) -> MetricsRow:
+        """The round's row of metrics: the fixed columns (the test ones only if the round was
+        evaluated: `tested` not empty), then the test metrics beyond accuracy and loss, then what
+        the stages reported, each sorted by name."""
+        tested = dict(tested)
+
+        def test(*names: str) -> MetricsRow:
+            return {name: tested.pop(name) for name in names if name in tested}
+
         row: MetricsRow = {
             "round": round_index,
-            "test_accuracy": evaluated.pop(ACCURACY),
-            "test_loss": evaluated.pop(LOSS),
+            **test(ACCURACY, LOSS),
             "train_loss": stats.train_loss,
             "lr": stats.lr,
             "bytes_up": stats.bytes_up,
             "bytes_down": stats.bytes_down,
             "wall_seconds": self.history.wall_seconds,
-            "test_accuracy_std": evaluated.pop("test_accuracy_std"),
+            **test("test_accuracy_std"),
             "client_seconds": stats.client_seconds,
         }
         if self.speeds is not None:
             row["virtual_time"] = self.history.virtual_time
-        row |= {name: evaluated[name] for name in sorted(evaluated)}
+        row |= {name: tested[name] for name in sorted(tested)}
         return row | {name: stats.metrics[name] for name in sorted(stats.metrics)}
 
     def save_checkpoint(self, path: Path, meta: dict[str, Any]) -> None:

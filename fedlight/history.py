@@ -3,16 +3,16 @@ run needs to reproduce the rows and totals of the uninterrupted run.
 """
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from fedlight.loggers.base import MetricsRow
+from fedlight.loggers.base import MetricsRow, is_evaluated
 
 if TYPE_CHECKING:
     from fedlight.driver import RoundStats
 
-STATE_FORMAT = 2
+STATE_FORMAT = 3  # 3: a row per round (2: rows of evaluated rounds only, no test_columns)
 
 
 @dataclass
@@ -20,7 +20,9 @@ class History:
     """Everything a resumed run needs to reproduce the rows and totals of the uninterrupted run."""
 
     completed_rounds: int = 0
-    rows: list[MetricsRow] = field(default_factory=list)
+    rows: list[MetricsRow] = field(default_factory=list)  # one per round, as logged
+    # the columns evaluations filled so far (test metrics): what a round not evaluated lacks
+    test_columns: list[str] = field(default_factory=list)
     bytes_up: int = 0
     bytes_down: int = 0
     wall_seconds: float = 0.0
@@ -44,12 +46,18 @@ class History:
         self.virtual_time += stats.virtual_seconds
         self.wall_seconds = wall_seconds
 
-    def add_row(self, row: MetricsRow, target: float | None) -> None:
-        """An evaluated round's row; the bytes sent so far if it first reached `target`."""
+    def add_row(self, row: MetricsRow, tested: Iterable[str], target: float | None) -> None:
+        """A round's row, `tested` the names of its test metrics (none if it was not evaluated);
+        the bytes sent so far if it is the first evaluation to reach `target`."""
         self.rows.append(row)
-        reached = target is not None and row["test_accuracy"] >= target
+        self.test_columns += [name for name in tested if name not in self.test_columns]
+        reached = target is not None and is_evaluated(row) and row["test_accuracy"] >= target
         if reached and self.bytes_to_target is None:
             self.bytes_to_target = [self.bytes_up, self.bytes_down]
+
+    def last_evaluated_time(self) -> float:
+        """The virtual time of the last evaluated round (0 before any)."""
+        return next((float(r["virtual_time"]) for r in reversed(self.rows) if is_evaluated(r)), 0.0)
 
 
 # What a checkpoint holds besides the caller's meta data (`FederatedLoop.state_dict`).
@@ -81,19 +89,29 @@ def passed_multiple(before: float, now: float, period: float) -> bool:
 
 
 def due_rows(
-    rows: Sequence[MetricsRow], every: int, every_seconds: float | None, kept: tuple[Any, ...]
+    rows: Sequence[MetricsRow],
+    every: int,
+    every_seconds: float | None,
+    kept: tuple[Any, ...],
+    test_columns: Sequence[str] | None,
 ) -> list[MetricsRow]:
-    """The checkpoint's rows the uninterrupted run would have evaluated: those on the grid of
-    `eval.every` (or of `eval.every_seconds` on the virtual clock), and the rounds in `kept`."""
+    """The checkpoint's rows as the uninterrupted run logs them: test metrics in those it
+    evaluates, on the grid of `eval.every` (or of `eval.every_seconds` on the virtual clock) and
+    the rounds in `kept`, and in no others. `test_columns` None: a checkpoint of the older format,
+    whose rows are the evaluated rounds' alone; one not due is left out."""
     due: list[MetricsRow] = []
+    previous = 0.0  # the virtual time of the last round due
     for row in rows:
         if every_seconds is None:
             on_grid = row["round"] % every == 0
         else:
-            previous = float(due[-1]["virtual_time"]) if due else 0.0
             on_grid = passed_multiple(previous, float(row["virtual_time"]), every_seconds)
         if on_grid or row["round"] in kept:
             due.append(row)
+            if every_seconds is not None:
+                previous = float(row["virtual_time"])
+        elif test_columns is not None:
+            due.append({name: value for name, value in row.items() if name not in test_columns})
     return due
 
 
@@ -102,6 +120,7 @@ def history_state(history: History) -> dict[str, Any]:
     return {
         "completed_rounds": history.completed_rounds,
         "rows": history.rows,
+        "test_columns": history.test_columns,
         "bytes_up": history.bytes_up,
         "bytes_down": history.bytes_down,
         "wall_seconds": history.wall_seconds,
@@ -118,13 +137,15 @@ def history_state(history: History) -> dict[str, Any]:
 def restored_history(
     state: Mapping[str, Any], rounds: int, every: int, every_seconds: float | None
 ) -> History:
-    """The history of a checkpoint's `state`, its rows those the run evaluates (`due_rows`) with
-    `fl.rounds=rounds`: a finished run's last round was evaluated because it was last; extended,
-    it is not."""
+    """The history of a checkpoint's `state`, its rows with test metrics where the run evaluates
+    (`due_rows`) with `fl.rounds=rounds`: a finished run's last round was evaluated because it
+    was last; extended, it is not."""
     diverged = state["diverged_at_round"]
+    test_columns = state.get("test_columns")  # absent in older checkpoints
     return History(
         completed_rounds=state["completed_rounds"],
-        rows=due_rows(state["rows"], every, every_seconds, (rounds, diverged)),
+        rows=due_rows(state["rows"], every, every_seconds, (rounds, diverged), test_columns),
+        test_columns=list(test_columns or ()),
         bytes_up=state["bytes_up"],
         bytes_down=state["bytes_down"],
         wall_seconds=state["wall_seconds"],

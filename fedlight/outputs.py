@@ -11,7 +11,7 @@ import numpy as np
 from fedlight import curves
 from fedlight.curves import Line, Panel
 from fedlight.files import write_text
-from fedlight.loggers.base import METRIC_COLUMNS, MetricsRow
+from fedlight.loggers.base import METRIC_COLUMNS, MetricsRow, evaluated
 
 
 def label_histogram(
@@ -70,7 +70,7 @@ def collapsed_at_round(rows: list[MetricsRow], chance: Chance) -> int | None:
     least its last COLLAPSE_EVALUATIONS evaluations, after an earlier evaluation above that; None
     for a run that did not collapse. Only evaluations with a finite test loss count: a collapse
     is a failure with finite losses, a divergence is recorded on its own."""
-    finite = [r for r in rows if math.isfinite(r["test_loss"])]
+    finite = [r for r in evaluated(rows) if math.isfinite(r["test_loss"])]
     streak = 0
     while streak < len(finite) and (
         finite[-1 - streak]["test_accuracy"] <= chance.accuracy + chance.margin
@@ -93,20 +93,25 @@ def summarize(
     seed: int,
     choices: dict[str, str],
 ) -> dict[str, Any]:
-    accuracies = [float(r["test_accuracy"]) for r in rows]
+    """summary.json's numbers: accuracies and the target from the evaluated rounds, each other
+    column's last value from the last round that has it."""
+    tested = evaluated(rows)
+    accuracies = [float(r["test_accuracy"]) for r in tested]
     reported = {
         name: value for row in rows for name, value in row.items() if name not in METRIC_COLUMNS
     }
     reached = [
         int(r["round"])
-        for r in rows
+        for r in tested
         if target_accuracy is not None and r["test_accuracy"] >= target_accuracy
     ]
     clocked: dict[
         str, float | None
     ] = {}  # runs on a system's clock: the virtual seconds to the target too
     if "virtual_time" in reported:
-        at_target = [float(r["virtual_time"]) for r in rows if reached and r["round"] == reached[0]]
+        at_target = [
+            float(r["virtual_time"]) for r in tested if reached and r["round"] == reached[0]
+        ]
         clocked["virtual_time_to_target"] = at_target[0] if at_target else None
     return {
         "final_accuracy": accuracies[-1],
@@ -127,14 +132,14 @@ def summarize(
 
 
 def write_curves(output_dir: Path, rows: list[MetricsRow]) -> None:
-    """A run's test accuracy, and its test and train loss, per evaluated round."""
-    rounds = [int(r["round"]) for r in rows]
+    """A run's test accuracy and loss per evaluated round, and its train loss per round."""
 
-    def line(label: str | None, column: str) -> Line:
-        return Line(label, rounds, [float(r[column]) for r in rows])
+    def line(label: str | None, column: str, points: list[MetricsRow]) -> Line:
+        return Line(label, [int(r["round"]) for r in points], [float(r[column]) for r in points])
 
-    accuracy = Panel("test accuracy", [line(None, "test_accuracy")])
-    loss = Panel("loss", [line("test", "test_loss"), line("train", "train_loss")])
+    tested = evaluated(rows)
+    accuracy = Panel("test accuracy", [line(None, "test_accuracy", tested)])
+    loss = Panel("loss", [line("test", "test_loss", tested), line("train", "train_loss", rows)])
     curves.write_curves(output_dir / "curves.png", [accuracy, loss], width=10, dpi=100)
 
 

@@ -31,7 +31,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from fedlight import curves
 from fedlight.curves import Line, Panel
-from fedlight.loggers.base import MetricsRow
+from fedlight.loggers.base import MetricsRow, evaluated
 
 ERROR_PREFIX = "fedlight report: error: "
 PASS_INSTEAD = "pass the sweep directory that `fedlight -m ...` wrote, e.g. multirun/<date>/<time>"
@@ -159,6 +159,11 @@ class JobResult:
     @property
     def finished(self) -> bool:
         return self.summary is not None
+
+    @property
+    def evaluated_rows(self) -> list[MetricsRow]:
+        """The rows with a (finite) test accuracy: of the evaluated rounds (`eval.every`)."""
+        return evaluated(self.rows)
 
     @property
     def diverged_at_round(self) -> int | None:
@@ -315,8 +320,9 @@ def read_overrides(path: Path) -> list[str]:
 
 
 def read_metrics(path: Path) -> list[MetricsRow]:
-    """metrics.csv as numbers; a line a killed job left cut short (or garbled) is skipped, and so
-    is a NaN/Inf field (the round a run diverged in may log one)."""
+    """metrics.csv as numbers, a row per round; a line a killed job left cut short (or garbled)
+    is skipped, and so is an empty field (a test metric of a round not evaluated) or a NaN/Inf
+    one (the round a run diverged in may log one)."""
     if not path.exists():
         return []
     rows: list[MetricsRow] = []
@@ -335,7 +341,7 @@ def read_metrics(path: Path) -> list[MetricsRow]:
     except OSError as error:
         fix = "make it readable, or move the job directory out of the sweep"
         raise ReportError(f"cannot read {path} ({reason(error)}); {fix}") from error
-    return [r for r in rows if "round" in r and "test_accuracy" in r]
+    return [r for r in rows if "round" in r]
 
 
 def read_summary(path: Path) -> dict[str, Any] | None:
@@ -468,7 +474,8 @@ def metric_value(job: JobResult, metric: str) -> float | None:
     """A job's number for a metric: from metrics.csv for accuracy_at_<R>, else summary.json."""
     at_round = ACCURACY_AT.fullmatch(metric)
     if at_round:
-        matches = [r["test_accuracy"] for r in job.rows if r["round"] == int(at_round.group(1))]
+        at = int(at_round.group(1))
+        matches = [r["test_accuracy"] for r in job.evaluated_rows if r["round"] == at]
         return matches[0] if matches else None
     value = (job.summary or {}).get(metric)
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
@@ -831,7 +838,9 @@ def accuracy_points(job: JobResult) -> dict[int, float]:
     """A job's test accuracy (percent) by round; a diverged job's only before it diverged (its
     NaN/Inf fields are already gone)."""
     last = math.inf if job.diverged_at_round is None else job.diverged_at_round
-    return {int(r["round"]): 100 * r["test_accuracy"] for r in job.rows if r["round"] < last}
+    return {
+        int(r["round"]): 100 * r["test_accuracy"] for r in job.evaluated_rows if r["round"] < last
+    }
 
 
 def curve_jobs(group: Group) -> list[JobResult]:
@@ -957,7 +966,7 @@ def parse_metrics(text: str | None) -> tuple[str, ...] | None:
 
 def available_metrics(jobs: list[JobResult]) -> tuple[list[str], list[int]]:
     """The summary.json numbers the finished jobs have (the defaults first), and the rounds their
-    metrics.csv logged (for accuracy_at_<R>)."""
+    metrics.csv evaluated (for accuracy_at_<R>)."""
     finished = [job for job in jobs if job.finished]
     numeric = [
         key
@@ -968,7 +977,7 @@ def available_metrics(jobs: list[JobResult]) -> tuple[list[str], list[int]]:
     ]
     present = [m for m in DEFAULT_METRICS if m in numeric]
     names = list(dict.fromkeys([*present, *numeric]))
-    rounds = sorted({int(row["round"]) for job in finished for row in job.rows})
+    rounds = sorted({int(row["round"]) for job in finished for row in job.evaluated_rows})
     return names, rounds
 
 
@@ -992,7 +1001,8 @@ def check_metrics(metrics: tuple[str, ...] | None, jobs: list[JobResult]) -> Non
         at_round = ACCURACY_AT.fullmatch(metric)
         if at_round and int(at_round.group(1)) not in rounds:
             raise ReportError(
-                f"--metrics {metric}: no job logged round {at_round.group(1)} in its metrics.csv; "
+                f"--metrics {metric}: no job evaluated round {at_round.group(1)} (a test_accuracy "
+                "in its metrics.csv); "
                 f"the sweep's jobs have {choices}"
             )
         if not at_round and metric not in DEFAULT_METRICS and metric not in names:

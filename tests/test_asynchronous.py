@@ -26,7 +26,7 @@ FEDERATION = Federation(num_clients=4, trainable=frozenset({"w"}))
 
 def read_rows(run_dir: Path) -> list[dict[str, float]]:
     with (run_dir / "metrics.csv").open() as f:
-        return [{k: float(v) for k, v in row.items()} for row in csv.DictReader(f)]
+        return [{k: float(v) for k, v in row.items() if v} for row in csv.DictReader(f)]
 
 
 @pytest.mark.parametrize(
@@ -164,8 +164,8 @@ def test_a_run_killed_with_clients_in_flight_resumes_bit_exactly(
 def test_evaluation_every_so_many_virtual_seconds_survives_a_resume(
     make_job: Callable[[list[str]], Job], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """An evaluated row at the first update past each multiple of eval.every_seconds (and the
-    last); a run killed and resumed keeps exactly those rows."""
+    """A row per server update, with test metrics at the first update past each multiple of
+    eval.every_seconds (and the last); a run killed and resumed gives the same rows."""
     overrides = [
         *TINY,
         "fl.rounds=12",
@@ -176,10 +176,13 @@ def test_evaluation_every_so_many_virtual_seconds_survives_a_resume(
     ]
     run_job(make_job(overrides), tmp_path / "full")
     rows = read_rows(tmp_path / "full")
-    times = [row["virtual_time"] for row in rows]
-    assert 1 < len(rows) < 12
-    for before, row in zip([0.0, *times], rows[:-1], strict=False):
-        assert int(row["virtual_time"] / 0.5) > int(before / 0.5)
+    assert [row["round"] for row in rows] == list(range(1, 13))
+    evaluated_at = 0.0  # the virtual time of the last evaluation
+    for row in rows[:-1]:
+        due = int(row["virtual_time"] / 0.5) > int(evaluated_at / 0.5)
+        assert ("test_accuracy" in row) == due
+        evaluated_at = row["virtual_time"] if due else evaluated_at
+    assert "test_accuracy" in rows[-1] and 1 < sum("test_loss" in row for row in rows) < 12
     run_killed_in_round(make_job(overrides), tmp_path / "killed", 7, monkeypatch, AsynchronousLoop)
     run_job(make_job([*overrides, f"resume={tmp_path / 'killed'}"]), tmp_path / "resumed")
     assert rows_without_timings(tmp_path / "resumed") == rows_without_timings(tmp_path / "full")

@@ -485,7 +485,7 @@ def test_a_read_only_sweep_without_output_is_a_one_line_error(
     ("metrics", "named"),
     [
         ("final_accuracy,final_acc", "--metrics final_acc: no job of the sweep has this metric"),
-        ("accuracy_at_9", "--metrics accuracy_at_9: no job logged round 9"),
+        ("accuracy_at_9", "--metrics accuracy_at_9: no job evaluated round 9"),
     ],
 )
 def test_an_unknown_metrics_name_is_refused_with_the_metrics_the_jobs_have(
@@ -611,6 +611,45 @@ def test_report_of_a_real_sweep_through_the_cli(tmp_path: Path) -> None:
     )
     assert module_run.stdout.splitlines()[0] == str(sweep / "report.md")
     assert (sweep / "curves.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_report_of_a_sweep_evaluated_every_other_round(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """eval.every=2 of 3 rounds: metrics.csv has every round, the test cells of round 1 empty;
+    the tables, accuracy_at_<R> and the curves take the evaluated rounds (2, 3) alone, and an
+    unfinished job's last round is the last in its metrics.csv, evaluated or not."""
+    sweep = tmp_path / "sweep"
+    run_cli(
+        "-m", *TINY, "fl.rounds=3", "eval.every=2", "seed=0,1", f"hydra.sweep.dir={sweep}", cwd=REPO
+    )
+    csvs = [list(csv.DictReader((sweep / j / "metrics.csv").open())) for j in ("0", "1")]
+    assert [[(r["round"], bool(r["test_accuracy"])) for r in rows] for rows in csvs] == 2 * [
+        [("1", False), ("2", True), ("3", True)]
+    ]
+    unfinished = sweep / "2"  # a third seed killed after round 1
+    (unfinished / ".hydra").mkdir(parents=True)
+    for name in ("overrides.yaml", "config.yaml"):
+        text = (sweep / "1" / ".hydra" / name).read_text()
+        (unfinished / ".hydra" / name).write_text(text.replace("seed=1", "seed=2"))
+    lines = (sweep / "1" / "metrics.csv").read_text().splitlines(keepends=True)
+    (unfinished / "metrics.csv").write_text("".join(lines[:2]))
+
+    metrics = "final_accuracy,best_accuracy,accuracy_at_2"
+    assert main([str(sweep), "--metrics", metrics]) == 0
+    (row,) = read_report_csv(sweep).values()
+    summaries = [json.loads((sweep / j / "summary.json").read_text()) for j in ("0", "1")]
+    for metric in ("final_accuracy", "best_accuracy"):
+        assert float(row[f"{metric}_mean"]) == statistics.fmean(s[metric] for s in summaries)
+    at_2 = [float(rows[1]["test_accuracy"]) for rows in csvs]
+    assert float(row["accuracy_at_2_mean"]) == statistics.fmean(at_2)
+    assert table_row("2", "seed=2", "1") in (sweep / "report.md").read_text()
+    (group,) = group_jobs([job for job in load_jobs(sweep) if job.finished])
+    assert accuracy_curve(group)[0] == [2, 3]
+
+    capsys.readouterr()
+    assert main([str(sweep), "--metrics", "accuracy_at_1"]) == 2
+    one_line_error(capsys, "--metrics accuracy_at_1: no job evaluated round 1", "(R = 2, 3)")
 
 
 def test_local_accuracies_are_shown_in_percent_and_mb_per_round_as_is() -> None:

@@ -34,19 +34,23 @@ def test_cli_run_writes_the_output_contract(tmp_path: Path) -> None:
     )
     assert "fedlight: 4 rounds" in result.stdout + result.stderr
 
-    rows = read_rows(run_dir)
-    assert list(rows[0]) == [*METRIC_COLUMNS, "participants", "rejected"]
-    assert [int(r["round"]) for r in rows] == [2, 4]
+    all_rows = read_rows(run_dir)
+    assert list(all_rows[0]) == [*METRIC_COLUMNS, "participants", "rejected"]
+    assert [int(r["round"]) for r in all_rows] == [1, 2, 3, 4]  # a row per round
+    rows = [r for r in all_rows if r["test_accuracy"]]
+    assert [int(r["round"]) for r in rows] == [2, 4]  # test metrics where evaluated
     model_bytes = 4 * (64 * 200 + 200 + 200 * 200 + 200 + 200 * 10 + 10)
-    for row in rows:
+    for row in all_rows:
         assert int(row["bytes_up"]) == 4 * model_bytes
         assert int(row["bytes_down"]) == 4 * model_bytes
-        assert 0 <= float(row["test_accuracy"]) <= 1
         assert float(row["lr"]) == 0.05
-    walls = [float(r["wall_seconds"]) for r in rows]
+    for row in rows:
+        assert 0 <= float(row["test_accuracy"]) <= 1
+    walls = [float(r["wall_seconds"]) for r in all_rows]
     assert walls == sorted(walls) and walls[0] > 0
-    # client_seconds: that round's local training only, a part of the wall time
-    assert all(0 < float(r["client_seconds"]) < walls[0] for r in rows)
+    # client_seconds: that round's local training only, a part of the round's wall time
+    for row, before, wall in zip(all_rows, [0.0, *walls], walls, strict=False):
+        assert 0 < float(row["client_seconds"]) < wall - before
 
     summary = json.loads((run_dir / "summary.json").read_text())
     accuracies = [float(r["test_accuracy"]) for r in rows]
@@ -82,7 +86,7 @@ def test_cli_run_writes_the_output_contract(tmp_path: Path) -> None:
         f"hydra.run.dir={resumed_dir}",
         cwd=tmp_path,
     )
-    assert without_timings(read_rows(resumed_dir)) == without_timings(rows)
+    assert without_timings(read_rows(resumed_dir)) == without_timings(all_rows)
 
 
 def test_cli_sweep_runs_every_job_into_the_sweep_dir(tmp_path: Path) -> None:
@@ -152,6 +156,79 @@ def test_resume_after_a_kill_is_bit_exact(
     final_full = load_checkpoint(tmp_path / "full" / "checkpoint.pt")["server_weights"]
     final_resumed = load_checkpoint(tmp_path / "resumed" / "checkpoint.pt")["server_weights"]
     assert all(torch.equal(final_full[k], final_resumed[k]) for k in final_full)
+
+
+# Rows of every round (issue 33) -----------------------------------------------------------------
+
+TEST_COLUMNS = ("test_accuracy", "test_loss", "test_accuracy_std")
+TRAINING_COLUMNS = ("train_loss", "lr", "bytes_up", "bytes_down", "wall_seconds", "client_seconds")
+
+
+def test_every_round_has_a_row_and_test_metrics_only_where_evaluated(tmp_path: Path) -> None:
+    """eval.every=3 of 5 rounds: rounds 3 and 5 (the last) evaluated; the others keep their
+    training numbers; the summary's accuracies and target come from the evaluated rows."""
+    run_dir = tmp_path / "run"
+    result = run_cli(
+        *TINY,
+        "eval.every=3",
+        "fl.rounds=5",
+        "eval.target_accuracy=0.01",
+        f"hydra.run.dir={run_dir}",
+        cwd=tmp_path,
+    )
+    rows = read_rows(run_dir)
+    assert [int(r["round"]) for r in rows] == [1, 2, 3, 4, 5]
+    evaluated = [r for r in rows if r["round"] in ("3", "5")]
+    for row in rows:
+        assert all(row[c] for c in TRAINING_COLUMNS) and int(row["bytes_up"]) > 0
+        assert all(bool(row[c]) == (row in evaluated) for c in TEST_COLUMNS)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    accuracies = [float(r["test_accuracy"]) for r in evaluated]
+    assert summary["final_accuracy"] == accuracies[-1]
+    assert summary["best_accuracy"] == max(accuracies)
+    assert summary["rounds_to_target"] == 3  # the first evaluated round, not round 1
+    sent = sum(int(r["bytes_up"]) + int(r["bytes_down"]) for r in rows[:3])
+    assert summary["mb_to_target"] == sent / 1e6
+    # the console: a short line for a round not evaluated, the test metrics for one evaluated
+    assert f"round 1: train_loss {float(rows[0]['train_loss']):.4f}\n" in result.stderr
+    assert f"round 3: acc {accuracies[0]:.4f}  loss " in result.stderr
+
+
+@pytest.mark.parametrize("kill_round", [3, 5])
+def test_a_resume_between_evaluations_gives_the_uninterrupted_metrics_csv(
+    make_job, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kill_round: int
+) -> None:
+    """Killed in round 3 (checkpoint of rounds 1-2, neither evaluated) or 5 (rounds 1-4, round 3
+    evaluated): the resumed metrics.csv is the uninterrupted run's, header and cells."""
+    overrides = [*TINY, "fl.rounds=5", "eval.every=3", "checkpoint.every=2"]
+    run_job(make_job(overrides), tmp_path / "full")
+    run_killed_in_round(make_job(overrides), tmp_path / "killed", kill_round, monkeypatch)
+    saved = load_checkpoint(tmp_path / "killed" / "checkpoint.pt")
+    assert [row["round"] for row in saved["rows"]] == list(range(1, kill_round))
+    run_job(make_job([*overrides, f"resume={tmp_path / 'killed'}"]), tmp_path / "resumed")
+    full, resumed = read_rows(tmp_path / "full"), read_rows(tmp_path / "resumed")
+    assert list(resumed[0]) == list(full[0])
+    assert without_timings(resumed) == without_timings(full)
+    assert [r["round"] for r in full if r["test_accuracy"]] == ["3", "5"]
+
+
+def test_a_checkpoint_of_evaluated_rows_only_still_resumes(
+    make_job, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A checkpoint written before rows of every round (state format 2: the evaluated rows alone,
+    no test_columns) resumes: its rows are replayed, the later rounds get a row each."""
+    overrides = [*TINY, "fl.rounds=5", "eval.every=3", "checkpoint.every=2"]
+    run_job(make_job(overrides), tmp_path / "full")
+    run_killed_in_round(make_job(overrides), tmp_path / "killed", 5, monkeypatch)
+    path = tmp_path / "killed" / "checkpoint.pt"
+    old = load_checkpoint(path)
+    del old["test_columns"]
+    old["state_format"] = 2
+    old["rows"] = [row for row in old["rows"] if "test_accuracy" in row]
+    torch.save(old, path)
+    run_job(make_job([*overrides, f"resume={tmp_path / 'killed'}"]), tmp_path / "resumed")
+    full = {r["round"]: r for r in without_timings(read_rows(tmp_path / "full"))}
+    assert without_timings(read_rows(tmp_path / "resumed")) == [full["3"], full["5"]]
 
 
 def test_resume_refuses_a_different_config(make_job, tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from fedlight.loggers.base import METRIC_COLUMNS, MetricsRow, RunInfo
+from fedlight.loggers.base import METRIC_COLUMNS, MetricsRow, RunInfo, is_evaluated
 
 
 @dataclass
@@ -30,6 +30,14 @@ class ConsoleProgress:
             self._progress.start()
 
     def log_round(self, row: MetricsRow) -> None:
+        """An evaluated round's test accuracy and loss and the other numbers it reported; a round
+        not evaluated moves the progress bar, or without one says its train loss alone."""
+        if not is_evaluated(row):
+            self.advance_to(int(row["round"]))
+            if self._progress is None:
+                line = f"round {row['round']}: train_loss {row['train_loss']:.4f}"
+                print(line, file=sys.stderr, flush=True)
+            return
         reported = "".join(
             f"  {name} {row[name]:.4g}" for name in row if name not in METRIC_COLUMNS
         )
@@ -40,6 +48,7 @@ class ConsoleProgress:
             print(f"round {row['round']}: {status}", file=sys.stderr, flush=True)
 
     def advance_to(self, round_index: int) -> None:
+        """The bar at `round_index`, its status (the last evaluation's) kept."""
         if self._progress is not None:
             self._progress.update(self._task, completed=round_index)
 

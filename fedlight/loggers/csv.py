@@ -1,4 +1,5 @@
-"""metrics.csv: one row per evaluated round, flushed at once so a killed run loses nothing.
+"""metrics.csv: one row per round, flushed at once so a killed run loses nothing; the test columns
+of a round not evaluated (`eval.every`) are empty cells.
 
 The columns are the fixed ones (`METRIC_COLUMNS`) followed by every other name a stage reported,
 in the order they first appeared (sorted within a round). A name that appears after the first row
