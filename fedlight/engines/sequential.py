@@ -159,7 +159,9 @@ class SequentialEngine(Engine):
             module.on_before_optimizer_step(optimizer)
             if self.clips:
                 module.configure_gradient_clipping(
-                    optimizer, local.gradient_clip_val, local.gradient_clip_algorithm
+                    optimizer,
+                    gradient_clip_val=local.gradient_clip_val,
+                    gradient_clip_algorithm=local.gradient_clip_algorithm,
                 )
             optimizer.step()
             last_of_epoch = batch_idx == per_epoch - 1
