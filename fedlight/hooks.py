@@ -212,7 +212,7 @@ class TrainingLogs(Logs):
     def sums(self) -> dict[str, tuple[float, float]]:
         """Name → (Σ weight·value, Σ weight); tensors leave the device once, at the end."""
         tensors = [v for parts in self.steps.values() for v, _ in parts if isinstance(v, Tensor)]
-        on_host = iter(torch.stack(tensors).double().cpu().tolist() if tensors else [])
+        on_host = iter(torch.stack(tensors).cpu().double().tolist() if tensors else [])
         result = {}
         for name, parts in self.steps.items():
             values = [next(on_host) if isinstance(v, Tensor) else v for v, _ in parts]

@@ -49,16 +49,19 @@ def final_module(module_type: type[pl.LightningModule], run_dir: Path) -> pl.Lig
 
 
 def test_a_torchmetrics_f1_in_test_step_is_the_dataset_level_f1_every_round_on_two_workers(
-    tmp_path: Path,
+    make_job: Callable[[list[str]], Job], tmp_path: Path
 ) -> None:
-    """The issue's crash came after round 1; its per-batch mean was not the F1 of the test set."""
+    """The issue's crash came after round 1; its per-batch mean was not the F1 of the test set.
+    Two workers (through the CLI, as a user starts them) give one worker's numbers, training
+    logs included."""
     args = [*TINY, MODULES + "MetricsModule", "fl.rounds=2", "eval.batch_size=50"]
-    args += ["fl.threads_per_worker=1"]
-    run_cli(*args, f"hydra.run.dir={tmp_path / 'one'}", cwd=tmp_path)
-    run_cli(*args, "fl.workers=2", f"hydra.run.dir={tmp_path / 'two'}", cwd=tmp_path)
+    two = ["fl.workers=2", "fl.threads_per_worker=1", f"hydra.run.dir={tmp_path / 'two'}"]
+    run_cli(*args, *two, cwd=tmp_path)
+    run_job(make_job(args), tmp_path / "one")  # one torch thread, as each worker
     assert rows_without_timings(tmp_path / "two") == rows_without_timings(tmp_path / "one")
     rows = read_rows(tmp_path / "one")
     assert len(rows) == 2 and rows[0]["test_f1"] != rows[1]["test_f1"]
+    assert float(rows[0]["one"]) == 1.0  # what it logs in training, too
     data = Digits().load()
     with torch.no_grad():
         predictions = final_module(MetricsModule, tmp_path / "one")(data.test_x).argmax(dim=1)
