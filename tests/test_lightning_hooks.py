@@ -13,15 +13,19 @@ from sklearn.metrics import f1_score
 from torch.utils.data import DataLoader, TensorDataset
 
 from fedlight.checkpoint import load_checkpoint
+from fedlight.config import FLSettings, RunSettings
 from fedlight.data.digits import Digits
 from fedlight.errors import ConfigError
 from fedlight.experiment import Job, build_module, run_job
+from fedlight.workers import spawn_workers
 
-from . import lightning_modules
-from .conftest import TINY, rows_without_timings, run_cli
+from . import lightning_modules, worker_targets
+from .conftest import TINY, rows_without_timings
 from .lightning_modules import MetricsModule, Recorder
 
 MODULES = "model._target_=tests.lightning_modules."
+# The process group a run on two workers joins (as torchrun would start it), one thread each.
+GROUP = RunSettings(fl=FLSettings(workers=2, threads_per_worker=1), device="cpu")
 
 
 @pytest.fixture(autouse=True)
@@ -52,11 +56,11 @@ def test_a_torchmetrics_f1_in_test_step_is_the_dataset_level_f1_every_round_on_t
     make_job: Callable[[list[str]], Job], tmp_path: Path
 ) -> None:
     """The issue's crash came after round 1; its per-batch mean was not the F1 of the test set.
-    Two workers (through the CLI, as a user starts them) give one worker's numbers, training
-    logs included."""
+    Two workers give one worker's numbers, training logs included: a Metric computed on the main
+    worker alone does not wait for the others (a short fl.worker_timeout ends a regression)."""
     args = [*TINY, MODULES + "MetricsModule", "fl.rounds=2", "eval.batch_size=50"]
-    two = ["fl.workers=2", "fl.threads_per_worker=1", f"hydra.run.dir={tmp_path / 'two'}"]
-    run_cli(*args, *two, cwd=tmp_path)
+    two = make_job([*args, "fl.workers=2", "fl.worker_timeout=60"])
+    spawn_workers(GROUP, worker_targets.run_jobs, ([(two, tmp_path / "two", None)],), ())
     run_job(make_job(args), tmp_path / "one")  # one torch thread, as each worker
     assert rows_without_timings(tmp_path / "two") == rows_without_timings(tmp_path / "one")
     rows = read_rows(tmp_path / "one")
