@@ -43,6 +43,7 @@ from fedlight.algorithms.asynchronous import Arrival, AsynchronousFedAvg
 from fedlight.algorithms.base import ClientUpload
 from fedlight.context import RoundContext
 from fedlight.driver import Driver, RoundStats
+from fedlight.hooks import round_means
 from fedlight.pipeline.server import Arrived, ServerRound
 from fedlight.rng import Stream, numpy_generator
 from fedlight.tensors import StateDict, on_device
@@ -63,6 +64,8 @@ class InFlight:
     bytes_up: int
     # the numbers its upload stages reported, by stage (a privacy mechanism's, a selector's)
     reports: dict[str, dict[str, float]] = field(default_factory=dict)
+    # what its module logged in training: name → [weighted sum, weight] (fedlight.hooks)
+    logged: dict[str, list[float]] = field(default_factory=dict)
 
     def order(self) -> tuple[float, int]:
         return self.arrival, self.client
@@ -100,6 +103,7 @@ class AsynchronousLoop(Driver):
             self.refill(version, stats)
         arrivals: list[Arrival] = []
         losses: list[tuple[float, int]] = []
+        logged: list[dict[str, list[float]]] = []
         rejected = 0
         server = ServerRound.start(ctx, algorithm, self.stages, self.stage_states, [])
         arrived: list[Arrived] = []
@@ -117,6 +121,7 @@ class AsynchronousLoop(Driver):
                 staleness = self.staleness_of(flying, version)
                 arrivals.append(Arrival(decoded, flying.start, staleness))
                 losses.append((flying.train_loss, flying.num_samples))
+                logged.append(flying.logged)
             else:
                 rejected += 1
             filled = len(arrivals) + rejected == algorithm.arrivals_per_update
@@ -132,6 +137,7 @@ class AsynchronousLoop(Driver):
         stats.num_samples = samples
         stats.every_update_rejected = rejected > 0 and not arrivals
         stats.virtual_seconds = self.now - started_at
+        stats.logged = round_means(logged)
         self.report_update(ctx, arrived, [arrival.staleness for arrival in arrivals])
         stats.metrics = ctx.metrics.values
         return stats
@@ -234,6 +240,7 @@ class AsynchronousLoop(Driver):
             local.train_loss,
             sent.bytes_up,
             sent.upload.reports,
+            {name: list(sums) for name, sums in local.logged.items()},
         )
 
     def state_dict(self) -> dict[str, Any]:

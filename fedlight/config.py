@@ -147,14 +147,31 @@ class FLSettings:
         )
 
 
+# local.gradient_clip_algorithm: Lightning's Trainer(gradient_clip_algorithm=...); null is "norm"
+CLIP_ALGORITHMS = ("norm", "value")
+
+
 @dataclass
 class LocalSettings:
     epochs: int = 1
     batch_size: int = 10
+    # A Lightning Trainer's gradient clipping, applied at every local step after the algorithm's
+    # gradient corrections (see fedlight.hooks): null or 0 is off.
+    gradient_clip_val: float | None = None
+    gradient_clip_algorithm: str | None = None  # norm (total L2 norm; null) or value (per entry)
 
     def __post_init__(self) -> None:
         require(self.epochs >= 1, f"local.epochs={self.epochs} must be >= 1")
         require(self.batch_size >= 1, f"local.batch_size={self.batch_size} must be >= 1")
+        require(
+            self.gradient_clip_val is None or self.gradient_clip_val >= 0,
+            f"local.gradient_clip_val={self.gradient_clip_val} must be >= 0 (null or 0: off)",
+        )
+        require(
+            self.gradient_clip_algorithm is None or self.gradient_clip_algorithm in CLIP_ALGORITHMS,
+            f"local.gradient_clip_algorithm={self.gradient_clip_algorithm} is not an algorithm; "
+            "use norm (the gradients' total L2 norm, the default) or value (each entry)",
+        )
 
 
 @dataclass

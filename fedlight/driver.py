@@ -28,8 +28,9 @@ from fedlight.client_states import ClientStates, MemoryClientStates
 from fedlight.config import RunSettings
 from fedlight.context import Federation
 from fedlight.data.base import TensorDataset
-from fedlight.engines import Engine, LocalTask, first_optimizer, make_engine
+from fedlight.engines import Engine, LocalTask, make_engine
 from fedlight.engines.base import LocalCallback, LocalResult
+from fedlight.errors import ConfigError, require
 from fedlight.evaluation import ACCURACY, LOSS
 from fedlight.history import (
     STATE_FORMAT,
@@ -38,6 +39,7 @@ from fedlight.history import (
     passed_multiple,
     restored_history,
 )
+from fedlight.hooks import Optimization, optimization_of
 from fedlight.loggers.base import MetricsRow, RoundLogger
 from fedlight.pipeline.client import ClientPipeline
 from fedlight.pipeline.stage import StageSetup, StageStates, UploadStage
@@ -69,6 +71,9 @@ class RoundStats:
     metrics: dict[str, float] = field(default_factory=dict)  # the stages' reported numbers
     every_update_rejected: bool = False  # clients trained, and none sent finite numbers
     virtual_seconds: float = 0.0  # how long the round lasted on the system's clock
+    # what the client module logged in training (`self.log`), its mean over the round's local
+    # steps (weighted by examples, see fedlight.hooks.TrainingLogs)
+    logged: dict[str, float] = field(default_factory=dict)
 
 
 def not_finite(stats: RoundStats, weights: StateDict) -> str | None:
@@ -132,10 +137,10 @@ class Driver(ABC):
             else None
         )
         self.told: set[str] = set()  # the once-per-run console notes already printed
-        self.base_lrs = [
-            g["lr"] for g in first_optimizer(module.configure_optimizers()).param_groups
-        ]
+        optimization = optimization_of(module.configure_optimizers())
+        self.base_lrs = [g["lr"] for g in optimization.optimizer.param_groups]
         self.federation = federation_of(settings, module, stages)
+        self.refuse_two_lr_schedules(optimization)
         device = self.federation.device
         self.server = algorithm.init_server(self.federation.initial_weights, self.federation)
         setup = StageSetup(settings, self.federation, [len(i) for i in clients.train])
@@ -177,6 +182,27 @@ class Driver(ABC):
             self.side_engine(epochs, Stream.FINE_TUNING),
             self.base_lrs,
         )
+
+    def refuse_two_lr_schedules(self, optimization: Optimization) -> None:
+        """A module's lr schedulers restart with each local training (a client's local training
+        is one fit, `fedlight.hooks`) from the rate the round gives it. While `lr_schedule` keeps
+        that rate at the configured one, they run exactly as under a Trainer; one that varies
+        it over rounds cannot be composed with every scheduler (many compute their rates from
+        the one they were built with), so the two together are refused before any work."""
+        if not optimization.schedulers:
+            return
+        schedule = self.lr_schedule
+        for round_index in range(1, self.settings.fl.rounds + 1):
+            ctx = self.federation.round(round_index)
+            lrs = [schedule(ctx, base) for base in self.base_lrs]
+            if lrs != self.base_lrs:
+                kind = type(optimization.schedulers[0].scheduler).__name__
+                raise ConfigError(
+                    f"the model's configure_optimizers() returns an lr scheduler ({kind}) and "
+                    f"lr_schedule={type(schedule).__name__.lower()} varies the local rate over "
+                    f"rounds (round {round_index}: {lrs[0]:g}); use one of them: "
+                    "lr_schedule=constant, or a model without lr scheduler"
+                )
 
     @abstractmethod
     def run_round(self, round_index: int) -> RoundStats:
@@ -332,6 +358,13 @@ class Driver(ABC):
         if self.speeds is not None:
             row["virtual_time"] = self.history.virtual_time
         row |= {name: tested[name] for name in sorted(tested)}
+        clash = next((n for n in sorted(stats.logged) if n in row or n in stats.metrics), None)
+        require(
+            clash is None,
+            f"the model logs {clash!r} in training, a column fedlight already writes (its own, "
+            "a test metric or a stage's); log it under another name",
+        )
+        row |= {name: stats.logged[name] for name in sorted(stats.logged)}
         return row | {name: stats.metrics[name] for name in sorted(stats.metrics)}
 
     def save_checkpoint(self, path: Path, meta: dict[str, Any]) -> None:

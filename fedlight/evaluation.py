@@ -1,32 +1,37 @@
 """Evaluation as a stage: the test metrics of a model.
 
 A module that defines its own `test_step` (or else `validation_step`) is evaluated by it, as a
-Lightning Trainer would: each batch's returned dict and every `self.log`/`self.log_dict` value are
-collected and averaged over the test examples (weighted by batch size). Its names become columns of
-metrics.csv; `test_accuracy` and `test_loss`, if it does not report them, are computed as for the
-built-in models: mean cross-entropy and argmax accuracy of `forward`'s logits. Per-client test sets
-(a later issue) evaluate through the same `evaluate` with another dataset.
+Lightning Trainer's `test` would: `on_test_epoch_start`, the step per batch, `on_test_epoch_end`
+(the `on_validation_*` hooks with `validation_step`). Each batch's returned dict and every
+`self.log`/`self.log_dict` value are averaged over the test examples (weighted by batch size, or
+by `batch_size=` where given; a value logged at the epoch's end counts once); a torchmetrics
+`Metric` object logged (`self.log("test_f1", self.f1)`) is updated by the module and computed
+once over the whole evaluation, then reset, as a Trainer computes it at the end of an epoch: the
+dataset-level value, not a mean of per-batch values. Every Metric of the module starts each
+evaluation empty and computes on this process's data alone (`fedlight.hooks.local_metrics`).
+Their names become columns of metrics.csv; `test_accuracy` and `test_loss`, if it does not report
+them, are computed as for the built-in models: mean cross-entropy and argmax accuracy of
+`forward`'s logits. Per-client test sets evaluate through the same `evaluate` with another
+dataset, each client's evaluation with its own metrics.
 """
 
 from collections.abc import Callable
-from typing import Any
 
 import pytorch_lightning as pl
 import torch
 from torch import Tensor
 from torch.nn import functional as F  # noqa: N812
 
+from fedlight.hooks import Logs, as_number, computed, local_metrics, logging_to, overrides
 from fedlight.tensors import StateDict
 
 ACCURACY, LOSS = "test_accuracy", "test_loss"
 
 
-def own_step(module: pl.LightningModule) -> Callable[..., Any] | None:
-    """The module's own `test_step`, else its own `validation_step`, else None."""
-    for name in ("test_step", "validation_step"):
-        if getattr(type(module), name) is not getattr(pl.LightningModule, name):
-            return getattr(module, name)
-    return None
+def own_stage(module: pl.LightningModule) -> str | None:
+    """ "test" where the module defines its own `test_step`, else "validation" where it defines
+    its own `validation_step`, else None."""
+    return next((s for s in ("test", "validation") if overrides(module, f"{s}_step")), None)
 
 
 class Evaluator:
@@ -42,7 +47,7 @@ class Evaluator:
         self.module = module
         self.batch_size = batch_size
         self.prepare = prepare
-        self.step = own_step(module)
+        self.stage = own_stage(module)
 
     @torch.no_grad()
     def evaluate(self, weights: StateDict, x: Tensor, y: Tensor) -> dict[str, float]:
@@ -51,41 +56,45 @@ class Evaluator:
         module.eval()
         correct = torch.zeros((), dtype=torch.int64, device=y.device)
         loss_sum = torch.zeros((), dtype=torch.float64, device=y.device)
-        own: dict[str, float] = {}
-        for batch_index, (bx, by) in enumerate(
-            zip(x.split(self.batch_size), y.split(self.batch_size), strict=True)
-        ):
-            bx = self.prepare(bx)
-            reported = self.step_metrics((bx, by), batch_index) if self.step else {}
-            for name, value in reported.items():
-                own[name] = own.get(name, 0.0) + value * len(by)
-            if ACCURACY not in reported or LOSS not in reported:
-                logits = module(bx)
-                loss_sum += F.cross_entropy(logits, by, reduction="sum")
-                correct += (logits.argmax(dim=1) == by).sum()
         count = len(y)
+        own: dict[str, list[float]] = {}  # name → [Σ weight·value, Σ weight]
+        logs = Logs()
+        with local_metrics(module), logging_to(module, logs):
+            self.call_hook("epoch_start")
+            for batch_index, (bx, by) in enumerate(
+                zip(x.split(self.batch_size), y.split(self.batch_size), strict=True)
+            ):
+                bx = self.prepare(bx)
+                reported = self.step_metrics(logs, (bx, by), batch_index) if self.stage else {}
+                for name, (value, weight) in reported.items():
+                    total = own.setdefault(name, [0.0, 0.0])
+                    total[0] += value * (len(by) if weight is None else weight)
+                    total[1] += len(by) if weight is None else weight
+                if ACCURACY not in reported or LOSS not in reported:
+                    logits = module(bx)
+                    loss_sum += F.cross_entropy(logits, by, reduction="sum")
+                    correct += (logits.argmax(dim=1) == by).sum()
+            self.call_hook("epoch_end")
+            for name, (value, _) in logs.take().items():  # logged once, for the whole set
+                total = own.setdefault(name, [0.0, 0.0])
+                total[0] += as_number(value) * count
+                total[1] += count
+            metric_values = {name: computed(metric) for name, metric in logs.metrics.items()}
         metrics = {ACCURACY: correct.item() / count, LOSS: loss_sum.item() / count}
-        return metrics | {name: total / count for name, total in own.items()}
+        return metrics | {name: s / w for name, (s, w) in own.items()} | metric_values
 
-    def step_metrics(self, batch: tuple[Tensor, Tensor], batch_index: int) -> dict[str, float]:
-        """The values the module's own step returns or logs for one batch."""
-        logged: dict[str, float] = {}
-        module = self.module
+    def call_hook(self, moment: str) -> None:
+        """`on_test_epoch_start`/`_end` (or `on_validation_...`) of a module with its own step."""
+        if self.stage:
+            getattr(self.module, f"on_{self.stage}_{moment}")()
 
-        def log(name: str, value: Any, *args: Any, **kwargs: Any) -> None:
-            logged[name] = float(torch.as_tensor(value).detach().double().mean())
-
-        def log_dict(values: dict[str, Any], *args: Any, **kwargs: Any) -> None:
-            for name, value in values.items():
-                log(name, value)
-
-        module.log, module.log_dict = log, log_dict  # type: ignore[method-assign]
-        try:
-            returned = self.step(batch, batch_index)  # type: ignore[misc]
-        finally:
-            del module.log, module.log_dict
+    def step_metrics(
+        self, logs: Logs, batch: tuple[Tensor, Tensor], batch_index: int
+    ) -> dict[str, tuple[float, int | None]]:
+        """The values the module's own step returns or logs for one batch, each with the
+        `batch_size=` it was logged with (None: the batch's)."""
+        returned = getattr(self.module, f"{self.stage}_step")(batch, batch_index)
+        reported = {name: (as_number(v), size) for name, (v, size) in logs.take().items()}
         if isinstance(returned, dict):
-            logged |= {
-                k: float(torch.as_tensor(v).detach().double().mean()) for k, v in returned.items()
-            }
-        return logged
+            reported |= {name: (as_number(v), None) for name, v in returned.items()}
+        return reported

@@ -32,6 +32,7 @@ from fedlight.environment import float_environment, resumed_environment
 from fedlight.errors import ConfigError, require
 from fedlight.files import write_text
 from fedlight.history import STATE_KEYS, History
+from fedlight.hooks import setup_module
 from fedlight.loggers.base import RoundLogger, RunInfo
 from fedlight.loggers.console import ConsoleProgress
 from fedlight.loop import FederatedLoop
@@ -457,10 +458,13 @@ def run_environment(
 
 
 def build_module(job: Job, data: TensorDataset, device: torch.device) -> pl.LightningModule:
-    """The client module, initialized from the seed; one without parameters (nothing to train
-    or average) is refused in one line."""
+    """The client module, initialized from the seed and set up as a Trainer would before
+    fitting (`setup("fit")`, `configure_model()`: `fedlight.hooks`); one without parameters
+    (nothing to train or average) is refused in one line."""
     torch.manual_seed(derive_seed(job.settings.seed, Stream.MODEL_INIT))
-    module = job.model(input_shape=data.input_shape, num_classes=data.num_classes).to(device)
+    module = job.model(input_shape=data.input_shape, num_classes=data.num_classes)
+    setup_module(module)
+    module = module.to(device)
     target = job.config.get("model", {}).get("_target_", type(module).__name__)
     require(
         next(module.parameters(), None) is not None,

@@ -35,6 +35,7 @@ from fedlight.context import RoundContext, RoundMetrics
 from fedlight.driver import Driver, RoundStats
 from fedlight.engines import LocalTask
 from fedlight.engines.base import LocalResult
+from fedlight.hooks import round_means
 from fedlight.pipeline.client import Received
 from fedlight.pipeline.server import Arrived, ServerRound
 from fedlight.selection.base import ClientPool, Population
@@ -67,6 +68,8 @@ class Outcome:
     bytes_down: int
     metrics: dict[str, float] = field(default_factory=dict)  # reported by client-side stages
     virtual_seconds: float = 0.0  # its time on the system's clock (download, training, upload)
+    # what its module logged in training_step: name → (weighted sum, weight), see fedlight.hooks
+    logged: dict[str, tuple[float, float]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -227,6 +230,7 @@ class FederatedLoop(Driver):
             got.bytes_down,
             ctx.metrics.values,
             virtual_seconds,
+            local.logged,
         )
 
     def tell_rejected(self, ctx: RoundContext, rejected: Sequence[int]) -> None:
@@ -275,8 +279,9 @@ def round_stats(
     round_seconds: float,
     rejected: set[int],
 ) -> RoundStats:
-    """The round's totals; the loss of the participants whose updates were accepted (a rejected
-    or late upload's loss says nothing of the global model)."""
+    """The round's totals; the loss, and what the module logged in training, of the
+    participants whose updates were accepted (a rejected or late upload's loss says nothing of
+    the global model)."""
     late = [o for o in outcomes if o.arrived.late]
     kept = [
         o for o in outcomes if not o.arrived.late and o.arrived.upload.client_id not in rejected
@@ -296,6 +301,7 @@ def round_stats(
         bytes_down=sum(o.bytes_down for o in outcomes) + probe.bytes_down,
         client_seconds=sum(o.seconds for o in outcomes) + probe.seconds,
         metrics=ctx.metrics.values,
+        logged=round_means([o.logged for o in kept]),
     )
 
 

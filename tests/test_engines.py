@@ -155,6 +155,28 @@ def test_vectorized_matches_sequential_for_a_cnn_with_augmentation(
     assert_close(vectorized.uploads, sequential.uploads)
 
 
+@pytest.mark.parametrize(
+    "clipping",
+    [
+        ["local.gradient_clip_val=0.5"],
+        ["local.gradient_clip_val=0.02", "local.gradient_clip_algorithm=value"],
+    ],
+    ids=["norm", "value"],
+)
+def test_vectorized_clips_gradients_as_the_sequential_engine(
+    make_job: Callable[[list[str]], Job], clipping: list[str]
+) -> None:
+    """Each client's gradients clipped after the algorithm's correction (FedProx's), before
+    momentum, as the sequential engine's configure_gradient_clipping."""
+    algo = ["algo=fedprox", "algo.mu=0.1"]
+    sequential = run_rounds(make_job, [*algo, *clipping, "fl.engine=sequential"])
+    vectorized = run_rounds(make_job, [*algo, *clipping, "fl.engine=vectorized"])
+    assert_close(vectorized.weights, sequential.weights)
+    unclipped = run_rounds(make_job, [*algo, "fl.engine=sequential"])
+    moved = sequential.weights[-1]["net.1.weight"] - unclipped.weights[-1]["net.1.weight"]
+    assert moved.abs().max() > 100 * ATOL  # clipping changed the training
+
+
 def test_train_loss_and_counts_match_the_sequential_engine(make_job) -> None:
     job = make_job(["local.batch_size=16", "local.epochs=2", "optim.momentum=0.9"])
     data = Digits().load()
@@ -199,6 +221,18 @@ class DropoutClassifier(Classifier):
         return nn.Sequential(nn.Flatten(), nn.Dropout(0.5), nn.Linear(64, num_classes))
 
 
+class ScheduledClassifier(MLP):
+    def configure_optimizers(self) -> dict:
+        optimizer = torch.optim.SGD(self.parameters(), lr=self.lr)
+        scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1)
+        return {"optimizer": optimizer, "lr_scheduler": scheduler}
+
+
+class EpochEndClassifier(MLP):
+    def on_train_epoch_end(self) -> None:
+        self.epochs = getattr(self, "epochs", 0) + 1
+
+
 class SmoothedClassifier(MLP):
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         x, y = batch
@@ -222,6 +256,15 @@ class SmoothedClassifier(MLP):
         (
             SmoothedClassifier,
             "cross-entropy step only and SmoothedClassifier overrides training_step",
+        ),
+        (
+            EpochEndClassifier,
+            "cross-entropy step only and EpochEndClassifier overrides on_train_epoch_end",
+        ),
+        (
+            ScheduledClassifier,
+            "keeps each round's learning rate through local training and the model's "
+            "configure_optimizers() returns a StepLR",
         ),
         (
             RecordingModule,

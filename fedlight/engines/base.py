@@ -19,7 +19,7 @@ from torch import Tensor
 
 from fedlight.config import RunSettings
 from fedlight.data.base import TensorDataset
-from fedlight.errors import ConfigError
+from fedlight.hooks import optimization_of
 from fedlight.rng import Stream, derive_seed
 from fedlight.tensors import StateDict
 
@@ -41,6 +41,9 @@ class LocalResult:
     examples: int = 0  # examples trained on, over all steps (the work on a system's clock)
     # what the algorithm's callbacks measured during training (`LocalCallback.measured`)
     measured: StateDict = field(default_factory=dict)
+    # what the module logged (`self.log`) in training: name → (weighted sum, weight), which add
+    # up over clients to the round's means (`fedlight.hooks.TrainingLogs`)
+    logged: dict[str, tuple[float, float]] = field(default_factory=dict)
 
 
 class LocalCallback:
@@ -139,16 +142,7 @@ class LocalTask:
 
 def first_optimizer(configured: Any) -> torch.optim.Optimizer:
     """The optimizer out of any return value Lightning allows for `configure_optimizers`."""
-    if isinstance(configured, torch.optim.Optimizer):
-        return configured
-    if isinstance(configured, dict) and "optimizer" in configured:
-        return first_optimizer(configured["optimizer"])
-    if isinstance(configured, list | tuple) and configured:
-        return first_optimizer(configured[0])
-    raise ConfigError(
-        f"model: configure_optimizers() returned {type(configured).__name__}; "
-        "return a torch.optim.Optimizer (or Lightning's list/dict forms)"
-    )
+    return optimization_of(configured).optimizer
 
 
 def num_local_steps(num_examples: int, epochs: int, batch_size: int) -> int:

@@ -1,27 +1,40 @@
 """The sequential engine: one participant after another on the one shared client module.
 
 Each participant loads its start weights into the module and trains with the module's own
-`training_step` and `configure_optimizers`, calling its hooks as a Lightning Trainer would
-(`on_before_backward`, `on_after_backward`, `on_before_optimizer_step`, each after the
-algorithm's callbacks of the same name, the order of Lightning's Trainer). No Trainer is built
-per client (README "Speed"), so hooks only ever fire on the client being trained. Any
-LightningModule and optimizer work here.
+`training_step` and `configure_optimizers` (its lr schedulers included), calling its hooks as a
+Lightning Trainer would (the table in `fedlight.hooks`; each algorithm callback before the
+module's hook of the same name, the order of Lightning's Trainer), with `self.log` collected into
+the result. No Trainer is built per client (README "Speed"), so hooks only ever fire on the
+client being trained. Any LightningModule and optimizer work here.
 """
 
 from collections.abc import Iterable, Iterator, Sequence
 
+import pytorch_lightning as pl
 import torch
 from torch import Tensor
 
-from fedlight.engines.base import (
-    Engine,
-    LocalCallback,
-    LocalResult,
-    LocalTask,
-    batch_indices,
-    first_optimizer,
-)
+from fedlight.config import RunSettings
+from fedlight.data.base import TensorDataset
+from fedlight.engines.base import Engine, LocalCallback, LocalResult, LocalTask, batch_indices
 from fedlight.errors import ConfigError
+from fedlight.hooks import (
+    Logs,
+    Optimization,
+    TrainingLogs,
+    check_trainable,
+    clipping_by,
+    clips_gradients,
+    local_metrics,
+    logging_to,
+    optimization_of,
+)
+from fedlight.rng import Stream
+
+SKIPPED_BATCH = (
+    "the model's on_train_batch_start returned -1, with which Lightning skips the rest of the "
+    "epoch; fedlight trains on every batch it counts: return None"
+)
 
 
 def training_loss(output: Tensor | dict[str, Tensor] | None) -> Tensor:
@@ -44,6 +57,17 @@ class SequentialEngine(Engine):
 
     name = "sequential"
 
+    def __init__(
+        self,
+        module: pl.LightningModule,
+        data: TensorDataset,
+        settings: RunSettings,
+        stream: Stream = Stream.LOCAL_TRAINING,
+    ) -> None:
+        super().__init__(module, data, settings, stream)
+        check_trainable(module)
+        self.clips = clips_gradients(module, settings.local)
+
     def train(
         self, tasks: Iterable[LocalTask], round_index: int, lrs: Sequence[float]
     ) -> Iterator[LocalResult]:
@@ -54,35 +78,74 @@ class SequentialEngine(Engine):
 
     def train_one(self, task: LocalTask, round_index: int, lrs: Sequence[float]) -> LocalResult:
         """Local epochs of minibatch training on the task's examples, calling the module's hooks
-        as a Trainer would."""
-        module, data, local = self.module, self.data, self.settings.local
-        callbacks = task.callbacks
+        as a Trainer would, with its logging, metrics and gradient clipping in fedlight's hands."""
+        module = self.module
         module.load_state_dict(task.start)
         module.train()
-        optimizer = first_optimizer(module.configure_optimizers())
-        for group, lr in zip(optimizer.param_groups, lrs, strict=True):
+        optimization = optimization_of(module.configure_optimizers())
+        for group, lr in zip(optimization.optimizer.param_groups, lrs, strict=True):
             group["lr"] = lr
+        with logging_to(module, Logs()):  # what a measuring pass logs is not training's
+            measured, seed = self.measure(task, round_index)
+        logs = TrainingLogs()
+        with local_metrics(module), logging_to(module, logs):
+            with clipping_by(module, self.settings.local):
+                losses, examples = self.fit(task, optimization, seed, logs)
+            logged = logs.sums()
+        return LocalResult(
+            client_id=task.client,
+            weights=module.state_dict(),
+            num_samples=len(task.indices),
+            num_steps=len(losses),
+            lr=lrs[0],
+            train_loss=torch.stack(losses).mean().item() if losses else 0.0,
+            examples=examples + measured * len(task.indices),  # a measuring pass is work too
+            measured={key: t for c in task.callbacks for key, t in c.measured().items()},
+            logged=logged,
+        )
+
+    def measure(self, task: LocalTask, round_index: int) -> tuple[int, int]:
+        """The callbacks that measure something at the start weights do (SCAFFOLD's option I
+        gradient); how many did, and the seed of the client's training."""
         seed = self.seed_of(round_index, task.client)
         measuring = [
-            c for c in callbacks if type(c).on_train_start is not LocalCallback.on_train_start
+            c for c in task.callbacks if type(c).on_train_start is not LocalCallback.on_train_start
         ]
         if measuring:
             torch.manual_seed(seed)
             for callback in measuring:
-                callback.on_train_start(module, self.all_batches(task))
+                callback.on_train_start(self.module, self.all_batches(task))
+        return len(measuring), seed
+
+    def fit(
+        self, task: LocalTask, optimization: Optimization, seed: int, logs: TrainingLogs
+    ) -> tuple[list[Tensor], int]:
+        """The client's local epochs: its step losses and the examples it trained on."""
+        module, data, local, callbacks = self.module, self.data, self.settings.local, task.callbacks
+        optimizer = optimization.optimizer
         generator = torch.Generator().manual_seed(seed)
         torch.manual_seed(seed)  # for the module's own randomness, e.g. dropout
         augment = data.augment
+        per_epoch = -(-len(task.indices) // local.batch_size)
         losses: list[Tensor] = []
-        step = 0
-        examples = len(measuring) * len(task.indices)  # a measuring pass is the client's work
-        for indices in batch_indices(task.indices, generator, local.epochs, local.batch_size):
+        module.on_train_start()
+        logs.collect(len(task.indices))
+        for step, indices in enumerate(
+            batch_indices(task.indices, generator, local.epochs, local.batch_size)
+        ):
+            epoch, batch_idx = divmod(step, per_epoch)
+            if batch_idx == 0:
+                module.on_train_epoch_start()
             x, y = data.prepare(data.train_x[indices]), data.train_y[indices]
             if task.label_map is not None:
                 y = task.label_map[y]
             if augment is not None:
                 x = augment(x, generator)
-            loss = training_loss(module.training_step((x, y), step))
+            if module.on_train_batch_start((x, y), step) == -1:
+                raise ConfigError(SKIPPED_BATCH)
+            output = module.training_step((x, y), step)
+            loss = training_loss(output)
+            module.on_before_zero_grad(optimizer)
             optimizer.zero_grad(set_to_none=True)
             for callback in callbacks:
                 callback.on_before_backward(module, loss)
@@ -94,22 +157,27 @@ class SequentialEngine(Engine):
             for callback in callbacks:
                 callback.on_before_optimizer_step(module, optimizer)
             module.on_before_optimizer_step(optimizer)
+            if self.clips:
+                module.configure_gradient_clipping(
+                    optimizer,
+                    gradient_clip_val=local.gradient_clip_val,
+                    gradient_clip_algorithm=local.gradient_clip_algorithm,
+                )
             optimizer.step()
+            last_of_epoch = batch_idx == per_epoch - 1
+            optimization.after_step(module, batch_idx, epoch, last_of_epoch)
             for callback in callbacks:
                 callback.on_train_batch_end(module)
+            module.on_train_batch_end(output, (x, y), step)
             losses.append(loss.detach())
-            step += 1
-            examples += len(indices)
-        return LocalResult(
-            client_id=task.client,
-            weights=module.state_dict(),
-            num_samples=len(task.indices),
-            num_steps=step,
-            lr=lrs[0],
-            train_loss=torch.stack(losses).mean().item() if losses else 0.0,
-            examples=examples,
-            measured={key: t for c in callbacks for key, t in c.measured().items()},
-        )
+            logs.examples += len(indices)
+            logs.collect(len(indices))
+            if last_of_epoch:
+                module.on_train_epoch_end()
+                logs.collect(len(task.indices))
+        module.on_train_end()
+        logs.collect(len(task.indices))
+        return losses, logs.examples
 
     def all_batches(self, task: LocalTask) -> Iterator[tuple[Tensor, Tensor]]:
         """The task's examples in order, in batches of the local batch size, unaugmented."""

@@ -21,14 +21,19 @@ Same training as the sequential engine:
 The results agree with the sequential engine to float rounding (batched kernels sum in another
 order), not bit for bit.
 
+- Gradient clipping (`local.gradient_clip_val`, `local.gradient_clip_algorithm`): each client's
+  gradients clipped as `torch.nn.utils.clip_grad_norm_`/`clip_grad_value_` would, after the
+  algorithm's corrections, as the sequential engine's `configure_gradient_clipping`.
+
 What it cannot reproduce it refuses, with a one-line ConfigError, before training: a model that is
-not the built-in `Classifier` with its cross-entropy `training_step` and no own hooks, a model with
+not the built-in `Classifier` with its cross-entropy `training_step` (which logs nothing) and none
+of the training hooks the sequential engine calls overridden (`fedlight.hooks`), a model with
 buffers (running statistics) or dropout, an optimizer other than `torch.optim.SGD` (momentum and
-weight decay are supported; dampening, Nesterov and maximize are not), and algorithm callbacks
-without `correct_gradients`.
+weight decay are supported; dampening, Nesterov and maximize are not) or one with an lr scheduler,
+and algorithm callbacks without `correct_gradients`.
 """
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import pytorch_lightning as pl
@@ -47,21 +52,32 @@ from fedlight.engines.base import (
     LocalResult,
     LocalTask,
     batch_indices,
-    first_optimizer,
     num_local_steps,
 )
 from fedlight.errors import ConfigError
+from fedlight.hooks import optimization_of
 from fedlight.models.classifier import Classifier
 from fedlight.rng import Stream
 from fedlight.tensors import StateDict
 
 USE_SEQUENTIAL = "use fl.engine=sequential"
 NET = "net."  # state-dict prefix of `Classifier.net`, the network its training_step runs
+# The hooks the sequential engine calls in local training (fedlight.hooks): this engine computes
+# `Classifier.training_step` itself and calls none of them, so a model must keep Classifier's.
 CLASSIFIER_METHODS = (
     "training_step",
+    "on_train_start",
+    "on_train_end",
+    "on_train_epoch_start",
+    "on_train_epoch_end",
+    "on_train_batch_start",
+    "on_train_batch_end",
+    "on_before_zero_grad",
     "on_before_backward",
     "on_after_backward",
     "on_before_optimizer_step",
+    "configure_gradient_clipping",
+    "lr_scheduler_step",
 )
 
 
@@ -106,7 +122,14 @@ def check_classifier(module: pl.LightningModule) -> None:
 def sgd_settings(module: pl.LightningModule) -> dict[str, SGDSettings]:
     """The SGD settings of each parameter of `module.net` the optimizer updates, in module order;
     refuses any other optimizer."""
-    optimizer = first_optimizer(module.configure_optimizers())
+    optimization = optimization_of(module.configure_optimizers())
+    if optimization.schedulers:
+        raise ConfigError(
+            "fl.engine=vectorized keeps each round's learning rate through local training and "
+            f"the model's configure_optimizers() returns a "
+            f"{type(optimization.schedulers[0].scheduler).__name__}; {USE_SEQUENTIAL}"
+        )
+    optimizer = optimization.optimizer
     if type(optimizer) is not torch.optim.SGD:
         raise ConfigError(
             f"fl.engine=vectorized implements torch.optim.SGD only and the model's "
@@ -163,6 +186,26 @@ def stacked_callbacks(tasks: Sequence[LocalTask]) -> list[LocalCallback]:
     ]
 
 
+def clip_norms(grads: StateDict, max_norm: float) -> StateDict:
+    """`torch.nn.utils.clip_grad_norm_` of each client's gradients (stacked along the first
+    dimension): scaled by min(1, max_norm / (their total L2 norm + 1e-6))."""
+    norms = torch.stack([g.flatten(1).norm(dim=1) for g in grads.values()]).norm(dim=0)
+    scale = (max_norm / (norms + 1e-6)).clamp(max=1.0)
+    return {name: g * scale.view(-1, *[1] * (g.dim() - 1)) for name, g in grads.items()}
+
+
+def clip_values(grads: StateDict, clip_val: float) -> StateDict:
+    """`torch.nn.utils.clip_grad_value_`: every gradient entry into [-clip_val, clip_val]."""
+    return {name: g.clamp(-clip_val, clip_val) for name, g in grads.items()}
+
+
+# `local.gradient_clip_algorithm` on stacked gradients (fedlight.hooks.CLIPPERS, functionally).
+CLIPPERS: dict[str, Callable[[StateDict, float], StateDict]] = {
+    "norm": clip_norms,
+    "value": clip_values,
+}
+
+
 def keep_where_idle(moving: Tensor | None, updated: Tensor, current: Tensor) -> Tensor:
     """`updated` for the clients that took this step, `current` for the others (None: all)."""
     if moving is None:
@@ -186,6 +229,8 @@ class VectorizedEngine(Engine):
         check_classifier(module)
         self.sgd = sgd_settings(module)
         self.client_step = vmap(grad_and_value(self.client_loss))
+        self.clip_val = settings.local.gradient_clip_val
+        self.clip_algorithm = settings.local.gradient_clip_algorithm or "norm"
 
     def client_loss(
         self, params: StateDict, constants: StateDict, x: Tensor, y: Tensor, mask: Tensor
@@ -238,6 +283,8 @@ class VectorizedEngine(Engine):
             grads, losses = self.client_step(params, constants, x, y, mask)
             for callback in callbacks:
                 grads = callback.correct_gradients(params, grads)
+            if self.clip_val:
+                grads = CLIPPERS[self.clip_algorithm](grads, self.clip_val)
             moving = None if all(taking) else torch.tensor(taking, device=device)
             params, momentum = self.sgd_step(params, grads, momentum, lrs, moving)
             loss_sums += losses  # 0 for a client without a batch

@@ -46,11 +46,11 @@ from fedlight.engines.base import (
     Engine,
     LocalResult,
     LocalTask,
-    first_optimizer,
     num_local_steps,
 )
 from fedlight.engines.sequential import SequentialEngine, training_loss
 from fedlight.errors import ConfigError, require
+from fedlight.hooks import TrainingLogs, local_metrics, logging_to, optimization_of
 from fedlight.pipeline.stage import Delivered, Plan, StageSetup
 from fedlight.privacy.accountant import calibrate_noise, epsilon
 from fedlight.privacy.base import GaussianMechanism, as_state, default_delta, scalar
@@ -59,7 +59,12 @@ from fedlight.tensors import StateDict
 
 
 class DPSGDEngine(SequentialEngine):
-    """The sequential engine with Poisson-sampled batches and Opacus's DP optimizer."""
+    """The sequential engine with Poisson-sampled batches and Opacus's DP optimizer.
+
+    Of the module's hooks (`fedlight.hooks`) it calls `configure_optimizers`, `training_step`
+    (with `self.log` collected as the sequential engine's) and the lr schedulers' steps (each of
+    the E·⌈n/B⌉ steps a batch, ⌈n/B⌉ of them an epoch): Opacus's optimizer owns the gradients,
+    so gradient clipping besides `privacy.clip` is refused."""
 
     name = "dp_sgd"
 
@@ -72,6 +77,13 @@ class DPSGDEngine(SequentialEngine):
         clip: float,
     ) -> None:
         super().__init__(module, data, settings)
+        if self.clips:
+            raise ConfigError(
+                "privacy=dp_sgd clips each example's gradient to privacy.clip before the noise, "
+                "and local.gradient_clip_val (or the model's configure_gradient_clipping) would "
+                "clip the gradients again, which Opacus's optimizer replaces; set "
+                "local.gradient_clip_val=null (and drop the override)"
+            )
         errors = ModuleValidator.validate(module, strict=False)
         if errors:
             raise ConfigError(
@@ -121,7 +133,8 @@ class DPSGDEngine(SequentialEngine):
         noise = torch.Generator(device).manual_seed(
             derive_seed(self.settings.seed, Stream.PRIVACY, round_index, task.client)
         )
-        inner = first_optimizer(module.configure_optimizers())
+        optimization = optimization_of(module.configure_optimizers())
+        inner = optimization.optimizer
         for group, lr in zip(inner.param_groups, lrs, strict=True):
             group["lr"] = lr
         optimizer = DPOptimizer(
@@ -134,26 +147,32 @@ class DPSGDEngine(SequentialEngine):
         )
         params = [p for p in module.parameters() if p.requires_grad]
         losses: list[torch.Tensor] = []
-        examples = 0
         steps = num_local_steps(n, local.epochs, local.batch_size)
-        for step in range(steps):
-            taken = torch.rand(n, generator=generator) < rate
-            indices = task.indices[taken.nonzero().squeeze(1).to(device)]
-            optimizer.zero_grad(set_to_none=True)
-            if len(indices) == 0:  # the step adds noise only
-                for p in params:
-                    p.grad_sample = torch.zeros((0, *p.shape), device=p.device, dtype=p.dtype)
-            else:
-                x, y = data.prepare(data.train_x[indices]), data.train_y[indices]
-                if task.label_map is not None:
-                    y = task.label_map[y]
-                if data.augment is not None:
-                    x = data.augment(x, generator)
-                loss = training_loss(module.training_step((x, y), step))
-                loss.backward()
-                losses.append(loss.detach())
-                examples += len(indices)
-            optimizer.step()
+        per_epoch = steps // local.epochs
+        logs = TrainingLogs()
+        with local_metrics(module), logging_to(module, logs):
+            for step in range(steps):
+                taken = torch.rand(n, generator=generator) < rate
+                indices = task.indices[taken.nonzero().squeeze(1).to(device)]
+                optimizer.zero_grad(set_to_none=True)
+                if len(indices) == 0:  # the step adds noise only
+                    for p in params:
+                        p.grad_sample = torch.zeros((0, *p.shape), device=p.device, dtype=p.dtype)
+                else:
+                    x, y = data.prepare(data.train_x[indices]), data.train_y[indices]
+                    if task.label_map is not None:
+                        y = task.label_map[y]
+                    if data.augment is not None:
+                        x = data.augment(x, generator)
+                    loss = training_loss(module.training_step((x, y), step))
+                    loss.backward()
+                    losses.append(loss.detach())
+                    logs.examples += len(indices)
+                    logs.collect(len(indices))
+                optimizer.step()
+                epoch, batch_idx = divmod(step, per_epoch)
+                optimization.after_step(module, batch_idx, epoch, batch_idx == per_epoch - 1)
+            logged = logs.sums()
         optimizer.zero_grad(set_to_none=True)
         return LocalResult(
             client_id=task.client,
@@ -162,7 +181,8 @@ class DPSGDEngine(SequentialEngine):
             num_steps=steps,
             lr=lrs[0],
             train_loss=torch.stack(losses).mean().item() if losses else 0.0,
-            examples=examples,
+            examples=logs.examples,
+            logged=logged,
         )
 
 
