@@ -115,7 +115,7 @@ class WritersData(pl.LightningDataModule):
         return DataLoader(self.test_set, batch_size=self.batch_size)
 
 
-def two_halves(
+def random_parts(
     labels: np.ndarray, num_clients: int, generator: np.random.Generator
 ) -> list[np.ndarray]:
     """A user's split: a random permutation cut into `num_clients` parts."""
@@ -127,6 +127,26 @@ def overlapping(
 ) -> list[np.ndarray]:
     """A faulty split: every client gets example 0."""
     return [np.array([0, client + 1]) for client in range(num_clients)]
+
+
+def always_two(
+    labels: np.ndarray, num_clients: int, generator: np.random.Generator
+) -> list[np.ndarray]:
+    """A faulty split: two sets, whatever the number of clients."""
+    return [np.array([0]), np.array([1])]
+
+
+def not_a_list(labels: np.ndarray, num_clients: int, generator: np.random.Generator) -> np.ndarray:
+    """A faulty split: one array of all indices."""
+    return np.arange(len(labels))
+
+
+def writes_labels(
+    labels: np.ndarray, num_clients: int, generator: np.random.Generator
+) -> list[np.ndarray]:
+    """A faulty split: it writes into the labels it is given."""
+    labels[0] = 1
+    return [np.arange(len(labels))]
 
 
 def wrong_arguments(labels: np.ndarray) -> list[np.ndarray]:

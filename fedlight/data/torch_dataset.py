@@ -177,13 +177,14 @@ def to_tensors(
         "images per channel and needs them as (C, H, W): add the channel (x[None]) or return "
         "float tensors",
     )
+    smallest = int(min(train_y.min(), test_y.min()))
+    require_data(smallest >= 0, f"{source} has label {smallest}; labels are class indices 0..C-1")
     largest = int(max(train_y.max(), test_y.max()))
     classes = largest + 1 if num_classes is None else num_classes
     require_data(
-        int(min(train_y.min(), test_y.min())) >= 0 and largest < classes,
-        f"data.num_classes={classes} but {source} has labels from "
-        f"{int(min(train_y.min(), test_y.min()))} to {largest}; labels are class indices "
-        f"0..C-1 (set data.num_classes to C, or null for the largest label + 1)",
+        largest < classes,
+        f"data.num_classes={classes} but {source} has labels up to {largest}; set "
+        "data.num_classes to the number of classes, or null for the largest label + 1",
     )
     return TensorDataset(
         train_x,
@@ -243,8 +244,8 @@ class TorchDataset:
         )
         require(
             callable(factory),
-            f"data.dataset={self.dataset} is a {type(factory).__name__}, not a class or function; "
-            "give the Dataset class, e.g. torchvision.datasets.MNIST",
+            f"data.dataset={self.dataset} is not callable ({type(factory).__name__}); give the "
+            "Dataset class, e.g. torchvision.datasets.MNIST",
         )
         check_arguments(
             factory,

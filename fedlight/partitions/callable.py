@@ -32,8 +32,8 @@ class UserFunction(Partition):
         self.split = locate(self.function, "partition.function", f"a function {SIGNATURE}")
         require(
             callable(self.split),
-            f"partition.function={self.function} is a {type(self.split).__name__}, not a "
-            f"function; give a function {SIGNATURE}",
+            f"partition.function={self.function} is not callable ({type(self.split).__name__}); "
+            f"give a function {SIGNATURE}",
         )
         try:
             inspect.signature(self.split).bind(None, 0, None)
