@@ -294,6 +294,7 @@ def test_a_bad_file_of_client_sets_is_refused_in_one_line(
         ([[0, 0], [2]], "S: index 0 is listed twice (client 0); each training example"),
         ([[0.5], [2]], "S: client 0's set is not a list of integer indices"),
         ([[[0]], [2]], "S: client 0's set is not a list of integer indices"),
+        ([[[0], [1, 2]], [2]], "S: client 0's set is not a list of integer indices"),
     ],
 )
 def test_user_client_sets_are_one_per_client_in_range_and_disjoint(

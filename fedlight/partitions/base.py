@@ -89,7 +89,10 @@ def checked_index_sets(
     )
     checked = []
     for client, indices in enumerate(sets):
-        array = np.asarray(indices)
+        try:
+            array = np.asarray(indices)
+        except ValueError:  # ragged nesting
+            array = np.zeros((0, 0))
         require(
             array.ndim == 1 and (array.size == 0 or np.issubdtype(array.dtype, np.integer)),
             f"{setting}: client {client}'s set is not a list of integer indices; give each client "
