@@ -34,7 +34,8 @@ from fedlight.config import (
     require_finite,
 )
 from fedlight.data.base import DataError
-from fedlight.errors import ConfigError, error_chain, one_line
+from fedlight.data.source import check_data_target
+from fedlight.errors import ConfigError, error_chain, one_line, require
 from fedlight.experiment import (
     RESUME_FREE_KEYS,
     DivergenceError,
@@ -53,6 +54,7 @@ from fedlight.jobs import (
     parse_command,
     with_config_dirs,
 )
+from fedlight.partitions.base import ClientCount
 from fedlight.pipeline.stage import Plan
 from fedlight.run_dir import CONSOLE_NAME
 from fedlight.stages import CONF_DIR as STAGES_CONF_DIR
@@ -63,10 +65,16 @@ CONF_DIR = str(STAGES_CONF_DIR)
 LIST_GROUPS = ("upload", "download")  # groups whose options form a chain, in list order
 
 
-def build_job(cfg: DictConfig, choices: dict[str, str], sweep_group: str | None = None) -> Job:
-    """Typed settings and instantiated components out of a composed config."""
+def build_job(
+    cfg: DictConfig, choices: dict[str, str], sweep_group: str | None = None, announce: bool = False
+) -> Job:
+    """Typed settings and instantiated components out of a composed config; `announce`: say a
+    number of clients the partition gives."""
+    require_finite(OmegaConf.to_container(cfg, resolve=True))
+    check_data_target(OmegaConf.select(cfg, "data._target_"))
+    data, partition = instantiate_group(cfg, "data"), instantiate_group(cfg, "partition")
+    settle_num_clients(cfg, partition.client_count(data), choices["partition"], announce)
     config = OmegaConf.to_container(cfg, resolve=True)
-    require_finite(config)
     derived = frozenset(interpolated_keys(OmegaConf.to_container(cfg, resolve=False)))
     settings_node = OmegaConf.merge(
         OmegaConf.structured(RunSettings), OmegaConf.masked_copy(cfg, list(SETTING_KEYS))
@@ -78,9 +86,9 @@ def build_job(cfg: DictConfig, choices: dict[str, str], sweep_group: str | None 
         stage.check_run(plan)
     return Job(
         settings=settings,
-        data=instantiate_group(cfg, "data"),
+        data=data,
         model=instantiate_group(cfg, "model"),
-        partition=instantiate_group(cfg, "partition"),
+        partition=partition,
         stages=stages,
         loggers=[instantiate_group(cfg, f"logger.{name}") for name in cfg.logger],
         choices=choices,
@@ -88,6 +96,35 @@ def build_job(cfg: DictConfig, choices: dict[str, str], sweep_group: str | None 
         sweep_group=sweep_group,
         derived_keys=derived,
     )
+
+
+def settle_num_clients(
+    cfg: DictConfig, count: ClientCount | None, partition: str, announce: bool
+) -> None:
+    """`fl.num_clients` where the partition gives the number of clients (`partition=natural`,
+    `from_file`): null (their YAML's) becomes it, said when `announce`; a different number is
+    refused naming both. Null is refused where the partition needs a number."""
+    given = cfg.fl.num_clients
+    if count is None:
+        require(
+            given is not None,
+            f"fl.num_clients=null but partition={partition} splits into a number of clients you "
+            "give; set fl.num_clients (only partition=natural and from_file count their clients)",
+        )
+        return
+    require(
+        given in (None, count.number),
+        f"fl.num_clients={given} but partition={partition} gives {count.number} clients, the "
+        f"number of {count.counted}; leave fl.num_clients out (it is taken from there)",
+    )
+    cfg.fl.num_clients = count.number
+    if announce and given is None:
+        print(
+            f"fedlight: fl.num_clients={count.number}, the number of {count.counted} "
+            f"(partition={partition})",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def interpolated_keys(config: Any, path: str = "") -> Iterator[str]:
@@ -317,7 +354,7 @@ def hydra_entry(cfg: DictConfig) -> float | int | None:
     output_dir = Path(hydra_cfg.runtime.output_dir)
     setting = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     try:
-        job = build_job(cfg, choices, sweep_group)
+        job = build_job(cfg, choices, sweep_group, announce=writes_run_dir())
         with writing(output_dir, setting, job.settings), console_saved(output_dir):
             if writes_run_dir():
                 print(f"fedlight: run directory {output_dir}", flush=True)

@@ -328,11 +328,24 @@ SETTING_KEYS = (
     "objective",
 )
 
+
+@dataclass
+class FLSchema(FLSettings):
+    """`fl` as the composed config may hold it: `num_clients` null where the partition gives the
+    number of clients (`partition=natural`, `from_file`); the entry point puts that number in
+    before FLSettings is built."""
+
+    num_clients: int | None = 100  # type: ignore[assignment]
+
+
 # The schema of `conf/config.yaml`: plain settings plus one node per config group, and the table
 # layout `fedlight report` uses for an experiment preset (see conf/experiment/).
 ConfigSchema = make_dataclass(
     "ConfigSchema",
-    [(group, Any, None) for group in [*CONFIG_GROUPS, "report"]],
+    [
+        ("fl", FLSchema, field(default_factory=FLSchema)),
+        *[(group, Any, None) for group in [*CONFIG_GROUPS, "report"]],
+    ],
     bases=(RunSettings,),
 )
 

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, fields, is_dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import hydra
 import numpy as np
@@ -26,7 +26,7 @@ from fedlight.asynchronous import AsynchronousLoop
 from fedlight.checkpoint import CHECKPOINT_NAME, load_checkpoint, resumable_checkpoint
 from fedlight.client_states import ClientStateLostError, check_state_files, client_state_store
 from fedlight.config import FLSettings, RunSettings
-from fedlight.data.base import DataError, TensorDataset
+from fedlight.data.base import DataError, DataSource, TensorDataset
 from fedlight.driver import Clients, Driver
 from fedlight.environment import float_environment, resumed_environment
 from fedlight.errors import ConfigError, require
@@ -84,7 +84,7 @@ RESUME_FREE_KEYS = (
     "privacy.accountant",  # how ε is bounded (the noise is the checkpoint's): any, on resume
 )
 # Paths compared as the place they name: `data.root=../data/` is `data.root=../data`.
-PATH_KEYS = ("data.root",)
+PATH_KEYS = ("data.root", "partition.path")
 CHECKPOINT_KEYS = (*STATE_KEYS, "config", "rounds")
 EMPTY_CLIENTS_WARNED = 0.1  # the share of clients without data above which a run warns
 MAX_CLIENTS_PER_EXAMPLE = 100  # beyond it, > 99% of the clients are necessarily without data
@@ -104,10 +104,6 @@ class Ran:
     history: History
     chance: Chance
     environment: dict[str, Any]
-
-
-class DataSource(Protocol):
-    def load(self) -> TensorDataset: ...
 
 
 @dataclass
@@ -398,7 +394,9 @@ def run_rounds(
     chance = Chance.of(data.test_y.cpu().numpy())
     client_sets, client_test_sets = job.partition.hold_out(
         job.partition(
-            labels, settings.fl.num_clients, numpy_generator(settings.seed, Stream.PARTITION)
+            job.partition.keys(data),
+            settings.fl.num_clients,
+            numpy_generator(settings.seed, Stream.PARTITION),
         ),
         labels,
         settings.seed,

@@ -1,5 +1,7 @@
 """Every option of every group composes and instantiates; bad settings fail with one line."""
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -8,8 +10,19 @@ from fedlight.config import CONFIG_GROUPS
 from fedlight.errors import ConfigError
 from fedlight.experiment import Job
 
+OWN_SPLITS = Path(__file__).with_name("own_splits.json")  # 3 clients of digits examples
 # What an option needs besides itself (it refuses to run without, in one line; tested elsewhere).
 COMPANIONS = {
+    "data=torch_dataset": ["data.dataset=tests.own_data.Writers"],
+    "data=datamodule": ["data.datamodule=tests.own_data.WritersData"],
+    "partition=natural": [
+        "data=torch_dataset",
+        "data.dataset=tests.own_data.Writers",
+        "data.client_key=writers",
+        "fl.clients_per_round=2",
+    ],
+    "partition=from_file": [f"partition.path={OWN_SPLITS}", "fl.clients_per_round=2"],
+    "partition=callable": ["partition.function=tests.own_data.random_parts"],
     "privacy=dp_fedavg": ["selection=poisson"],
     "privacy=adaptive_clip": ["selection=poisson"],
     "algo=fedasync": ["system=homogeneous"],
@@ -25,9 +38,24 @@ MODEL_INPUT = {
 
 def test_every_group_has_its_documented_options() -> None:
     assert set(group_options("algo")) >= {"fedavg"}
-    assert set(group_options("data")) == {"digits", "mnist", "fmnist", "cifar10"}
+    assert set(group_options("data")) == {
+        "digits",
+        "mnist",
+        "fmnist",
+        "cifar10",
+        "torch_dataset",
+        "datamodule",
+    }
     assert set(group_options("model")) == {"mlp", "cnn", "cifar_cnn", "simple_cnn"}
-    assert set(group_options("partition")) == {"iid", "shards", "dirichlet", "label_quantity"}
+    assert set(group_options("partition")) == {
+        "iid",
+        "shards",
+        "dirichlet",
+        "label_quantity",
+        "natural",
+        "from_file",
+        "callable",
+    }
     assert set(group_options("selection")) >= {"random"}
     assert set(group_options("lr_schedule")) >= {"constant"}
     assert set(group_options("logger")) == {"csv", "wandb"}
@@ -80,7 +108,10 @@ def test_mcmahan_cnn_has_the_papers_parameter_count(make_job) -> None:
     ("args", "expected"),
     [
         (["fl.roundz=3"], "unknown key fl.roundz; fl has: num_clients, clients_per_round, rounds"),
-        (["partition=nope"], "partition=nope is not an option; choose partition from: dirichlet"),
+        (
+            ["partition=nope"],
+            "partition=nope is not an option; choose partition from: callable, dirichlet",
+        ),
         (["partition=dirichlet", "partition.alpha=0"], "partition.alpha=0 must be > 0"),
         (["partition=dirichlet", "partition.alpha=-1"], "partition.alpha=-1 must be > 0"),
         (

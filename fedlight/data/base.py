@@ -5,6 +5,7 @@ import stat
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import torch
 from torch import Tensor
@@ -62,7 +63,9 @@ class TensorDataset:
     """Train and test sets as whole tensors: batches are formed by indexing, never per sample.
 
     With a `normalization`, `train_x` and `test_x` hold uint8 images and every consumer turns a
-    batch of them into model inputs with `prepare`."""
+    batch of them into model inputs with `prepare`. `train_clients`, where the data has them,
+    gives each training example's client (a writer, a speaker: `partition=natural`); it stays on
+    the CPU, where the partition is computed."""
 
     train_x: Tensor
     train_y: Tensor
@@ -71,6 +74,7 @@ class TensorDataset:
     num_classes: int
     augment: BatchAugment | None = None
     normalization: Normalization | None = None
+    train_clients: Tensor | None = None
 
     def prepare(self, examples: Tensor) -> Tensor:
         """Model inputs from stored examples (a batch, or several clients' batches stacked)."""
@@ -89,4 +93,11 @@ class TensorDataset:
             self.num_classes,
             self.augment,
             self.normalization,
+            self.train_clients,
         )
+
+
+class DataSource(Protocol):
+    """What `data._target_` names: a source whose `load()` gives the run its data."""
+
+    def load(self) -> TensorDataset: ...

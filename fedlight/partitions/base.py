@@ -7,12 +7,23 @@ judged where it is used; it is held out per label (stratified) with a generator 
 """
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from fedlight.errors import require
+from fedlight.data.base import DataSource, TensorDataset
+from fedlight.errors import ConfigError, require
 from fedlight.rng import Stream, numpy_generator
+
+
+@dataclass(frozen=True)
+class ClientCount:
+    """The number of clients a scheme takes from the data or a file, and what it counted."""
+
+    number: int
+    counted: str  # e.g. "distinct client ids of the training set (data.client_key)"
 
 
 @dataclass
@@ -30,7 +41,17 @@ class Partition(ABC):
     def __call__(
         self, labels: np.ndarray, num_clients: int, rng: np.random.Generator
     ) -> list[np.ndarray]:
-        """Each client's sorted indices into the training pool."""
+        """Each client's sorted indices into the training pool, split by `labels` (what `keys`
+        gives), drawing only from `rng`."""
+
+    def keys(self, data: TensorDataset) -> np.ndarray:
+        """What the scheme splits by, one value per training example: the labels."""
+        return data.train_y.cpu().numpy()
+
+    def client_count(self, data: DataSource) -> ClientCount | None:
+        """The number of clients the scheme itself gives, which `fl.num_clients` then takes;
+        None where `fl.num_clients` decides it (every scheme that splits by labels)."""
+        return None
 
     def hold_out(
         self, client_sets: list[np.ndarray], labels: np.ndarray, seed: int
@@ -51,3 +72,46 @@ class Partition(ABC):
             test.append(chosen)
             train.append(np.setdiff1d(indices, chosen, assume_unique=True))
         return train, test
+
+
+def checked_index_sets(
+    sets: Sequence[Any], num_examples: int, num_clients: int, setting: str
+) -> list[np.ndarray]:
+    """Client sets a user gives (`partition=from_file`, `callable`) as sorted int64 arrays, refused
+    in one line naming `setting` unless there is one per client, every index names an example of
+    the training set and no example is listed twice (in two clients or in one): every built-in
+    scheme's sets are disjoint, which the sample counts, `algo=central`'s pool and the label
+    histogram rely on. Examples no client lists stay unused."""
+    require(
+        len(sets) == num_clients,
+        f"{setting} gives {len(sets)} client sets for fl.num_clients={num_clients}; give one "
+        "index list per client",
+    )
+    checked = []
+    for client, indices in enumerate(sets):
+        try:
+            array = np.asarray(indices)
+        except ValueError:  # ragged nesting
+            array = np.zeros((0, 0))
+        require(
+            array.ndim == 1 and (array.size == 0 or np.issubdtype(array.dtype, np.integer)),
+            f"{setting}: client {client}'s set is not a list of integer indices; give each client "
+            "a list of training-set indices",
+        )
+        outside = array[(array < 0) | (array >= num_examples)]
+        if outside.size:
+            raise ConfigError(
+                f"{setting}: client {client} lists index {outside[0]} but the training set holds "
+                f"{num_examples} examples; indices are 0..{num_examples - 1}"
+            )
+        checked.append(np.sort(array.astype(np.int64)))
+    listed = np.bincount(np.concatenate([*checked, np.zeros(0, np.int64)]), minlength=num_examples)
+    if listed.max(initial=0) > 1:
+        index = int(np.argmax(listed > 1))
+        owners = [client for client, part in enumerate(checked) if index in part]
+        where = f"clients {owners[0]} and {owners[1]}" if len(owners) > 1 else f"client {owners[0]}"
+        raise ConfigError(
+            f"{setting}: index {index} is listed twice ({where}); each training example belongs "
+            "to one client at most"
+        )
+    return checked

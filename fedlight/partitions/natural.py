@@ -1,0 +1,47 @@
+"""The data's own clients: one per distinct client id of the training set (FEMNIST's writers,
+Shakespeare's speakers, StackOverflow's users), as LEAF and TensorFlow Federated split them.
+
+The ids come with the data (`data.client_key` of `data=torch_dataset` or `data=datamodule`);
+client i holds exactly the examples of the i-th id in sorted order, and `fl.num_clients` is their
+number (taken from the data; a different number given is refused). Nothing is drawn.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from fedlight.data.base import DataSource, TensorDataset
+from fedlight.errors import require
+from fedlight.partitions.base import ClientCount, Partition
+
+
+@dataclass
+class Natural(Partition):
+    def keys(self, data: TensorDataset) -> np.ndarray:
+        """Each training example's client id."""
+        require(
+            data.train_clients is not None,
+            "partition=natural needs each training example's client id and the data gives none; "
+            "use data=torch_dataset (or data=datamodule) with data.client_key=<your dataset's "
+            "attribute of client ids> (README, 'Your own data')",
+        )
+        return data.train_clients.cpu().numpy()  # type: ignore[union-attr]
+
+    def client_count(self, data: DataSource) -> ClientCount:
+        return ClientCount(
+            len(np.unique(self.keys(data.load()))),
+            "distinct client ids in the training data (data.client_key)",
+        )
+
+    def __call__(
+        self, labels: np.ndarray, num_clients: int, rng: np.random.Generator
+    ) -> list[np.ndarray]:
+        ids, codes = np.unique(labels, return_inverse=True)
+        require(
+            len(ids) == num_clients,
+            f"fl.num_clients={num_clients} but the data has {len(ids)} distinct client ids; "
+            f"leave fl.num_clients out (partition=natural takes it from the data)",
+        )
+        codes = codes.reshape(-1)
+        order = np.argsort(codes, kind="stable")  # each client's examples in index order
+        return np.split(order, np.cumsum(np.bincount(codes, minlength=num_clients))[:-1])
