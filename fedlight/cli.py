@@ -34,6 +34,7 @@ from fedlight.config import (
 from fedlight.data.base import DataError
 from fedlight.errors import ConfigError, error_chain, one_line
 from fedlight.experiment import DivergenceError, Job, resumed_checkpoint, run_job
+from fedlight.loggers.base import job_name
 from fedlight.pipeline.stage import Plan
 from fedlight.stages import CONF_DIR as STAGES_CONF_DIR
 from fedlight.stages import build_stages, instantiate_group
@@ -44,8 +45,11 @@ MULTIRUN_FLAGS = ("-m", "--multirun")
 LIST_GROUPS = ("upload", "download")  # groups whose options form a chain, in list order
 
 
-def build_job(cfg: DictConfig, choices: dict[str, str], sweep_group: str | None = None) -> Job:
-    """Typed settings and instantiated components out of a composed config."""
+def build_job(
+    cfg: DictConfig, choices: dict[str, str], sweep_group: str | None = None, name: str = ""
+) -> Job:
+    """Typed settings and instantiated components out of a composed config; `name`: the job's,
+    for the loggers that name runs."""
     config = OmegaConf.to_container(cfg, resolve=True)
     require_finite(config)
     derived = frozenset(interpolated_keys(OmegaConf.to_container(cfg, resolve=False)))
@@ -67,6 +71,7 @@ def build_job(cfg: DictConfig, choices: dict[str, str], sweep_group: str | None 
         choices=choices,
         config=config,  # type: ignore[arg-type]
         sweep_group=sweep_group,
+        name=name,
         derived_keys=derived,
     )
 
@@ -291,7 +296,8 @@ def hydra_entry(cfg: DictConfig) -> None:
     output_dir = Path(hydra_cfg.runtime.output_dir)
     setting = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     try:
-        job = build_job(cfg, choices, sweep_group)
+        name = job_name(list(hydra_cfg.overrides.task), output_dir)
+        job = build_job(cfg, choices, sweep_group, name)
         with writing(output_dir, setting, job.settings):
             run_job(job, output_dir)
     except (ConfigError, DataError) as error:
