@@ -13,12 +13,15 @@ and are written whole or not at all. Unlike checkpoint.pt (fedlight's resume sta
 results: a resumed run rewrites them from the same final weights.
 """
 
+import pickle
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
 
 from fedlight.checkpoint import save_checkpoint
+from fedlight.errors import one_line
 from fedlight.tensors import StateDict
 
 MODEL_NAME = "model.pt"
@@ -40,7 +43,19 @@ def lightning_checkpoint(module: pl.LightningModule, weights: StateDict) -> dict
 
 
 def write_model(output_dir: Path, module: pl.LightningModule, weights: StateDict) -> None:
-    """model.pt and model.ckpt of `weights` (entries of `module`'s state_dict) in `output_dir`."""
+    """model.pt and model.ckpt of `weights` (entries of `module`'s state_dict) in `output_dir`.
+    A user's module whose saved hyperparameters cannot be pickled (a lambda) gets no model.ckpt,
+    said in one line: the run's results are written all the same."""
     on_cpu = {name: tensor.detach().to("cpu", copy=True) for name, tensor in weights.items()}
     save_checkpoint(output_dir / MODEL_NAME, on_cpu)
-    save_checkpoint(output_dir / LIGHTNING_CHECKPOINT_NAME, lightning_checkpoint(module, on_cpu))
+    checkpoint = lightning_checkpoint(module, on_cpu)
+    try:
+        save_checkpoint(output_dir / LIGHTNING_CHECKPOINT_NAME, checkpoint)
+    except (pickle.PicklingError, TypeError, AttributeError) as error:
+        print(
+            f"fedlight: warning: {LIGHTNING_CHECKPOINT_NAME} not written: the module's saved "
+            f"hyperparameters cannot be pickled ({one_line(error, separator=' ', limit=120)}); "
+            f"{MODEL_NAME} holds the model",
+            file=sys.stderr,
+            flush=True,
+        )

@@ -137,6 +137,22 @@ def test_a_personalized_runs_model_is_the_shared_one_without_any_clients_own_par
         assert torch.equal(tensor, initial[name]) == name.startswith(kept), name
 
 
+def test_a_user_modules_unpicklable_hyperparameters_cost_model_ckpt_only(
+    make_job: Callable[[list[str]], Job], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    module = "model._target_=tests.user_module.UnpicklableHparamsModule"
+    run_job(make_job([*SMALL, module]), tmp_path)
+    assert (tmp_path / MODEL_NAME).is_file() and (tmp_path / "summary.json").is_file()
+    assert not (tmp_path / LIGHTNING_CHECKPOINT_NAME).exists()
+    assert not (tmp_path / "model.tmp").exists()
+    [line] = [x for x in capsys.readouterr().err.splitlines() if LIGHTNING_CHECKPOINT_NAME in x]
+    assert line.startswith(
+        "fedlight: warning: model.ckpt not written: the module's saved hyperparameters cannot "
+        "be pickled ("
+    )
+    assert "<lambda>" in line and line.endswith("; model.pt holds the model")
+
+
 def test_a_resumed_runs_model_equals_the_uninterrupted_runs(
     make_job: Callable[[list[str]], Job], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
