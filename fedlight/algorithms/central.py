@@ -32,6 +32,7 @@ class Central(Local):
     """`Local` training of a single participant that holds everybody's data."""
 
     pools_data: ClassVar[bool] = True
+    per_client_models: ClassVar[bool] = False  # one model: the pooled trainer's
 
     def participants(
         self, ctx: RoundContext, client_indices: Sequence[Tensor]
@@ -43,8 +44,6 @@ class Central(Local):
         generator = ctx.generator(Stream.POOLING)
         drawn = torch.as_tensor(generator.permutation(len(pool))[:size], device=pool.device)
         return [(POOLED_TRAINER, pool[drawn])]
-
-    per_client_models: ClassVar[bool] = False  # one model: the pooled trainer's
 
     def global_model(
         self, federation: Federation, server: ServerState, client_states: Mapping[int, StateDict]
