@@ -54,6 +54,7 @@ from fedlight.jobs import (
     parse_command,
     with_config_dirs,
 )
+from fedlight.loggers.base import job_name
 from fedlight.partitions.base import ClientCount
 from fedlight.pipeline.stage import Plan
 from fedlight.run_dir import CONSOLE_NAME
@@ -66,10 +67,14 @@ LIST_GROUPS = ("upload", "download")  # groups whose options form a chain, in li
 
 
 def build_job(
-    cfg: DictConfig, choices: dict[str, str], sweep_group: str | None = None, announce: bool = False
+    cfg: DictConfig,
+    choices: dict[str, str],
+    sweep_group: str | None = None,
+    announce: bool = False,
+    name: str = "",
 ) -> Job:
     """Typed settings and instantiated components out of a composed config; `announce`: say a
-    number of clients the partition gives."""
+    number of clients the partition gives; `name`: the job's, for the loggers that name runs."""
     require_finite(OmegaConf.to_container(cfg, resolve=True))
     check_data_target(OmegaConf.select(cfg, "data._target_"))
     data, partition = instantiate_group(cfg, "data"), instantiate_group(cfg, "partition")
@@ -94,6 +99,7 @@ def build_job(
         choices=choices,
         config=config,  # type: ignore[arg-type]
         sweep_group=sweep_group,
+        name=name,
         derived_keys=derived,
     )
 
@@ -354,7 +360,8 @@ def hydra_entry(cfg: DictConfig) -> float | int | None:
     output_dir = Path(hydra_cfg.runtime.output_dir)
     setting = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     try:
-        job = build_job(cfg, choices, sweep_group, announce=writes_run_dir())
+        name = job_name(list(hydra_cfg.overrides.task), output_dir)
+        job = build_job(cfg, choices, sweep_group, announce=writes_run_dir(), name=name)
         with writing(output_dir, setting, job.settings), console_saved(output_dir):
             if writes_run_dir():
                 print(f"fedlight: run directory {output_dir}", flush=True)

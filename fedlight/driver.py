@@ -367,6 +367,10 @@ class Driver(ABC):
         row |= {name: stats.logged[name] for name in sorted(stats.logged)}
         return row | {name: stats.metrics[name] for name in sorted(stats.metrics)}
 
+    def final_model(self) -> StateDict:
+        """The run's model as it stands (after its last round): what model.pt holds."""
+        return self.evaluation.final_model(self.server, self.client_states)
+
     def save_checkpoint(self, path: Path, meta: dict[str, Any]) -> None:
         """The main worker writes the checkpoint; every worker's client store learns of it."""
         if self.workers.main:

@@ -30,10 +30,11 @@ from fedlight.data.base import DataError, DataSource, TensorDataset
 from fedlight.driver import Clients, Driver
 from fedlight.environment import float_environment, resumed_environment
 from fedlight.errors import ConfigError, require
+from fedlight.export import write_model
 from fedlight.files import write_text
 from fedlight.history import STATE_KEYS, History
 from fedlight.hooks import setup_module
-from fedlight.loggers.base import RoundLogger, RunInfo
+from fedlight.loggers.base import RoundLogger, RunInfo, default_run_name
 from fedlight.loggers.console import ConsoleProgress
 from fedlight.loop import FederatedLoop
 from fedlight.lr_schedules.base import LRSchedule
@@ -119,6 +120,7 @@ class Job:
     choices: dict[str, str]
     config: dict[str, Any]
     sweep_group: str | None = None
+    name: str = ""  # the job's name in loggers that name runs (`job_name`); "": its directory's
     derived_keys: frozenset[str] = frozenset()  # dotted keys whose value interpolates another
 
     @property
@@ -424,7 +426,14 @@ def run_rounds(
     workers.barrier()  # the main worker has linked a disk store's resumed files: now they are read
 
     environment = run_environment(workers, loop, checkpoint)
-    run_info = RunInfo(output_dir, job.config, job.choices, job.sweep_group, settings.fl.rounds)
+    run_info = RunInfo(
+        output_dir,
+        job.config,
+        job.choices,
+        job.sweep_group,
+        settings.fl.rounds,
+        job.name or default_run_name(output_dir),
+    )
     for logger in loggers:
         logger.start(run_info)
     history = loop.run(
@@ -436,6 +445,8 @@ def run_rounds(
             "environment": json.dumps(environment),
         },
     )
+    if workers.main:
+        write_model(output_dir, module, loop.final_model())
     return Ran(history, chance, environment)
 
 

@@ -13,6 +13,14 @@ from fedlight.curves import Line, Panel
 from fedlight.files import write_text
 from fedlight.loggers.base import METRIC_COLUMNS, MetricsRow, evaluated
 
+CURVES_NAME = "curves.png"
+LABEL_HISTOGRAM_NAME = "label_histogram.png"
+PARTICIPATION_NAME = "participation.png"
+LOCAL_ACCURACY_NAME = "local_accuracy.png"
+# The figures a run draws (local_accuracy.png only with local test sets), in the order a tracker
+# shows them.
+FIGURES = (CURVES_NAME, LABEL_HISTOGRAM_NAME, PARTICIPATION_NAME, LOCAL_ACCURACY_NAME)
+
 
 def label_histogram(
     client_sets: list[np.ndarray], labels: np.ndarray, num_classes: int
@@ -35,7 +43,7 @@ def write_label_histogram(output_dir: Path, histogram: np.ndarray) -> None:
     ax.set_ylabel("client")
     ax.set_title("samples per client and class")
     fig.colorbar(image, ax=ax)
-    curves.save(fig, output_dir / "label_histogram.png", dpi=100)
+    curves.save(fig, output_dir / LABEL_HISTOGRAM_NAME, dpi=100)
 
 
 # A collapse: the last COLLAPSE_EVALUATIONS evaluations at chance after an earlier one above it.
@@ -140,7 +148,7 @@ def write_curves(output_dir: Path, rows: list[MetricsRow]) -> None:
     tested = evaluated(rows)
     accuracy = Panel("test accuracy", [line(None, "test_accuracy", tested)])
     loss = Panel("loss", [line("test", "test_loss", tested), line("train", "train_loss", rows)])
-    curves.write_curves(output_dir / "curves.png", [accuracy, loss], width=10, dpi=100)
+    curves.write_curves(output_dir / CURVES_NAME, [accuracy, loss], width=10, dpi=100)
 
 
 def traffic_summary(bytes_up: int, bytes_to_target: list[int] | None) -> dict[str, Any]:
@@ -206,7 +214,7 @@ def write_participation(output_dir: Path, counts: list[int]) -> None:
     histogram.bar(values, frequencies, width=0.8)
     histogram.set_xlabel("rounds trained")
     histogram.set_ylabel("clients")
-    curves.save(fig, output_dir / "participation.png", dpi=100)
+    curves.save(fig, output_dir / PARTICIPATION_NAME, dpi=100)
 
 
 def write_local_accuracies(output_dir: Path, accuracies: list[float]) -> None:
@@ -236,4 +244,4 @@ def write_local_accuracies(output_dir: Path, accuracies: list[float]) -> None:
     ax.set_xlabel("accuracy on the client's local test set")
     ax.set_ylabel("clients")
     ax.legend()
-    curves.save(fig, output_dir / "local_accuracy.png", dpi=100)
+    curves.save(fig, output_dir / LOCAL_ACCURACY_NAME, dpi=100)

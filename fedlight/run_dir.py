@@ -31,13 +31,19 @@ from fedlight.checkpoint import CHECKPOINT_NAME
 from fedlight.client_states import CLIENT_STATES_DIR
 from fedlight.config import RunSettings
 from fedlight.errors import ConfigError
+from fedlight.export import LIGHTNING_CHECKPOINT_NAME, MODEL_NAME
 from fedlight.files import linked
+from fedlight.loggers.mlflow import MLRUNS_DIR
+from fedlight.loggers.tensorboard import TENSORBOARD_DIR
 
 LOCK_NAME = ".fedlight.lock"
 SUMMARY_NAME = "summary.json"
 # What a run leaves that a new run into its directory would replace (metrics.csv: the csv
-# logger's default name).
-RESULTS = (CHECKPOINT_NAME, SUMMARY_NAME, "metrics.csv")
+# logger's default name; model.pt and model.ckpt: the final model, `fedlight.export`).
+RESULTS = (CHECKPOINT_NAME, SUMMARY_NAME, "metrics.csv", MODEL_NAME, LIGHTNING_CHECKPOINT_NAME)
+# Folders of a run's results that `overwrite=true` removes with them: the disk store's client
+# states, and the stores of the loggers that keep theirs in the run directory.
+RESULT_FOLDERS = (CLIENT_STATES_DIR, TENSORBOARD_DIR, MLRUNS_DIR)
 CONSOLE_NAME = "console.log"  # what the run printed (appended to by a resume in place)
 # The folders of a run directory that fedlight and Hydra write into, searched for links.
 WRITTEN_FOLDERS = (".hydra", CLIENT_STATES_DIR)
@@ -196,7 +202,7 @@ def refuse_results(directory: Path, setting: str, found: list[str]) -> ConfigErr
 def prepare(directory: Path, setting: str, settings: RunSettings) -> None:
     """A run directory this run may write: no links in it, and no other run's results unless this
     run resumes from it in place or overwrites them (`overwrite=true` removes them now, with
-    the disk store's client states, so nothing of the other run is left to resume)."""
+    the RESULT_FOLDERS, so nothing of the other run is left to resume or read)."""
     check_no_links(directory)
     found = results_in(directory)
     if not found or resumes_in_place(directory, settings):
@@ -205,8 +211,9 @@ def prepare(directory: Path, setting: str, settings: RunSettings) -> None:
         raise refuse_results(directory, setting, found)
     for name in (*RESULTS, CONSOLE_NAME):
         (directory / name).unlink(missing_ok=True)
-    if (directory / CLIENT_STATES_DIR).is_dir():
-        shutil.rmtree(directory / CLIENT_STATES_DIR)
+    for folder in RESULT_FOLDERS:
+        if (directory / folder).is_dir():
+            shutil.rmtree(directory / folder)
 
 
 def prepare_sweep(directory: Path, setting: str, jobs: list[RunSettings]) -> None:

@@ -68,6 +68,10 @@ class RunEvaluation:
         local = self.local_accuracies(server, states, completed_rounds)
         return mean | spread | local_accuracy_summary(local), local
 
+    def final_model(self, server: ServerState, client_states: ClientStates) -> StateDict:
+        """The model the run exports (`Algorithm.global_model`)."""
+        return self.algorithm.global_model(self.federation, server, AlgorithmStates(client_states))
+
     def local_accuracies(
         self, server: ServerState, states: "AlgorithmStates", completed_rounds: int
     ) -> list[float]:

@@ -58,7 +58,7 @@ def test_every_group_has_its_documented_options() -> None:
     }
     assert set(group_options("selection")) >= {"random"}
     assert set(group_options("lr_schedule")) >= {"constant"}
-    assert set(group_options("logger")) == {"csv", "wandb"}
+    assert set(group_options("logger")) == {"csv", "wandb", "tensorboard", "mlflow"}
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,6 @@
-"""A run imports what it uses, when it uses it: no W&B without `logger=wandb`, no scikit-learn
-without `data=digits`, and fedlight's figures (matplotlib) only once the rounds are over.
+"""A run imports what it uses, when it uses it: no W&B, TensorBoard or MLflow without their
+logger, no scikit-learn without `data=digits`, and fedlight's figures (matplotlib) only once the
+rounds are over.
 
 Lightning itself imports matplotlib, torchvision and rich in this environment, so the check on
 plotting is on fedlight's own modules: none that a run has loaded by its first round may import a
@@ -16,8 +17,9 @@ from tests.conftest import REPO
 from tests.test_data import write_mnist_tree
 
 # Imported lazily by fedlight: only the modules below may name them at module level.
-LAZY_ROOTS = {"matplotlib", "wandb", "sklearn"}
+LAZY_ROOTS = {"matplotlib", "wandb", "sklearn", "tensorboard", "mlflow"}
 USES_THEM = {"fedlight.curves", "fedlight.report", "fedlight.data.digits"}
+LOGGING = ("tensorboard", "mlflow", "torch.utils.tensorboard")  # loaded with their loggers only
 
 # Runs the real CLI in this process and records, at the first round and at the exit, which
 # modules are loaded.
@@ -101,7 +103,7 @@ def test_a_csv_fmnist_run_imports_no_wandb_sklearn_or_plotting_before_its_end(tm
         "logger=csv",
     )
     assert seen.get("code") in (None, 0)
-    for module in ("wandb", "fedlight.loggers.wandb", "sklearn", "fedlight.data.digits"):
+    for module in ("wandb", "fedlight.loggers.wandb", "sklearn", "fedlight.data.digits", *LOGGING):
         assert module not in seen["exit"], module
     at_first_round = [m for m in seen["first_round"] if m.split(".")[0] == "fedlight"]
     assert "fedlight.loop" in at_first_round and "fedlight.curves" in at_first_round

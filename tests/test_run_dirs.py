@@ -75,8 +75,8 @@ def test_a_new_run_into_a_finished_runs_directory_is_refused_and_changes_nothing
     assert_one_line(
         err,
         rf"^fedlight: error: hydra.run.dir={finished} holds the results of another run "
-        rf"\(checkpoint.pt, summary.json, metrics.csv\); continue that run with "
-        rf"resume={finished} \(and its overrides\), choose another directory, or give "
+        r"\(checkpoint.pt, summary.json, metrics.csv, model.pt, model.ckpt\); continue that run "
+        rf"with resume={finished} \(and its overrides\), choose another directory, or give "
         r"overwrite=true to replace them$",
     )
     # resuming another run into it would replace its results just the same
@@ -95,9 +95,13 @@ def test_overwrite_replaces_a_run_and_a_resume_in_place_needs_no_overwrite(
     monkeypatch.setenv("WANDB_MODE", "disabled")
     directory = tmp_path / "run"
     shutil.copytree(finished, directory)
+    for store in ("tensorboard", "mlruns"):  # the other run's logger stores go with it
+        (directory / store).mkdir()
+        (directory / store / "events").write_text("the other run's")
     replacing = [*TINY, "fl.rounds=1", "seed=1", "overwrite=true", f"hydra.run.dir={directory}"]
     cli_run(replacing, monkeypatch)
     assert [row["round"] for row in read_rows(directory)] == ["1"]
+    assert not (directory / "tensorboard").exists() and not (directory / "mlruns").exists()
     assert load_checkpoint(directory / CHECKPOINT_NAME)["completed_rounds"] == 1
     # the replacing run goes on in place; overwrite=true is no difference of its config
     resuming = [*TINY, "fl.rounds=2", "seed=1", f"resume={directory}", f"hydra.run.dir={directory}"]

@@ -32,7 +32,7 @@ class FakeRun:
         self.summary: dict[str, Any] = {}
         self.finished = False
 
-    def log(self, data: dict[str, Any], step: int) -> None:
+    def log(self, data: dict[str, Any], step: int | None = None) -> None:
         self.logged.append((step, data))
 
     def finish(self) -> None:
@@ -163,7 +163,7 @@ def test_a_run_whose_wandb_does_not_answer_finishes_with_its_metrics(
         rows = list(csv.DictReader(f))
     assert [int(r["round"]) for r in rows] == [1, 2]
     [run] = runs
-    assert [step for step, _ in run.logged] == [1, 2] and run.finished
+    assert [step for step, _ in run.logged] == [1, 2, None] and run.finished  # None: the figures
 
 
 @pytest.mark.parametrize("value", [0, -1, math.inf, -math.inf, math.nan, "abc", None, True])

@@ -68,3 +68,11 @@ class BatchNormModule(pl.LightningModule):
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+class UnpicklableHparamsModule(RecordingModule):
+    """Saves a hyperparameter that cannot be pickled (a function made in `__init__`)."""
+
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, **optim: Any) -> None:
+        super().__init__(input_shape, num_classes, **optim)
+        self.save_hyperparameters({"activation": lambda x: x})

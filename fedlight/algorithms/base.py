@@ -206,11 +206,21 @@ class Algorithm(ABC):
         reads each model as it is evaluated instead of holding all N. `client_states` holds the
         algorithm's own client states."""
         if not self.per_client_models:
-            return [server.weights]
+            return [self.global_model(federation, server, client_states)]
         return (
             self.model_of_client(federation, server, client_states, client)
             for client in range(federation.num_clients)
         )
+
+    def global_model(
+        self, federation: Federation, server: ServerState, client_states: Mapping[int, StateDict]
+    ) -> StateDict:
+        """The run's one model, the one it exports (model.pt, model.ckpt) and, without
+        `per_client_models`, the one it evaluates: the server's. With per-client models it is
+        the shared model alone, no client's own parts (FedPer's and LG-FedAvg's personal layers
+        stay at their initial weights in it, and `local` never changes it from the initial
+        model); Ditto's is the global model it trains beside the personal ones."""
+        return server.weights
 
     def model_of_client(
         self,

@@ -10,7 +10,7 @@ the number of optimizer steps differs only by the clients' partial last batches.
 (and its momentum) restarts each round, as it does for every client. Nothing is communicated.
 """
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -32,6 +32,7 @@ class Central(Local):
     """`Local` training of a single participant that holds everybody's data."""
 
     pools_data: ClassVar[bool] = True
+    per_client_models: ClassVar[bool] = False  # one model: the pooled trainer's
 
     def participants(
         self, ctx: RoundContext, client_indices: Sequence[Tensor]
@@ -44,7 +45,8 @@ class Central(Local):
         drawn = torch.as_tensor(generator.permutation(len(pool))[:size], device=pool.device)
         return [(POOLED_TRAINER, pool[drawn])]
 
-    def evaluated_models(
+    def global_model(
         self, federation: Federation, server: ServerState, client_states: Mapping[int, StateDict]
-    ) -> Iterable[StateDict]:
-        return [client_states.get(POOLED_TRAINER, server.weights)]
+    ) -> StateDict:
+        """The pooled trainer's model (the server's never changes)."""
+        return client_states.get(POOLED_TRAINER, server.weights)

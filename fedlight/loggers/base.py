@@ -1,9 +1,13 @@
-"""The interface every metrics sink implements."""
+"""The interface every metrics sink implements, and what sinks share: the run's name and its
+config as the command line says it."""
 
+import importlib.util
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
+
+from fedlight.errors import require
 
 METRIC_COLUMNS = (
     "round",
@@ -42,6 +46,7 @@ class RunInfo:
     choices: dict[str, str]
     sweep_group: str | None
     total_rounds: int
+    name: str = ""  # the run's name where a sink names runs (W&B, MLflow)
 
 
 class RoundLogger(Protocol):
@@ -50,3 +55,56 @@ class RoundLogger(Protocol):
     def log_round(self, row: MetricsRow) -> None: ...
 
     def finish(self, summary: dict[str, Any]) -> None: ...
+
+
+# Settings that say where and how a run is written or logged, not what it computes: left out of
+# its name (a resumed run keeps the name of the run it continues).
+UNNAMED_KEYS = ("resume", "overwrite", "logger", "hydra")
+
+
+def default_run_name(output_dir: Path) -> str:
+    """A run's name without overrides: its directory's last two parts (`2024-05-01/12-00-00`, a
+    sweep job's `12-00-00/3`)."""
+    return f"{output_dir.parent.name}/{output_dir.name}"
+
+
+def job_name(overrides: Sequence[str], output_dir: Path) -> str:
+    """A run's name as a user tells the runs of a project apart: its command-line overrides
+    (a sweep job's own, `algo=scaffold,seed=1`, as Hydra's override_dirname joins them) less
+    the UNNAMED_KEYS; without any, `default_run_name`."""
+    named = [
+        override
+        for override in overrides
+        if override.lstrip("+~").partition("=")[0].split(".")[0] not in UNNAMED_KEYS
+    ]
+    return ",".join(named) or default_run_name(output_dir)
+
+
+def flat_config(config: dict[str, Any], choices: dict[str, str]) -> dict[str, Any]:
+    """The resolved config as the command line says it, for a tracker's hyperparameters: each
+    group as the name of its option (`algo: scaffold`, `data: fashion_mnist`, as summary.json has
+    them) instead of its `_target_` class path, and every setting under its dotted key
+    (`algo.mu`, `fl.rounds`); Hydra's `_target_`/`_partial_` keys are left out."""
+    flat: dict[str, Any] = dict(choices)
+
+    def add(node: dict[str, Any], prefix: str) -> None:
+        for key, value in node.items():
+            if str(key).startswith("_"):
+                continue
+            dotted = f"{prefix}{key}"
+            if isinstance(value, dict):
+                add(value, f"{dotted}.")
+            else:
+                flat[dotted] = value
+
+    add(config, "")
+    return flat
+
+
+def require_module(module: str, option: str, extra: str) -> None:
+    """Refuse `logger=<option>` in one line when the package it logs through is not installed."""
+    require(
+        importlib.util.find_spec(module) is not None,
+        f"logger={option} needs the {module} package, which is not installed; install it with "
+        f"pip install 'fedlight[{extra}]'",
+    )

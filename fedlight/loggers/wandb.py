@@ -1,5 +1,8 @@
-"""Weights & Biases: one W&B run per job, step = round; the jobs of a sweep share a group,
-job_type is the algorithm and the tags are the config-group choices (`algo=scaffold`, ...).
+"""Weights & Biases: one W&B run per job, step = round, named after the job (`RunInfo.name`: its
+overrides, or `logger.wandb.name`); the jobs of a sweep share a group, job_type is the algorithm,
+the tags are the config-group choices (`algo=scaffold`, ...) and the config says each group by its
+option's name (`algo: scaffold`, `flat_config`). At the end the run's figures (curves, label
+histogram, participation, local accuracies) are logged as images.
 
 Offline automatically when there is no API key or no network. An online run that W&B does not start
 within `logger.wandb.init_timeout` seconds (no network, server down) or cannot start (no API key,
@@ -19,7 +22,8 @@ from typing import Any
 from urllib.parse import urlparse
 
 from fedlight.errors import require
-from fedlight.loggers.base import MetricsRow, RunInfo
+from fedlight.loggers.base import MetricsRow, RunInfo, flat_config
+from fedlight.outputs import FIGURES
 
 MODES = ("auto", "online", "offline", "disabled")  # logger.wandb.mode
 ONLINE_MODES = ("online", "run")  # "run" is W&B's old name of online (WANDB_MODE=run)
@@ -111,7 +115,9 @@ class WandbLogger:
     mode: str = "auto"
     tags: list[str] = field(default_factory=list)
     init_timeout: float = 5.0  # seconds an online wandb.init may take before going offline
+    name: str | None = None  # the W&B run's name; None: the job's (`RunInfo.name`)
     _run: Any = field(default=None, init=False, repr=False)
+    _output_dir: Path | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         require(
@@ -129,6 +135,7 @@ class WandbLogger:
         )
 
     def start(self, run: RunInfo) -> None:
+        self._output_dir = run.output_dir
         try:
             import wandb
 
@@ -136,10 +143,11 @@ class WandbLogger:
             init_args = dict(
                 project=self.project,
                 entity=self.entity,
+                name=self.name or run.name or None,
                 dir=os.environ.get("WANDB_DIR", str(run.output_dir)),
                 group=run.sweep_group,
                 job_type=run.choices.get("algo"),
-                config=run.config,
+                config=flat_config(run.config, run.choices),
                 tags=[*self.tags, *(f"{group}={choice}" for group, choice in run.choices.items())],
                 reinit="finish_previous",
             )
@@ -196,6 +204,15 @@ class WandbLogger:
         if self._run is None:
             return
         try:
+            import wandb
+
+            assert self._output_dir is not None
+            figures = [self._output_dir / name for name in FIGURES]
+            images = {
+                f"figures/{path.stem}": wandb.Image(str(path)) for path in figures if path.exists()
+            }
+            if images:
+                self._run.log(images)
             self._run.summary.update(summary)
             self._run.finish()
         except Exception as failure:  # noqa: BLE001

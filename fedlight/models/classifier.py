@@ -20,6 +20,9 @@ class Classifier(pl.LightningModule):
         weight_decay: float = 0.0,
     ) -> None:
         super().__init__()
+        # the init arguments in a Lightning checkpoint (model.ckpt): `load_from_checkpoint`
+        # builds the model again without being told them
+        self.save_hyperparameters()
         self.net = self.build_net(tuple(input_shape), num_classes)
         self.lr = lr
         self.momentum = momentum
