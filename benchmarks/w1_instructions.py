@@ -22,8 +22,9 @@ sys.path.insert(0, str(src))
 import torch
 
 torch.set_num_threads(1)
-import fedlight.config  # noqa: E402
 import w1  # noqa: E402
+
+import fedlight.config  # noqa: E402
 from fedlight.data.mnist import MNIST  # noqa: E402
 
 fedlight.config.register_schema()
