@@ -19,7 +19,7 @@ data_root = (
 )
 sys.path.insert(0, str(src / "benchmarks"))
 sys.path.insert(0, str(src))
-import torch
+import torch  # noqa: E402
 
 torch.set_num_threads(1)
 import w1  # noqa: E402
