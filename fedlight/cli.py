@@ -405,7 +405,9 @@ def non_default_settings(
     default_choices = group_choices(default, default.hydra.runtime.choices)
     changed = {g: c for g, c in choices.items() if default_choices.get(g) != c}
     options = [
-        f"{g}={list_text([] if c == 'none' else c.split('+'))}" if g in LIST_GROUPS else f"{g}={c}"
+        f"{g}={list_text([] if c == 'none' else c.split('+'))}"
+        if g in LIST_GROUPS or "+" in c  # several options (logger=[csv,wandb]): a list
+        else f"{g}={c}"
         for g, c in changed.items()
     ]
     chosen = OmegaConf.to_container(

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fedlight import cli
+from fedlight import cli, entry
 from fedlight.checkpoint import CHECKPOINT_NAME, load_checkpoint
 from fedlight.client_states import CLIENT_STATES_DIR
 from fedlight.config import MAX_THREADS
@@ -246,7 +246,7 @@ def test_the_report_says_which_summary_is_cut_short_and_why(
     capsys.readouterr()
     monkeypatch.setattr(sys, "argv", ["fedlight", "report", str(sweep)])
     with pytest.raises(SystemExit) as exited:
-        cli.main()
+        entry.main()  # the `fedlight` command
     captured = capsys.readouterr()
     assert exited.value.code == 0
     assert captured.err.splitlines() == [
