@@ -392,30 +392,13 @@ def run_rounds(
     settings, device = job.settings, workers.device
     data = job.data.load().to(device)
     check_federation_size(settings.fl.num_clients, len(data.train_y), job.choices, workers.main)
-    labels = data.train_y.cpu().numpy()
     chance = Chance.of(data.test_y.cpu().numpy())
-    client_sets, client_test_sets = job.partition.hold_out(
-        job.partition(
-            job.partition.keys(data),
-            settings.fl.num_clients,
-            numpy_generator(settings.seed, Stream.PARTITION),
-        ),
-        labels,
-        settings.seed,
-    )
-    if workers.main:
-        histogram = label_histogram(client_sets, labels, data.num_classes)
-        write_label_histogram(output_dir, histogram)
-        warn_of_empty_clients(client_sets)
-    client_indices = index_tensors(client_sets, device)
-    tested = client_test_sets is not None
-    client_test_indices = index_tensors(client_test_sets, device) if tested else None
-
+    clients = federation(job, data, output_dir, workers)
     module = build_module(job, data, device)
     driver = AsynchronousLoop if job.stages.algorithm.asynchronous else FederatedLoop
     loop = driver(
         settings,
-        Clients(data, client_indices, client_test_indices),
+        clients,
         module,
         job.stages,
         client_state_store(settings.fl, output_dir, device, workers.main),
@@ -448,6 +431,30 @@ def run_rounds(
     if workers.main:
         write_model(output_dir, module, loop.final_model())
     return Ran(history, chance, environment)
+
+
+def federation(job: Job, data: TensorDataset, output_dir: Path, workers: Workers) -> Clients:
+    """The clients' examples: the partition of the training set, each client's local test part
+    held out of it (`partition.client_test_fraction`); the main worker draws its histogram."""
+    settings, device = job.settings, workers.device
+    labels = data.train_y.cpu().numpy()
+    client_sets, client_test_sets = job.partition.hold_out(
+        job.partition(
+            job.partition.keys(data),
+            settings.fl.num_clients,
+            numpy_generator(settings.seed, Stream.PARTITION),
+        ),
+        labels,
+        settings.seed,
+    )
+    if workers.main:
+        histogram = label_histogram(client_sets, labels, data.num_classes)
+        write_label_histogram(output_dir, histogram)
+        warn_of_empty_clients(client_sets)
+    client_indices = index_tensors(client_sets, device)
+    tested = client_test_sets is not None
+    client_test_indices = index_tensors(client_test_sets, device) if tested else None
+    return Clients(data, client_indices, client_test_indices)
 
 
 def index_tensors(sets: list[np.ndarray], device: torch.device) -> list[torch.Tensor]:

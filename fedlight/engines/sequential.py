@@ -145,25 +145,7 @@ class SequentialEngine(Engine):
                 raise ConfigError(SKIPPED_BATCH)
             output = module.training_step((x, y), step)
             loss = training_loss(output)
-            module.on_before_zero_grad(optimizer)
-            optimizer.zero_grad(set_to_none=True)
-            for callback in callbacks:
-                callback.on_before_backward(module, loss)
-            module.on_before_backward(loss)
-            loss.backward()
-            for callback in callbacks:
-                callback.on_after_backward(module)
-            module.on_after_backward()
-            for callback in callbacks:
-                callback.on_before_optimizer_step(module, optimizer)
-            module.on_before_optimizer_step(optimizer)
-            if self.clips:
-                module.configure_gradient_clipping(
-                    optimizer,
-                    gradient_clip_val=local.gradient_clip_val,
-                    gradient_clip_algorithm=local.gradient_clip_algorithm,
-                )
-            optimizer.step()
+            self.step(loss, optimizer, callbacks)
             last_of_epoch = batch_idx == per_epoch - 1
             optimization.after_step(module, batch_idx, epoch, last_of_epoch)
             for callback in callbacks:
@@ -178,6 +160,32 @@ class SequentialEngine(Engine):
         module.on_train_end()
         logs.collect(len(task.indices))
         return losses, logs.examples
+
+    def step(
+        self, loss: Tensor, optimizer: torch.optim.Optimizer, callbacks: Sequence[LocalCallback]
+    ) -> None:
+        """One optimizer step from `loss`, with the hooks around it in a Trainer's order:
+        callbacks first, then the module; gradient clipping right before the step."""
+        module, local = self.module, self.settings.local
+        module.on_before_zero_grad(optimizer)
+        optimizer.zero_grad(set_to_none=True)
+        for callback in callbacks:
+            callback.on_before_backward(module, loss)
+        module.on_before_backward(loss)
+        loss.backward()
+        for callback in callbacks:
+            callback.on_after_backward(module)
+        module.on_after_backward()
+        for callback in callbacks:
+            callback.on_before_optimizer_step(module, optimizer)
+        module.on_before_optimizer_step(optimizer)
+        if self.clips:
+            module.configure_gradient_clipping(
+                optimizer,
+                gradient_clip_val=local.gradient_clip_val,
+                gradient_clip_algorithm=local.gradient_clip_algorithm,
+            )
+        optimizer.step()
 
     def all_batches(self, task: LocalTask) -> Iterator[tuple[Tensor, Tensor]]:
         """The task's examples in order, in batches of the local batch size, unaugmented."""

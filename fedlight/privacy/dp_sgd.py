@@ -50,7 +50,13 @@ from fedlight.engines.base import (
 )
 from fedlight.engines.sequential import SequentialEngine, training_loss
 from fedlight.errors import ConfigError, require
-from fedlight.hooks import TrainingLogs, local_metrics, logging_to, optimization_of
+from fedlight.hooks import (
+    Optimization,
+    TrainingLogs,
+    local_metrics,
+    logging_to,
+    optimization_of,
+)
 from fedlight.pipeline.stage import Delivered, Plan, StageSetup
 from fedlight.privacy.accountant import calibrate_noise, epsilon
 from fedlight.privacy.base import GaussianMechanism, as_state, default_delta, scalar
@@ -111,6 +117,31 @@ class DPSGDEngine(SequentialEngine):
         finally:
             self.per_example.disable_hooks()
 
+    def private_optimizer(
+        self,
+        optimization: Optimization,
+        lrs: Sequence[float],
+        expected_batch_size: int,
+        round_index: int,
+        task: LocalTask,
+    ) -> DPOptimizer:
+        """The module's optimizer at this round's rates, wrapped in Opacus's DP optimizer, its
+        noise drawn from stream PRIVACY of (seed, round, client)."""
+        noise = torch.Generator(task.indices.device).manual_seed(
+            derive_seed(self.settings.seed, Stream.PRIVACY, round_index, task.client)
+        )
+        inner = optimization.optimizer
+        for group, lr in zip(inner.param_groups, lrs, strict=True):
+            group["lr"] = lr
+        return DPOptimizer(
+            inner,
+            noise_multiplier=self.noise_multiplier,
+            max_grad_norm=self.clip,
+            expected_batch_size=expected_batch_size,
+            loss_reduction="mean",
+            generator=noise,
+        )
+
     def train_privately(
         self, task: LocalTask, round_index: int, lrs: Sequence[float]
     ) -> LocalResult:
@@ -130,21 +161,8 @@ class DPSGDEngine(SequentialEngine):
         seed = self.seed_of(round_index, task.client)
         generator = torch.Generator().manual_seed(seed)
         torch.manual_seed(seed)
-        noise = torch.Generator(device).manual_seed(
-            derive_seed(self.settings.seed, Stream.PRIVACY, round_index, task.client)
-        )
         optimization = optimization_of(module.configure_optimizers())
-        inner = optimization.optimizer
-        for group, lr in zip(inner.param_groups, lrs, strict=True):
-            group["lr"] = lr
-        optimizer = DPOptimizer(
-            inner,
-            noise_multiplier=self.noise_multiplier,
-            max_grad_norm=self.clip,
-            expected_batch_size=round(rate * n),
-            loss_reduction="mean",
-            generator=noise,
-        )
+        optimizer = self.private_optimizer(optimization, lrs, round(rate * n), round_index, task)
         params = [p for p in module.parameters() if p.requires_grad]
         losses: list[torch.Tensor] = []
         steps = num_local_steps(n, local.epochs, local.batch_size)
