@@ -292,17 +292,11 @@ def validate_command_line(args: list[str]) -> list[list[str]]:
 def checked_jobs(command: Command) -> tuple[Jobs, list[tuple[ComposedJob, RunSettings]]]:
     """The command's jobs (`fedlight.jobs`), each composed by Hydra and built, so that a bad
     setting of any of them is refused in one line before any job works; with its settings."""
-    try:
-        check_overrides(command.overrides)
-        OverridesParser.create().parse_overrides(command.overrides)
-    except ConfigError:
-        raise
-    except Exception as error:  # noqa: BLE001 - Hydra's parser errors become one line
-        raise ConfigError(one_line(error)) from None
+    check_overrides(command.overrides)
     checked = []
     with hydra.initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
         loader = GlobalHydra.instance().config_loader()
-        searched = [o for o in with_config_dirs(command.overrides, command.config_dirs)]
+        searched = with_config_dirs(command.overrides, command.config_dirs)
         search_path = [o for o in searched if o.startswith("hydra.searchpath=")]
 
         def options(group: str) -> list[str]:
