@@ -13,6 +13,7 @@ import torch
 from hydra.core.config_store import ConfigStore
 
 from fedlight.errors import ConfigError, require
+from fedlight.layout import MEMORY_FORMATS
 
 # The largest float32: torch trains in it, so a larger setting overflows where it is used
 # (optim.lr=1e300 in the optimizer's step, fl.client_state_memory_mb=1e308 once in bytes).
@@ -68,6 +69,9 @@ class FLSettings:
     client_state: str = "auto"
     client_state_memory_mb: float = 256.0  # auto: RAM while num_clients such states fit in it
     engine: str = "auto"  # how clients train locally: see fedlight.engines
+    # The layout the client module trains and evaluates in (fedlight.layout): auto (channels_last
+    # for a model with 2-D convolutions on the CPU), channels_last or contiguous.
+    memory_format: str = "auto"
     # Processes that share each round's clients (see fedlight.workers): on this machine, or under
     # torchrun the world size the environment gives.
     workers: int = 1
@@ -101,6 +105,12 @@ class FLSettings:
         require(
             self.engine in ENGINE_CHOICES,
             f"fl.engine={self.engine} is not an engine; use {', '.join(ENGINE_CHOICES)}",
+        )
+        require(
+            self.memory_format in MEMORY_FORMATS,
+            f"fl.memory_format={self.memory_format} is not a layout; use auto (channels_last for "
+            "a model with 2-D convolutions on the CPU), channels_last or contiguous (the numbers "
+            "of fedlight before channels_last became the default)",
         )
         self.check_workers()
         require(

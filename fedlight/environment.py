@@ -4,8 +4,9 @@ The same config and seed give bit-identical numbers only where these agree too. 
 change the order in which a reduction (a matrix product's sums, a gradient over the batch) adds
 its parts, so float rounding, so the numbers, and a run's threads default to its share of the
 machine's cores (`fl.threads_per_worker=null`); the device and its kernels (a GPU model, a CPU's
-vector instructions), the libraries' versions, the engine that trained the clients, and torch's
-switches for deterministic or faster-but-rounder kernels (TF32 on NVIDIA GPUs) do the same.
+vector instructions), the libraries' versions, the engine that trained the clients, the layout
+of its tensors (`fl.memory_format`), and torch's switches for deterministic or faster-but-rounder
+kernels (TF32 on NVIDIA GPUs) do the same.
 
 A resumed run may continue under other values (`fl.workers` and `fl.threads_per_worker` may
 change on a resume): a value that changed is kept as the list of its values, oldest first,
@@ -50,14 +51,18 @@ def source_commit() -> str | None:
     return (f"{commit}-dirty" if changed else commit) or None
 
 
-def float_environment(device: torch.device, engine: str, workers: int) -> dict[str, Any]:
+def float_environment(
+    device: torch.device, engine: str, workers: int, memory_format: str
+) -> dict[str, Any]:
     """This process's values of what decides float rounding (its torch threads are each
-    worker's); the CUDA entries are null on other devices."""
+    worker's; `memory_format`: the client module's layout, `fedlight.layout`); the CUDA entries
+    are null on other devices."""
     cuda = device.type == "cuda"
     return {
         "torch_threads": torch.get_num_threads(),
         "workers": workers,
         "engine": engine,
+        "memory_format": memory_format,
         "device": device.type,
         "gpu": torch.cuda.get_device_name(device) if cuda else None,
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),

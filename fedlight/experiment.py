@@ -11,7 +11,7 @@ import math
 import os
 import sys
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, fields, is_dataclass
+from dataclasses import dataclass, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,7 @@ from fedlight.export import write_model
 from fedlight.files import write_text
 from fedlight.history import STATE_KEYS, History
 from fedlight.hooks import setup_module
+from fedlight.layout import layout_for
 from fedlight.loggers.base import RoundLogger, RunInfo, default_run_name
 from fedlight.loggers.console import ConsoleProgress
 from fedlight.loop import FederatedLoop
@@ -68,7 +69,8 @@ from fedlight.workers import (
 # Settings that may differ between a run and its resumption without changing any number (dotted
 # for nested keys): a run may continue on another number of workers, checkpoint at another pace,
 # and run for more rounds than it was started with (`fl.rounds` is checked on its own). Another
-# `fl.threads_per_worker` changes float rounding only; summary.json's environment records it.
+# `fl.threads_per_worker` or `fl.memory_format` changes float rounding only; summary.json's
+# environment records it.
 RESUME_FREE_KEYS = (
     "resume",
     "overwrite",
@@ -76,6 +78,7 @@ RESUME_FREE_KEYS = (
     "logger",
     "fl.workers",
     "fl.threads_per_worker",
+    "fl.memory_format",
     "fl.backend",
     "fl.worker_timeout",
     "fl.rounds",
@@ -393,8 +396,10 @@ def run_rounds(
     data = job.data.load().to(device)
     check_federation_size(settings.fl.num_clients, len(data.train_y), job.choices, workers.main)
     chance = Chance.of(data.test_y.cpu().numpy())
-    clients = federation(job, data, output_dir, workers)
     module = build_module(job, data, device)
+    layout = layout_for(settings.fl.memory_format, module, device)
+    module, data = layout.apply(module), replace(data, layout=layout)
+    clients = federation(job, data, output_dir, workers)
     driver = AsynchronousLoop if job.stages.algorithm.asynchronous else FederatedLoop
     loop = driver(
         settings,
@@ -469,7 +474,7 @@ def run_environment(
     run it resumes; on the main worker only, which writes the files."""
     if not workers.main:
         return {}
-    now = float_environment(workers.device, loop.engine.name, workers.count)
+    now = float_environment(workers.device, loop.engine.name, workers.count, loop.data.layout.name)
     return now if checkpoint is None else resumed_environment(checkpoint.get("environment"), now)
 
 

@@ -12,7 +12,10 @@ def nbytes(state: StateDict) -> int:
 
 
 def detached_copy(state: StateDict) -> StateDict:
-    return {name: t.detach().clone() for name, t in state.items()}
+    """A copy of every tensor, contiguous whatever the layout it was kept in."""
+    return {
+        name: t.detach().clone(memory_format=torch.contiguous_format) for name, t in state.items()
+    }
 
 
 def subtract(a: StateDict, b: StateDict) -> StateDict:

@@ -10,6 +10,8 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
+from fedlight.layout import CONTIGUOUS, Layout
+
 BatchAugment = Callable[[Tensor, torch.Generator], Tensor]
 
 
@@ -75,10 +77,13 @@ class TensorDataset:
     augment: BatchAugment | None = None
     normalization: Normalization | None = None
     train_clients: Tensor | None = None
+    layout: Layout = CONTIGUOUS  # of the model inputs `prepare` makes (`fedlight.layout`)
 
     def prepare(self, examples: Tensor) -> Tensor:
-        """Model inputs from stored examples (a batch, or several clients' batches stacked)."""
-        return examples if self.normalization is None else self.normalization(examples)
+        """Model inputs from stored examples (a batch, or several clients' batches stacked), in
+        the run's layout."""
+        inputs = examples if self.normalization is None else self.normalization(examples)
+        return self.layout.inputs(inputs)
 
     @property
     def input_shape(self) -> tuple[int, ...]:
@@ -94,6 +99,7 @@ class TensorDataset:
             self.augment,
             self.normalization,
             self.train_clients,
+            self.layout,
         )
 
 

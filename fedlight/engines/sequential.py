@@ -29,6 +29,7 @@ from fedlight.hooks import (
     logging_to,
     optimization_of,
 )
+from fedlight.layout import contiguous_state
 from fedlight.rng import Stream
 
 SKIPPED_BATCH = (
@@ -94,13 +95,15 @@ class SequentialEngine(Engine):
             logged = logs.sums()
         return LocalResult(
             client_id=task.client,
-            weights=module.state_dict(),
+            weights=contiguous_state(module.state_dict()),
             num_samples=len(task.indices),
             num_steps=len(losses),
             lr=lrs[0],
             train_loss=torch.stack(losses).mean().item() if losses else 0.0,
             examples=examples + measured * len(task.indices),  # a measuring pass is work too
-            measured={key: t for c in task.callbacks for key, t in c.measured().items()},
+            measured=contiguous_state(
+                {key: t for c in task.callbacks for key, t in c.measured().items()}
+            ),
             logged=logged,
         )
 

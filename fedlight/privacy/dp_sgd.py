@@ -57,6 +57,7 @@ from fedlight.hooks import (
     logging_to,
     optimization_of,
 )
+from fedlight.layout import contiguous_state
 from fedlight.pipeline.stage import Delivered, Plan, StageSetup
 from fedlight.privacy.accountant import calibrate_noise, epsilon
 from fedlight.privacy.base import GaussianMechanism, as_state, default_delta, scalar
@@ -194,7 +195,7 @@ class DPSGDEngine(SequentialEngine):
         optimizer.zero_grad(set_to_none=True)
         return LocalResult(
             client_id=task.client,
-            weights=module.state_dict(),
+            weights=contiguous_state(module.state_dict()),
             num_samples=n,
             num_steps=steps,
             lr=lrs[0],
