@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
 import hydra
+import torch
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -24,6 +25,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from fedlight import STARTED, STARTED_VARIABLE, run_dir
+from fedlight.algorithms.base import Algorithm
 from fedlight.checkpoint import CHECKPOINT_NAME
 from fedlight.client_states import ClientStateLostError
 from fedlight.config import (
@@ -60,7 +62,7 @@ from fedlight.pipeline.stage import Plan
 from fedlight.run_dir import CONSOLE_NAME
 from fedlight.stages import CONF_DIR as STAGES_CONF_DIR
 from fedlight.stages import build_stages, instantiate_group
-from fedlight.workers import Terminated, WorkerError
+from fedlight.workers import Parallelism, Terminated, WorkerError, auto_parallelism
 
 CONF_DIR = str(STAGES_CONF_DIR)
 LIST_GROUPS = ("upload", "download")  # groups whose options form a chain, in list order
@@ -81,11 +83,12 @@ def build_job(
     settle_num_clients(cfg, partition.client_count(data), choices["partition"], announce)
     config = OmegaConf.to_container(cfg, resolve=True)
     derived = frozenset(interpolated_keys(OmegaConf.to_container(cfg, resolve=False)))
+    stages = build_stages(cfg, choices)
+    parallelism = settle_workers(cfg, choices, stages.algorithm)
     settings_node = OmegaConf.merge(
         OmegaConf.structured(RunSettings), OmegaConf.masked_copy(cfg, list(SETTING_KEYS))
     )
     settings: RunSettings = OmegaConf.to_object(settings_node)  # type: ignore[assignment]
-    stages = build_stages(cfg, choices)
     plan = Plan(settings, choices, stages.algorithm, stages.selection, stages.upload)
     for stage in stages.upload:
         stage.check_run(plan)
@@ -101,7 +104,28 @@ def build_job(
         sweep_group=sweep_group,
         name=name,
         derived_keys=derived,
+        parallelism=parallelism,
     )
+
+
+def settle_workers(cfg: DictConfig, choices: dict[str, str], algorithm: Algorithm) -> Parallelism:
+    """`fl.workers` and `fl.threads_per_worker` as numbers: what `fl.workers=auto` chooses for
+    this run on the torch threads of this process (`fedlight.workers.auto_parallelism`)."""
+    one_process = None
+    if algorithm.asynchronous:
+        one_process = f"algo={choices['algo']} runs its event queue in one process"
+    elif algorithm.pools_data:
+        one_process = f"algo={choices['algo']} trains one participant per round"
+    parallelism = auto_parallelism(
+        cfg.fl.workers,
+        cfg.fl.threads_per_worker,
+        cfg.fl.clients_per_round,
+        cfg.device,
+        one_process,
+        torch.get_num_threads(),
+    )
+    cfg.fl.workers, cfg.fl.threads_per_worker = parallelism.workers, parallelism.threads_per_worker
+    return parallelism
 
 
 def settle_num_clients(
@@ -362,7 +386,9 @@ def hydra_entry(cfg: DictConfig) -> float | int | None:
                 search_path = [
                     o for o in hydra_cfg.overrides.hydra if o.startswith("hydra.searchpath=")
                 ]
-                changed = non_default_settings(cfg, choices, hydra_cfg.job.config_name, search_path)
+                changed = non_default_settings(
+                    cfg, job.config, choices, hydra_cfg.job.config_name, search_path
+                )
                 print(f"fedlight: settings {' '.join(changed) or '(all defaults)'}", flush=True)
             summary = run_job(job, output_dir)
         return summary.get(job.settings.objective)
@@ -391,10 +417,16 @@ def hydra_entry(cfg: DictConfig) -> float | int | None:
 
 
 def non_default_settings(
-    cfg: DictConfig, choices: dict[str, str], config_name: str, search_path: list[str]
+    cfg: DictConfig,
+    ran: dict[str, Any],
+    choices: dict[str, str],
+    config_name: str,
+    search_path: list[str],
 ) -> list[str]:
     """What the run sets otherwise than `config_name` alone: each group whose option differs,
-    then each setting that differs from those options' defaults (presets' included)."""
+    then each setting that differs from those options' defaults (presets' included); `ran`: the
+    composed config as given (`fl.workers=auto`, not what it chose), resolved. The `report`
+    node, which only `fedlight report` reads, is left out."""
     default = hydra.compose(config_name, overrides=search_path, return_hydra_config=True)
     default_choices = group_choices(default, default.hydra.runtime.choices)
     changed = {g: c for g, c in choices.items() if default_choices.get(g) != c}
@@ -407,13 +439,14 @@ def non_default_settings(
     chosen = OmegaConf.to_container(
         hydra.compose(config_name, overrides=[*search_path, *options]), resolve=True
     )
-    ran = OmegaConf.to_container(cfg, resolve=True)
     derived = set(interpolated_keys(OmegaConf.to_container(cfg, resolve=False)))
     defaults = flattened(chosen)
     differing = [
         f"{key}={value}"
         for key, value in flattened(ran).items()
-        if key not in derived and defaults.get(key, object()) != value
+        if key not in derived
+        and not key.startswith("report.")
+        and defaults.get(key, object()) != value
     ]
     return [*options, *differing]
 

@@ -346,6 +346,14 @@ class FLSchema(FLSettings):
     before FLSettings is built."""
 
     num_clients: int | None = 100  # type: ignore[assignment]
+    # a count, or auto: the entry point puts in what auto chooses (`fedlight.workers`)
+    workers: Any = "auto"
+
+    def check_workers(self) -> None:
+        """`auto` is settled by the entry point, for the run's algorithm and this process's
+        threads; a number is checked as the settings check it."""
+        if self.workers != "auto":
+            super().check_workers()
 
 
 # The schema of `conf/config.yaml`: plain settings plus one node per config group, and the table

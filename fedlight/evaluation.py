@@ -49,7 +49,7 @@ class Evaluator:
         self.prepare = prepare
         self.stage = own_stage(module)
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def evaluate(self, weights: StateDict, x: Tensor, y: Tensor) -> dict[str, float]:
         module = self.module
         module.load_state_dict(weights)

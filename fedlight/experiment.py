@@ -58,12 +58,16 @@ from fedlight.stages import Stages
 from fedlight.variants import resolved_variants
 from fedlight.workers import (
     OneWorker,
+    Parallelism,
     Workers,
     in_process_group,
     join_workers,
     resolve_device,
     spawn_workers,
+    spawned_threads,
+    start_method,
     threads_of,
+    worker_device,
 )
 
 # Settings that may differ between a run and its resumption without changing any number (dotted
@@ -125,6 +129,8 @@ class Job:
     sweep_group: str | None = None
     name: str = ""  # the job's name in loggers that name runs (`job_name`); "": its directory's
     derived_keys: frozenset[str] = frozenset()  # dotted keys whose value interpolates another
+    # what `fl.workers=auto` chose (None: settings.fl's workers and threads as given)
+    parallelism: Parallelism | None = None
 
     @property
     def algorithm(self) -> Algorithm:
@@ -279,18 +285,45 @@ def run_job(job: Job, output_dir: Path) -> dict[str, Any]:
     """Run the job into `output_dir` and return its summary: as one rank of this process's
     (or torchrun's) process group, on `fl.workers` new processes, or in this process alone."""
     warn_of_oversubscription(job.settings.fl)
+    if job.parallelism is not None and job.parallelism.chosen:
+        print(f"fedlight: fl.workers=auto: {job.parallelism.chosen}", flush=True)
     if in_process_group():
         summary = run_worker(join_workers(job.settings), job, output_dir)
     elif job.settings.fl.workers > 1:
         # one-line errors, as in one process
         passed_on = (ConfigError, DataError, OSError, ClientStateLostError)
-        spawn_workers(job.settings, run_worker, (job, output_dir), passed_on)
+        spawn_workers(job.settings, run_worker, (loaded_once(job), output_dir), passed_on)
         summary = json.loads((output_dir / SUMMARY_NAME).read_text())
     else:
         with threads_of(job.settings.fl):
             summary = run_worker(OneWorker(resolve_device(job.settings.device)), job, output_dir)
     stop_if_diverged(job.settings, summary, output_dir / CHECKPOINT_NAME)
     return summary
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """A data source that was loaded: every forked worker shares its tensors (copy-on-write
+    pages that nobody writes) instead of loading its own copy."""
+
+    dataset: TensorDataset
+
+    def load(self) -> TensorDataset:
+        return self.dataset
+
+
+def loaded_once(job: Job) -> Job:
+    """The job with its data loaded here where its workers are forked from this process."""
+    device = worker_device(job.settings, 0, job.settings.fl.workers)
+    if start_method(device, spawned_threads(job.settings.fl)) != "fork":
+        return job
+    return replace(job, data=Loaded(job.data.load()))
+
+
+def parallelism_of(job: Job) -> Parallelism:
+    """What `fl.workers=auto` chose, or the workers and threads the settings give."""
+    fl = job.settings.fl
+    return job.parallelism or Parallelism(fl.workers, fl.threads_per_worker)
 
 
 def stop_if_diverged(settings: RunSettings, summary: dict[str, Any], checkpoint: Path) -> None:
@@ -534,6 +567,7 @@ def write_summary(
         | ({"stopped": history.stopped} if history.stopped else {})
         | variants_summary(job.stages.algorithm)
         | {"command_seconds": command_seconds()}
+        | {"parallelism": parallelism_of(job).summary()}
         | {"environment": ran.environment}
     )
     write_text(output_dir / SUMMARY_NAME, json.dumps(summary, indent=2, allow_nan=False))

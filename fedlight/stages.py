@@ -194,7 +194,7 @@ def check_asynchronous(cfg: DictConfig, choices: dict[str, str], stages: Stages)
         "(system.dropout makes clients drawn for a slot unavailable)",
     )
     require(
-        cfg.fl.workers == 1,
+        cfg.fl.workers in (1, "auto"),
         f"algo={algo} runs its event queue in one process; use fl.workers=1",
     )
     for stage in stages.upload:

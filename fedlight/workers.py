@@ -100,6 +100,69 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+@dataclass(frozen=True)
+class Parallelism:
+    """How a run uses this machine's cores: worker processes, torch threads per worker (None:
+    this process's threads shared among them), and, where `fl.workers=auto` chose them, why."""
+
+    workers: int
+    threads_per_worker: int | None
+    chosen: str = ""  # empty: set by hand
+
+    def summary(self) -> dict[str, Any]:
+        """summary.json's `parallelism`."""
+        return {
+            "workers": self.workers,
+            "threads_per_worker": self.threads_per_worker,
+            "chosen_by": "auto" if self.chosen else "settings",
+            "why": self.chosen or "fl.workers and fl.threads_per_worker as given",
+        }
+
+
+def auto_parallelism(
+    setting: Any,
+    threads_per_worker: int | None,
+    clients_per_round: int,
+    device: str,
+    one_process: str | None,
+    cpus: int,
+) -> Parallelism:
+    """The workers of `fl.workers=setting` with `cpus` torch threads for the run (the process's:
+    OMP_NUM_THREADS or torch's default, its cores). `auto` uses them the fastest way measured
+    here: one single-threaded worker per thread when a round has at least as many clients (two
+    single-threaded processes train small models faster than one process with two threads:
+    README "Several workers"), else one worker with all the threads; one worker on a GPU, under
+    torchrun (the world size decides) and where the algorithm needs one process (`one_process`
+    says why). With one thread per worker the numbers do not depend on the machine's cores."""
+    if setting != "auto":
+        require(
+            isinstance(setting, int) and not isinstance(setting, bool),
+            f"fl.workers={setting} is not a number of workers; use auto or a count >= 1",
+        )
+        return Parallelism(setting, threads_per_worker)
+    threads = threads_per_worker or 1
+    count = cpus // threads
+    reason = (
+        one_process
+        or (None if resolve_device(device).type == "cpu" else f"device={device}")
+        or ("under torchrun the world size decides" if in_process_group() else None)
+        or (f"{cpus} CPU thread{'s' * (cpus > 1)}" if count < 2 else None)
+        or (
+            f"{clients_per_round} clients per round < {count}"
+            if clients_per_round < count
+            else None
+        )
+    )
+    if reason is not None:
+        return Parallelism(1, threads_per_worker, f"1 worker ({reason})")
+    return Parallelism(
+        count,
+        threads,
+        f"{count} workers × {threads} torch thread{'s' * (threads > 1)} ({clients_per_round} "
+        f"clients per round on {cpus} CPU threads)",
+    )
+
+
 @contextmanager
 def threads_of(fl: FLSettings) -> Iterator[None]:
     """This process runs alone with `fl.threads_per_worker` torch threads where it is set (so 1
@@ -399,6 +462,16 @@ def spawned_threads(fl: FLSettings) -> int:
     return max(1, torch.get_num_threads() // fl.workers)
 
 
+def start_method(device: torch.device, threads: int) -> str:
+    """How a worker process starts: forked where it trains on the CPU with one torch thread (in
+    milliseconds, sharing this process's imported modules and loaded pages), else spawned (a
+    fresh interpreter that imports torch again: seconds). A forked process must not run OpenMP
+    with several threads: GNU OpenMP's thread pool, which this process may have started, does
+    not survive a fork (the child hangs), and CUDA cannot be used after one."""
+    forkable = "fork" in torch_mp.get_all_start_methods()
+    return "fork" if forkable and device.type == "cpu" and threads == 1 else "spawn"
+
+
 def spawn_workers(
     settings: RunSettings,
     target: Callable[..., Any],
@@ -411,18 +484,21 @@ def spawn_workers(
     they are (a user's one-line config or data error), a worker killed or lost as a
     `WorkerLostError`, anything else as a one-line `WorkerError` below the worker's traceback.
     """
-    count = settings.fl.workers
-    resolve_backend(settings.fl.backend, worker_device(settings, 0, count))  # refused: no spawn
+    count, threads = settings.fl.workers, spawned_threads(settings.fl)
+    device = worker_device(settings, 0, count)
+    resolve_backend(settings.fl.backend, device)  # refused: no spawn
+    method = start_method(device, threads)
     store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
-    errors = torch_mp.get_context("spawn").SimpleQueue()
-    locks = InheritedFds(run_dir.held.values())
-    worker_args = (count, store.port, spawned_threads(settings.fl), errors, passed_on, locks)
+    errors = torch_mp.get_context(method).SimpleQueue()
+    # a forked worker holds this process's open files, its run-directory locks among them
+    locks = InheritedFds(run_dir.held.values() if method == "spawn" else ())
+    worker_args = (count, store.port, threads, errors, passed_on, locks)
     with sigterm_raises_terminated():
         context = torch_mp.start_processes(
             run_spawned,
             args=(*worker_args, os.getpid(), settings, target, args),
             nprocs=count,
-            start_method="spawn",
+            start_method=method,
             join=False,
         )
         try:
@@ -524,6 +600,7 @@ def run_spawned(
     ends (inherited as it started): nothing is done with them.
     """
     die_with_parent(parent)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a forked worker had the parent's handler
     torch.set_num_threads(threads)
     try:
         device = worker_device(settings, rank, count)

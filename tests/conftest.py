@@ -78,13 +78,20 @@ def rows_without_timings(run_dir: Path) -> list[dict[str, str]]:
 
 
 def run_cli(
-    *args: str, cwd: Path, check: bool = True, launcher: Sequence[str] = ()
+    *args: str,
+    cwd: Path,
+    check: bool = True,
+    launcher: Sequence[str] = (),
+    threads: int | None = None,
 ) -> subprocess.CompletedProcess:
-    """`python [launcher] -m fedlight args`; `launcher` e.g. torchrun's module and its flags. The
+    """`python [launcher] -m fedlight args`; `launcher` e.g. torchrun's module and its flags;
+    `threads`: the process's torch threads (OMP_NUM_THREADS; None: this process's setting). The
     fedlight of this checkout, not whichever the environment has installed (a worktree shares
     its virtual environment with the checkout it was added from)."""
     path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
     env = {**os.environ, "WANDB_MODE": "disabled", "HYDRA_FULL_ERROR": "0", "PYTHONPATH": path}
+    if threads is not None:
+        env["OMP_NUM_THREADS"] = str(threads)
     result = subprocess.run(
         [sys.executable, *launcher, "-m", "fedlight", *args],
         cwd=cwd,

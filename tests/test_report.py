@@ -872,5 +872,8 @@ def test_a_collapse_and_the_environment_through_the_cli(tmp_path: Path) -> None:
     report = (sweep / "report.md").read_text()
     assert "| all | 10.0 ‡ 1 of 1 collapsed | 40." in report
     assert "- 0 (all, seed 0): collapsed at round 2 (final accuracy 10.0%)" in report
-    assert "torch_threads=1, workers=1, engine=sequential, device=cpu, " in report
+    assert (
+        "torch_threads=1, workers=1, engine=sequential, memory_format=contiguous, device=cpu, "
+        in report
+    )
     assert "Warning" not in report

@@ -110,6 +110,7 @@ def test_the_summary_records_what_decides_the_float_results(
         "torch_threads": 1,
         "workers": 1,
         "engine": "sequential",
+        "memory_format": "contiguous",  # the mlp has no convolution
         "device": "cpu",
         "gpu": None,
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
