@@ -112,9 +112,7 @@ def niid_bench_job(data: TensorDataset, epochs: int, overrides: Sequence[str]) -
 
 def client_sets(job: Job, data: TensorDataset) -> list[Tensor]:
     """fedlight's own partition of the run: the same scheme and generator as `run_job`."""
-    sets = job.partition(
-        job.partition.keys(data), CLIENTS, numpy_generator(SEED, Stream.PARTITION)
-    )
+    sets = job.partition(job.partition.keys(data), CLIENTS, numpy_generator(SEED, Stream.PARTITION))
     return [torch.as_tensor(np.asarray(s), dtype=torch.int64) for s in sets]
 
 

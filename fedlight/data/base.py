@@ -3,7 +3,7 @@
 import os
 import stat
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -53,10 +53,18 @@ class Normalization:
 
     mean: tuple[float, ...]
     std: tuple[float, ...]
+    # (mean, std) as (C, 1, 1) tensors per device, made once instead of at every batch
+    on_device: dict[torch.device, tuple[Tensor, Tensor]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     def __call__(self, images: Tensor) -> Tensor:
-        mean = torch.tensor(self.mean, device=images.device).view(-1, 1, 1)
-        std = torch.tensor(self.std, device=images.device).view(-1, 1, 1)
+        if images.device not in self.on_device:
+            self.on_device[images.device] = (
+                torch.tensor(self.mean, device=images.device).view(-1, 1, 1),
+                torch.tensor(self.std, device=images.device).view(-1, 1, 1),
+            )
+        mean, std = self.on_device[images.device]
         return (images.float() / 255.0 - mean).div_(std)
 
 
