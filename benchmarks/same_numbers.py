@@ -8,7 +8,8 @@ first value); a few more cells of the async, compression and privacy presets; an
 spells out both codec chains (translated to the groups compression, wire and download_compression
 for a checkout that has them). Each runs as
 `python -m fedlight` from the checkout (cwd and PYTHONPATH), with OMP_NUM_THREADS=1 and
-`fl.threads_per_worker=1` (where the checkout has that setting), once per `--workers` count, into
+`fl.threads_per_worker=1` and `fl.memory_format=contiguous` (where the checkout has those
+settings), once per `--workers` count, into
 `OUT/<case>_w<workers>`. Each case directory gets `outcome.txt` (exit code, the last line of stderr,
 seconds, the command): a refused combination (an asynchronous algorithm with `fl.workers=2`) is
 an outcome compared like the others. A case whose `outcome.txt` exists is skipped, so an
@@ -147,10 +148,16 @@ def selected(only: Sequence[str] | None) -> list[Case]:
     return chosen
 
 
-def has_threads_per_worker(src: Path) -> bool:
-    """Whether the checkout's config.yaml has `fl.threads_per_worker`."""
+# Settings pinned where the checkout has them: one torch thread per worker, and the layout of
+# fedlight before channels-last became the default (which rounds differently).
+PINNED = {"threads_per_worker": "1", "memory_format": "contiguous"}
+
+
+def pinned(src: Path) -> list[str]:
+    """The PINNED settings the checkout's config.yaml has, as overrides."""
     config = yaml.safe_load((src / "conf" / "config.yaml").read_text())
-    return "threads_per_worker" in (config.get("fl") or {})
+    fl = config.get("fl") or {}
+    return [f"fl.{key}={value}" for key, value in PINNED.items() if key in fl]
 
 
 def check_checkout(src: Path) -> None:
@@ -217,7 +224,6 @@ def old_spelling(overrides: Sequence[str]) -> list[str]:
 def command(case: Case, src: Path, run_dir: Path, data_root: Path, workers: int) -> list[str]:
     """The `python -m fedlight` command line of `case` (run from `src`), in the old codec
     groups where the checkout has them (`old_spelling`)."""
-    threads = ["fl.threads_per_worker=1"] if has_threads_per_worker(src) else []
     old = (src / "conf" / "compression").is_dir()
     return [
         sys.executable,
@@ -227,7 +233,7 @@ def command(case: Case, src: Path, run_dir: Path, data_root: Path, workers: int)
         f"fl.rounds={ROUNDS}",
         f"data.root={data_root}",
         f"fl.workers={workers}",
-        *threads,
+        *pinned(src),
         f"hydra.run.dir={run_dir}",
     ]
 

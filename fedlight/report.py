@@ -92,7 +92,9 @@ UNKNOWN = "unknown"
 NAMED_JOBS = 3  # jobs named per value in a warning that jobs differ in their environment
 # Environment keys a cell's own settings decide (DP-SGD trains with its own engine): a table whose
 # cells differ in them is no warning, only a cell whose seeds do.
-CELL_DECIDED = ("engine",)
+CELL_DECIDED = ("engine", "memory_format")
+# The layout of every run before `fl.memory_format` existed (a summary that does not record it).
+LAYOUT_BEFORE = "contiguous"
 OLDER_SUMMARY = "summary.json written before fedlight recorded it"
 REMOVE_JOB = "or move the job directory out of the sweep"
 # Overrides that do not make a different experiment: the seed varies within a group, and a run
@@ -690,6 +692,34 @@ def environment_line(jobs: list[JobResult]) -> str:
     return f"Environment (what decides float rounding): {', '.join(parts)}{rest}."
 
 
+def reproduction_line(jobs: list[JobResult]) -> str:
+    """What to add to the page's commands to get its numbers digit for digit under today's
+    defaults, which choose the layout and threads per machine (`fl.memory_format=auto`,
+    `fl.workers=auto`): the layout and torch threads per worker the jobs ran with. The number of
+    workers changes no number at equal threads per worker (README "Several workers")."""
+    finished = [job for job in jobs if job.finished]
+    layouts = sorted({str(job.environment.get("memory_format", LAYOUT_BEFORE)) for job in finished})
+    threads = sorted({str(job.environment.get("torch_threads", UNKNOWN)) for job in finished})
+    settings = [f"fl.memory_format={layouts[0]}"] if len(layouts) == 1 else []
+    if threads == [UNKNOWN]:
+        threads_note = (
+            "; their torch threads are unknown (summary.json written before fedlight recorded "
+            "them): give fl.threads_per_worker the threads they had (a job of the basic launcher "
+            "took its process's, i.e. the machine's cores)"
+        )
+    elif len(threads) == 1:
+        settings.append(f"fl.threads_per_worker={threads[0]}")
+        threads_note = ""
+    else:
+        threads_note = "; their torch threads vary: take each job's from its summary.json"
+    layout_note = "" if len(layouts) == 1 else "; their layouts vary: see each job's summary.json"
+    added = f"`{' '.join(settings)}`" if settings else "each job's layout and threads"
+    return (
+        f"Digit for digit: add {added} to the commands above (the layout and torch threads per "
+        f"worker these jobs ran with){layout_note}{threads_note}."
+    )
+
+
 def environment_warning(section: Section) -> str | None:
     """A warning when the jobs of the section's tables differ in what decides float rounding,
     naming the values and a few jobs of each, or some record it and others do not; None when
@@ -794,7 +824,7 @@ def write_markdown(
         else:
             lines += ["```bash", command, "```", ""]
     if sections:
-        lines += [environment_line(jobs), ""]
+        lines += [environment_line(jobs), "", reproduction_line(jobs), ""]
     for section in sections:
         lines += section_markdown(section)
     if not sections:

@@ -35,6 +35,7 @@ exit code 1, below its traceback.
 
 import atexit
 import ctypes
+import gc
 import io
 import itertools
 import math
@@ -493,6 +494,8 @@ def spawn_workers(
     # a forked worker holds this process's open files, its run-directory locks among them
     locks = InheritedFds(run_dir.held.values() if method == "spawn" else ())
     worker_args = (count, store.port, threads, errors, passed_on, locks)
+    if method == "fork":
+        gc.collect()  # an earlier run's garbage dies here, with its threads (see run_spawned)
     with sigterm_raises_terminated():
         context = torch_mp.start_processes(
             run_spawned,
@@ -600,7 +603,11 @@ def run_spawned(
     ends (inherited as it started): nothing is done with them.
     """
     die_with_parent(parent)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a forked worker had the parent's handler
+    # A forked worker holds copies of the parent's objects, whose threads it does not have: the
+    # collector must never destroy one (a TCP store's destructor would wait for its server thread
+    # forever), so what exists now is frozen out of collection; SIGTERM's handler is the default.
+    gc.freeze()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     torch.set_num_threads(threads)
     try:
         device = worker_device(settings, rank, count)

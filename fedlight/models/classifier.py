@@ -51,13 +51,14 @@ def conv_pool_layers(
 
     Each block pools before its ReLU: both are monotone, so max-pooling the ReLU's outputs and
     applying the ReLU to the pooled values give the same values and the same gradients, bit for
-    bit (tested), with the ReLU on a quarter of the elements; it acts in place, saving an
-    allocation. The blocks' parameters are those of conv → ReLU → pool (README "Speed")."""
+    bit (tested), with the ReLU on a quarter of the elements. (Not in place: a full backward hook
+    on a layer, as DP and selection use, forbids modifying its output.) The blocks' parameters
+    are those of conv → ReLU → pool (README "Speed")."""
     in_channels, height, width = input_shape
     layers: list[nn.Module] = []
     for out_channels in channels:
         layers.append(nn.Conv2d(in_channels, out_channels, kernel, padding=padding))
-        layers += [nn.MaxPool2d(2), nn.ReLU(inplace=True)]
+        layers += [nn.MaxPool2d(2), nn.ReLU()]
         in_channels = out_channels
         height = (height + 2 * padding - kernel + 1) // 2
         width = (width + 2 * padding - kernel + 1) // 2
@@ -70,10 +71,9 @@ def conv_pool_layers(
 
 
 def dense_layers(features: int, hidden: tuple[int, ...], num_classes: int) -> list[nn.Module]:
-    """Linear → ReLU for each hidden width (in place: the linear layer's backward does not need
-    its output), then the linear classifier."""
+    """Linear → ReLU for each hidden width, then the linear classifier."""
     layers: list[nn.Module] = []
     for width in hidden:
-        layers += [nn.Linear(features, width), nn.ReLU(inplace=True)]
+        layers += [nn.Linear(features, width), nn.ReLU()]
         features = width
     return [*layers, nn.Linear(features, num_classes)]
