@@ -51,7 +51,12 @@ def compose_config(overrides: list[str]) -> DictConfig:
 
 @pytest.fixture
 def make_job():
+    """Jobs run in the test's process (`fl.workers=1`) unless the overrides name `fl.workers`:
+    a test that patches or captures this process sees the run, whatever threads it has."""
+
     def make(overrides: list[str]) -> Job:
+        if not any(o.startswith("fl.workers=") for o in overrides):
+            overrides = [*overrides, "fl.workers=1"]
         cfg = compose_config(overrides)
         choices = group_choices(cfg, cfg.hydra.runtime.choices)  # as the CLI records them
         with open_dict(cfg):

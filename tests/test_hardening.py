@@ -182,9 +182,13 @@ def test_threads_per_worker_applies_to_one_worker(
         return original(self, round_index)
 
     monkeypatch.setattr(FederatedLoop, "run_round", run_round)
-    before = torch.set_num_threads(2) or torch.get_num_threads()
-    run_job(make_job([*TINY, "fl.rounds=2", "fl.threads_per_worker=1"]), tmp_path / "run")
-    assert seen == [1, 1] and torch.get_num_threads() == before
+    outside = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        run_job(make_job([*TINY, "fl.rounds=2", "fl.threads_per_worker=1"]), tmp_path / "run")
+        assert seen == [1, 1] and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(outside)
 
 
 # One-line refusals ------------------------------------------------------------------------------
