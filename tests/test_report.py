@@ -14,12 +14,15 @@ import pytest
 from omegaconf import OmegaConf
 
 from fedlight.report import (
+    JobResult,
+    Layout,
     accuracy_curve,
     format_cell,
     group_jobs,
     load_jobs,
     main,
     mean_virtual_times,
+    reproduction_line,
 )
 
 from .conftest import REPO, TINY, run_cli
@@ -876,4 +879,22 @@ def test_a_collapse_and_the_environment_through_the_cli(tmp_path: Path) -> None:
         "torch_threads=1, workers=1, engine=sequential, memory_format=contiguous, device=cpu, "
         in report
     )
+    assert "Digit for digit: add `fl.memory_format=contiguous fl.threads_per_worker=1` to" in report
     assert "Warning" not in report
+
+
+def finished_job(environment: dict[str, Any] | None) -> JobResult:
+    summary = {} if environment is None else {"environment": environment}
+    return JobResult("0", Path("0"), {}, [], summary, [], Layout())
+
+
+def test_the_digit_for_digit_line_names_the_layout_and_threads_the_jobs_ran_with() -> None:
+    """Summaries from before the layout was recorded ran contiguous; unknown threads are said."""
+    older = reproduction_line([finished_job(None), finished_job({})])
+    assert older.startswith("Digit for digit: add `fl.memory_format=contiguous` to the commands")
+    assert "their torch threads are unknown" in older
+    channels_last = {"memory_format": "channels_last", "torch_threads": 1}
+    line = reproduction_line([finished_job(channels_last), finished_job(channels_last)])
+    assert "add `fl.memory_format=channels_last fl.threads_per_worker=1` to the commands" in line
+    mixed = reproduction_line([finished_job(channels_last), finished_job({"torch_threads": 2})])
+    assert "their layouts vary" in mixed and "their torch threads vary" in mixed
