@@ -70,6 +70,7 @@ def run(args: argparse.Namespace, output_dir: Path) -> None:
         f"fl.clients_per_round={args.per_round}",
         f"fl.rounds={args.rounds}",
         f"fl.client_state={args.client_state}",
+        "fl.workers=1",  # one process: its memory is what is measured
         "local.epochs=1",
         f"local.batch_size={args.batch_size}",
         "optim.lr=0.05",

@@ -92,6 +92,7 @@ def build_loop(workload: Workload, engine: str, data: TensorDataset) -> Federate
         f"model={workload.model}",
         f"seed={SEED}",
         f"fl.engine={engine}",
+        "fl.workers=1",  # the loop runs in this process
         f"fl.num_clients={workload.num_clients}",
         f"fl.clients_per_round={workload.clients_per_round}",
         f"fl.rounds={workload.rounds}",

@@ -63,6 +63,7 @@ from fedlight.workers import OneWorker, Workers, spawn_workers
 
 WORKERS = 2
 TWO_WORKERS = [f"fl.workers={WORKERS}", "fl.threads_per_worker=1"]
+ONE_WORKER = ["fl.workers=1"]
 TARGETS = {"mlp": 1.6, "cnn": 1.15}
 
 
@@ -136,9 +137,9 @@ def measure(workers: Workers, args: argparse.Namespace, spawned_at: float) -> No
     show(f"start-up of {WORKERS} spawned workers (imports, MNIST): {started:.1f} s", flush=True)
     rows = []
     for model in args.models:
-        one_worker(workers, fedlight_job(model, data, 1), 1, args.threads)  # untimed warm-ups
+        one_worker(workers, fedlight_job(model, data, 1, ONE_WORKER), 1, args.threads)  # warm-up
         two_workers(workers, fedlight_job(model, data, 1, TWO_WORKERS), 1)
-        single_job = fedlight_job(model, data, args.rounds)
+        single_job = fedlight_job(model, data, args.rounds, ONE_WORKER)
         double_job = fedlight_job(model, data, args.rounds, TWO_WORKERS)
         singles: list[Timing] = []
         doubles: list[Timing] = []
