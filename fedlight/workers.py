@@ -494,16 +494,15 @@ def spawn_workers(
     # a forked worker holds this process's open files, its run-directory locks among them
     locks = InheritedFds(run_dir.held.values() if method == "spawn" else ())
     worker_args = (count, store.port, threads, errors, passed_on, locks)
-    if method == "fork":
-        gc.collect()  # an earlier run's garbage dies here, with its threads (see run_spawned)
     with sigterm_raises_terminated():
-        context = torch_mp.start_processes(
-            run_spawned,
-            args=(*worker_args, os.getpid(), settings, target, args),
-            nprocs=count,
-            start_method=method,
-            join=False,
-        )
+        with frozen_for_fork(method == "fork"):
+            context = torch_mp.start_processes(
+                run_spawned,
+                args=(*worker_args, os.getpid(), settings, target, args),
+                nprocs=count,
+                start_method=method,
+                join=False,
+            )
         try:
             while not context.join(grace_period=GRACE_SECONDS):
                 pass
@@ -513,6 +512,24 @@ def spawn_workers(
             for process in context.processes:
                 process.kill()
                 process.join()
+
+
+@contextmanager
+def frozen_for_fork(forking: bool) -> Iterator[None]:
+    """While workers are forked, this process's objects are out of the collector's reach, and so
+    they stay in every forked worker: a worker must never destroy a copy of an object whose
+    threads it does not have (a TCP store's destructor waits for its server thread forever), and
+    a collector that never visits the inherited objects leaves their pages shared instead of
+    copying them (CPython's `gc.freeze` advice for forking servers). Garbage dies first, here."""
+    if not forking:
+        yield
+        return
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 @contextmanager
@@ -603,11 +620,7 @@ def run_spawned(
     ends (inherited as it started): nothing is done with them.
     """
     die_with_parent(parent)
-    # A forked worker holds copies of the parent's objects, whose threads it does not have: the
-    # collector must never destroy one (a TCP store's destructor would wait for its server thread
-    # forever), so what exists now is frozen out of collection; SIGTERM's handler is the default.
-    gc.freeze()
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a forked worker had the parent's handler
     torch.set_num_threads(threads)
     try:
         device = worker_device(settings, rank, count)
