@@ -51,7 +51,7 @@ import fedlight.config
 from fedlight.data.base import TensorDataset
 from fedlight.data.fmnist import FashionMNIST
 from fedlight.evaluation import Evaluator
-from fedlight.experiment import Job, run_job
+from fedlight.experiment import Job, Loaded, run_job
 from fedlight.layout import LAYOUTS
 from fedlight.models.simple_cnn import SimpleCNN
 from fedlight.rng import Stream, derive_seed, numpy_generator
@@ -64,16 +64,6 @@ EVAL_BATCH_SIZE = 1000
 FULL_ROUNDS = 50
 CONTENDERS = ("fedlight", "fedlight_before", "hand")
 BEFORE = ("fl.workers=1", "fl.memory_format=contiguous")
-
-
-@dataclass(frozen=True)
-class Preloaded:
-    """A data source whose `load()` returns tensors decoded once, outside the timed region."""
-
-    dataset: TensorDataset
-
-    def load(self) -> TensorDataset:
-        return self.dataset
 
 
 @dataclass
@@ -109,7 +99,7 @@ def niid_bench_job(data: TensorDataset, epochs: int, overrides: Sequence[str]) -
     with open_dict(cfg):
         del cfg["hydra"]
     job = fedlight.cli.build_job(cfg, choices=choices)
-    job.data = Preloaded(data)
+    job.data = Loaded(data)  # decoded once, outside the timed region
     return job
 
 

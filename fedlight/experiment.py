@@ -64,10 +64,8 @@ from fedlight.workers import (
     join_workers,
     resolve_device,
     spawn_workers,
-    spawned_threads,
-    start_method,
     threads_of,
-    worker_device,
+    workers_start_method,
 )
 
 # Settings that may differ between a run and its resumption without changing any number (dotted
@@ -314,8 +312,7 @@ class Loaded:
 
 def loaded_once(job: Job) -> Job:
     """The job with its data loaded here where its workers are forked from this process."""
-    device = worker_device(job.settings, 0, job.settings.fl.workers)
-    if start_method(device, spawned_threads(job.settings.fl)) != "fork":
+    if workers_start_method(job.settings) != "fork":
         return job
     return replace(job, data=Loaded(job.data.load()))
 

@@ -463,6 +463,12 @@ def spawned_threads(fl: FLSettings) -> int:
     return max(1, torch.get_num_threads() // fl.workers)
 
 
+def workers_start_method(settings: RunSettings) -> str:
+    """How `spawn_workers` starts this run's workers (`start_method`)."""
+    device = worker_device(settings, 0, settings.fl.workers)
+    return start_method(device, spawned_threads(settings.fl))
+
+
 def start_method(device: torch.device, threads: int) -> str:
     """How a worker process starts: forked where it trains on the CPU with one torch thread (in
     milliseconds, sharing this process's imported modules and loaded pages), else spawned (a
@@ -486,9 +492,8 @@ def spawn_workers(
     `WorkerLostError`, anything else as a one-line `WorkerError` below the worker's traceback.
     """
     count, threads = settings.fl.workers, spawned_threads(settings.fl)
-    device = worker_device(settings, 0, count)
-    resolve_backend(settings.fl.backend, device)  # refused: no spawn
-    method = start_method(device, threads)
+    resolve_backend(settings.fl.backend, worker_device(settings, 0, count))  # refused: no spawn
+    method = workers_start_method(settings)
     store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
     errors = torch_mp.get_context(method).SimpleQueue()
     # a forked worker holds this process's open files, its run-directory locks among them
