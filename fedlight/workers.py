@@ -38,7 +38,6 @@ import ctypes
 import gc
 import io
 import itertools
-import math
 import os
 import pickle
 import signal
@@ -76,6 +75,7 @@ PR_SET_PDEATHSIG = 1  # prctl(2)
 # Each ProcessGroupWorkers of a process gets the next number; every process makes them in the
 # same order, so the numbers name the same exchanges in every process.
 GENERATIONS = itertools.count()
+GATHER_CHUNK_BYTES = 8 * 2**20  # each worker's share of one collective of a gather
 
 
 class WorkerError(RuntimeError):
@@ -278,27 +278,69 @@ class Packed:
     nbytes: int
 
 
-def pack(items: Sequence[Any], device: torch.device) -> tuple[Packed, Tensor]:
-    """Items as pickled bytes plus all their tensors' bytes, one after another, on `device`."""
+def describe(items: Sequence[Any]) -> tuple[Packed, list[Tensor]]:
+    """Items as pickled bytes without their tensors, and the tensors (`exchange_bytes` moves
+    them)."""
     file = io.BytesIO()
     pickler = TensorPickler(file)
     pickler.dump(list(items))
     tensors = pickler.tensors
-    parts = [t.detach().to(device).contiguous().reshape(-1).view(torch.uint8) for t in tensors]
-    flat = torch.cat(parts) if parts else torch.empty(0, dtype=torch.uint8, device=device)
     specs = [(t.dtype, tuple(t.shape)) for t in tensors]
-    return Packed(file.getvalue(), specs, flat.numel()), flat
+    return Packed(file.getvalue(), specs, sum(t.nbytes for t in tensors)), tensors
 
 
-def unpack(packed: Packed, flat: Tensor, device: torch.device) -> list[Any]:
-    """`pack` undone; every tensor gets storage of its own (no view pins the buffer)."""
-    tensors, offset = [], 0
-    for dtype, shape in packed.specs:
-        size = math.prod(shape) * dtype.itemsize
-        raw = flat[offset : offset + size].clone()
-        tensors.append(raw.view(dtype).reshape(shape).to(device))
-        offset += size
-    return TensorUnpickler(io.BytesIO(packed.pickled), tensors).load()
+def byte_views(tensors: Sequence[Tensor]) -> list[Tensor]:
+    """Each tensor's bytes as a flat uint8 tensor sharing its storage (a copy if not contiguous)."""
+    return [t.detach().contiguous().reshape(-1).view(torch.uint8) for t in tensors]
+
+
+def received(packed: Packed, device: torch.device) -> list[Tensor]:
+    """Empty tensors of `packed`'s dtypes and shapes, for `exchange_bytes` to fill."""
+    return [torch.empty(shape, dtype=dtype, device=device) for dtype, shape in packed.specs]
+
+
+def rebuild(packed: Packed, tensors: Sequence[Tensor], device: torch.device) -> list[Any]:
+    """The items `describe` took apart, with `tensors` (moved to `device`) in their places."""
+    return TensorUnpickler(io.BytesIO(packed.pickled), [t.to(device) for t in tensors]).load()
+
+
+def spans(parts: Sequence[Tensor], start: int, stop: int) -> Iterator[tuple[Tensor, int]]:
+    """The pieces of the parts' bytes, laid end to end, that fall in [start, stop): each piece
+    with its offset from `start`."""
+    offset = 0
+    for part in parts:
+        end = offset + part.numel()
+        low, high = max(start, offset), min(stop, end)
+        if low < high:
+            yield part[low - offset : high - offset], low - start
+        offset = end
+
+
+AllGather = Callable[[list[Tensor], Tensor], Any]
+
+
+def exchange_bytes(
+    mine: Sequence[Tensor],
+    theirs: Sequence[Sequence[Tensor] | None],
+    longest: int,
+    all_gather: AllGather,
+    device: torch.device,
+) -> None:
+    """Every other worker's tensor bytes into `theirs` (per rank; None: this worker), through
+    `device`, `GATHER_CHUNK_BYTES` per worker and collective: what is in flight stays a few
+    chunks, not a copy of the round's uploads (a worker's largest memory otherwise)."""
+    sources = byte_views(mine)
+    targets = [None if tensors is None else byte_views(tensors) for tensors in theirs]
+    for start in range(0, longest, GATHER_CHUNK_BYTES):
+        stop = min(start + GATHER_CHUNK_BYTES, longest)
+        outgoing = torch.zeros(stop - start, dtype=torch.uint8, device=device)
+        for piece, at in spans(sources, start, stop):
+            outgoing[at : at + piece.numel()] = piece
+        incoming = [torch.empty_like(outgoing) for _ in targets]
+        all_gather(incoming, outgoing)
+        for parts, buffer in zip(targets, incoming, strict=True):
+            for piece, at in spans(parts or [], start, stop):
+                piece.copy_(buffer[at : at + piece.numel()])
 
 
 class ProcessGroupWorkers(Workers):
@@ -363,24 +405,23 @@ class ProcessGroupWorkers(Workers):
         )
 
     def gather(self, share: Share, mine: Sequence[Item]) -> list[Item]:
-        """Two collectives: the pickled items without tensors (all_gather_object), then all
-        tensor bytes (all_gather of one padded uint8 buffer per worker)."""
-        packed, flat = pack(mine, self.transport)
+        """The pickled items without tensors (all_gather_object), then the tensors' bytes
+        (`exchange_bytes`, straight into tensors of their own)."""
+        packed, tensors = describe(mine)
         everyone: list[Packed | None] = [None] * self.count
         with self.exchange():
             dist.all_gather_object(everyone, packed)
             packs = [p for p in everyone if p is not None]
+            theirs = [
+                None if rank == self.rank else received(p, self.transport)
+                for rank, p in enumerate(packs)
+            ]
             longest = max(p.nbytes for p in packs)
-            buffers = [flat] * self.count
-            if longest:
-                padded = torch.zeros(longest, dtype=torch.uint8, device=self.transport)
-                padded[: flat.numel()] = flat
-                buffers = [torch.empty_like(padded) for _ in range(self.count)]
-                dist.all_gather(buffers, padded)
+            exchange_bytes(tensors, theirs, longest, dist.all_gather, self.transport)
         items: list[Any] = [None] * sum(len(positions) for positions in share.positions)
-        for rank, positions in enumerate(share.positions):
-            theirs = mine if rank == self.rank else unpack(packs[rank], buffers[rank], self.device)
-            for position, item in zip(positions, theirs, strict=True):
+        for rank, (positions, bytes_of) in enumerate(zip(share.positions, theirs, strict=True)):
+            got = mine if bytes_of is None else rebuild(packs[rank], bytes_of, self.device)
+            for position, item in zip(positions, got, strict=True):
                 items[position] = item
         return items
 

@@ -10,13 +10,25 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch import Tensor
 
+from fedlight import workers
 from fedlight.checkpoint import load_checkpoint
 from fedlight.client_states import CLIENT_STATES_DIR, DiskClientStates
 from fedlight.config import FLSettings, RunSettings
 from fedlight.errors import ConfigError
 from fedlight.experiment import Job, run_job
-from fedlight.workers import OneWorker, WorkerError, assign, pack, spawn_workers, unpack
+from fedlight.workers import (
+    OneWorker,
+    WorkerError,
+    assign,
+    byte_views,
+    describe,
+    exchange_bytes,
+    rebuild,
+    received,
+    spawn_workers,
+)
 
 from . import worker_targets
 from .conftest import TINY, rows_without_timings, run_cli
@@ -238,7 +250,10 @@ def test_participants_are_shared_largest_first_to_the_least_loaded_worker() -> N
     assert OneWorker(CPU).gather(share, ["x", "y", "z"]) == ["x", "y", "z"]
 
 
-def test_packed_items_come_back_bit_identical_with_storage_of_their_own() -> None:
+def test_gathered_items_arrive_bit_identical_in_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The other worker's tensors cross in 7-byte chunks (pieces of several tensors in one chunk,
+    one tensor over several) and come back bit-identical, each with storage of its own."""
+    monkeypatch.setattr(workers, "GATHER_CHUNK_BYTES", 7)
     generator = torch.Generator().manual_seed(0)
     state = {
         "w": torch.randn(3, 4, generator=generator),
@@ -247,11 +262,26 @@ def test_packed_items_come_back_bit_identical_with_storage_of_their_own() -> Non
         "count": torch.tensor(7),
         "mask": torch.tensor([True, False, True]),
         "empty": torch.zeros(0, 3),
+        "strided": torch.arange(12.0).reshape(3, 4).t(),
     }
-    items = [("client", 3, state), None, {"loss": 0.25}]
-    packed, flat = pack(items, CPU)
-    assert flat.dtype == torch.uint8 and packed.nbytes == flat.numel()
-    (label, client, back), nothing, loss = unpack(packed, flat, CPU)
+    mine_packed, mine_tensors = describe([{"w": torch.ones(2)}])
+    packed, tensors = describe([("client", 3, state), None, {"loss": 0.25}])
+    longest = max(mine_packed.nbytes, packed.nbytes)
+    sent = torch.zeros(longest, dtype=torch.uint8)
+    sent[: packed.nbytes] = torch.cat(byte_views(tensors))
+    chunks: list[Tensor] = []
+
+    def all_gather(incoming: list[Tensor], outgoing: Tensor) -> None:  # worker 1's bytes arrive
+        start = 7 * len(chunks)
+        chunks.append(outgoing.clone())
+        incoming[0].copy_(outgoing)
+        incoming[1].copy_(sent[start : start + outgoing.numel()])
+
+    theirs = [None, received(packed, CPU)]
+    exchange_bytes(mine_tensors, theirs, longest, all_gather, CPU)
+    assert len(chunks) == -(-longest // 7)
+    assert torch.equal(torch.cat(chunks)[:8], torch.ones(2).view(torch.uint8))
+    (label, client, back), nothing, loss = rebuild(packed, theirs[1], CPU)
     assert (label, client, nothing, loss) == ("client", 3, None, {"loss": 0.25})
     for name, tensor in state.items():
         assert back[name].dtype == tensor.dtype and torch.equal(back[name], tensor), name
