@@ -103,13 +103,15 @@ class DivergenceError(RuntimeError):
 
 @dataclass(frozen=True)
 class Ran:
-    """What the rounds leave for the summary: the history, the test set's chance accuracy, and
-    the environment that decided the float results (the main worker's; empty on the others).
-    Nothing of it holds the data, released before the figures are drawn."""
+    """What the rounds leave for the summary: the history, the test set's chance accuracy, the
+    environment that decided the float results (the main worker's; empty on the others) and how
+    many times the run was resumed. Nothing of it holds the data, released before the figures
+    are drawn."""
 
     history: History
     chance: Chance
     environment: dict[str, Any]
+    resumes: int
 
 
 @dataclass
@@ -444,6 +446,7 @@ def run_rounds(
     workers.barrier()  # the main worker has linked a disk store's resumed files: now they are read
 
     environment = run_environment(workers, loop, checkpoint)
+    resumes = 0 if checkpoint is None else int(checkpoint.get("resumes", 0)) + 1
     run_info = RunInfo(
         output_dir,
         job.config,
@@ -461,11 +464,12 @@ def run_rounds(
             "config": json.dumps(comparable_config(job.config), sort_keys=True),
             "rounds": settings.fl.rounds,
             "environment": json.dumps(environment),
+            "resumes": resumes,
         },
     )
     if workers.main:
         write_model(output_dir, module, loop.final_model())
-    return Ran(history, chance, environment)
+    return Ran(history, chance, environment, resumes)
 
 
 def federation(job: Job, data: TensorDataset, output_dir: Path, workers: Workers) -> Clients:
@@ -565,7 +569,8 @@ def write_summary(
         | variants_summary(job.stages.algorithm)
         | {"command_seconds": command_seconds()}
         | {"parallelism": parallelism_of(job).summary()}
-        | {"environment": ran.environment}
+        | {"environment": ran.environment, "resumes": ran.resumes}
+        | {"config": comparable_config(job.config)}
     )
     write_text(output_dir / SUMMARY_NAME, json.dumps(summary, indent=2, allow_nan=False))
     write_curves(output_dir, history.rows)

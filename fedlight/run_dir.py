@@ -239,20 +239,23 @@ def prepare(directory: Path, setting: str, settings: RunSettings) -> None:
             shutil.rmtree(directory / folder)
 
 
-def prepare_sweep(directory: Path, setting: str, jobs: list[RunSettings]) -> None:
+def prepare_sweep(
+    directory: Path, setting: str, jobs: list[RunSettings], decided: bool = False
+) -> None:
     """A sweep directory this sweep may write (before Hydra writes into it): no links in it or
-    its job folders, and no results of an earlier sweep in them unless every job overwrites."""
+    its job folders, and no results of an earlier sweep in them unless every job overwrites or
+    each job `decided` what to do with its own folder (`resume=auto`, `fedlight.resume`)."""
     check_no_links(directory)
     folders = sorted(p for p in directory.iterdir() if p.is_dir() and not p.is_symlink())
     for folder in folders:
         check_no_links(folder)
-    if all(job.overwrite for job in jobs):
+    if decided or all(job.overwrite for job in jobs):
         return
     for folder in folders:
         found = results_in(folder)
         if found:
             raise ConfigError(
                 f"{setting}={directory} holds the results of an earlier sweep "
-                f"({folder / found[0]}); choose another directory, or give overwrite=true to "
-                "replace them job by job"
+                f"({folder / found[0]}); continue that sweep with resume=auto, choose another "
+                "directory, or give overwrite=true to replace them job by job"
             )
