@@ -4,6 +4,7 @@ This is the only module that sees a `DictConfig`. Bad settings are caught before
 job of a sweep, and reported on one line that names the key and what is allowed.
 """
 
+import json
 import os
 import re
 import shlex
@@ -61,9 +62,15 @@ from fedlight.jobs import (
 from fedlight.loggers.base import job_name
 from fedlight.partitions.base import ClientCount
 from fedlight.pipeline.stage import Plan
+from fedlight.preemption import (
+    PREEMPTED_EXIT_CODE,
+    Preempted,
+    requeue_on_slurm,
+    watched,
+)
 from fedlight.resume import Decision, decide
 from fedlight.run_dir import CONSOLE_NAME
-from fedlight.run_files import ERROR_NAME
+from fedlight.run_files import ERROR_NAME, PREEMPTED_NAME
 from fedlight.stages import CONF_DIR as STAGES_CONF_DIR
 from fedlight.stages import build_stages, instantiate_group
 from fedlight.sweeps import SWEEP_JOBS_VARIABLE
@@ -446,7 +453,7 @@ def hydra_entry(cfg: DictConfig) -> float | int | None:
                     cfg, job.config, choices, hydra_cfg.job.config_name, search_path
                 )
                 print(f"fedlight: settings {' '.join(changed) or '(all defaults)'}", flush=True)
-            summary = run_job(job, output_dir)
+            summary = run_until_preempted(job, output_dir)
         return summary.get(job.settings.objective)
     except (ConfigError, DataError) as error:
         job_failed(str(error), 2, multirun, output_dir)
@@ -470,6 +477,37 @@ def hydra_entry(cfg: DictConfig) -> float | int | None:
         sys.exit(143)
     except OSError as error:
         job_failed(cannot_write(error, output_dir), 1, multirun, output_dir)
+
+
+def run_until_preempted(job: Job, output_dir: Path) -> dict[str, Any]:
+    """The job's summary; a preemption signal (`fedlight.preemption`) ends the process with
+    PREEMPTED_EXIT_CODE once the checkpoint is written, and the directory is marked to resume
+    on its own (`preempted.json`), after the handler that was there before (submitit's
+    checkpoint-and-requeue) or SLURM's requeue (`preemption.requeue`)."""
+    with watched(job.settings.preemption.signals) as watch:
+        try:
+            return run_job(job, output_dir)
+        except Preempted as stop:
+            if writes_run_dir():
+                marker = {"signal": stop.signal_name, "after_round": stop.round_index}
+                write_text(output_dir / PREEMPTED_NAME, json.dumps(marker) + "\n")
+            again = (
+                f"python -m fedlight resume={output_dir} hydra.run.dir={output_dir}"
+                if job.sweep_group is None
+                else f"fedlight resume {job.sweep_group}"
+            )
+            print(
+                f"fedlight: preempted ({stop.signal_name}) after round {stop.round_index}; "
+                "checkpoint written: the run continues on its own when its command runs again, "
+                f"or with: {again}",
+                file=sys.stderr,
+                flush=True,
+            )
+            watch.chain()
+            requeued = requeue_on_slurm(job.settings.preemption.requeue)
+            if requeued:
+                print(f"fedlight: {requeued}", file=sys.stderr, flush=True)
+            sys.exit(PREEMPTED_EXIT_CODE)
 
 
 def non_default_settings(
@@ -573,6 +611,7 @@ def writing(output_dir: Path, setting: str, settings: RunSettings) -> Iterator[N
         return
     with run_dir.locked(output_dir, setting):
         run_dir.prepare(output_dir, setting, settings)
+        run_dir.forget_last_attempt(output_dir)
         yield
 
 

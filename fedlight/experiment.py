@@ -51,6 +51,7 @@ from fedlight.outputs import (
     write_participation,
 )
 from fedlight.partitions.base import Partition
+from fedlight.preemption import Preempted
 from fedlight.rng import Stream, derive_seed, numpy_generator
 from fedlight.run_dir import SUMMARY_NAME
 from fedlight.selection.base import Selection
@@ -85,6 +86,7 @@ RESUME_FREE_KEYS = (
     "fl.worker_timeout",
     "fl.rounds",
     "checkpoint.every",
+    "preemption",  # how a run is told to stop, not what it computes
     "data.cache_dir",  # where decoded images are kept, not what they are
     "privacy.target_epsilon",  # the budget: the noise a run calibrated is in its checkpoint
     "privacy.accountant",  # how ε is bounded (the noise is the checkpoint's): any, on resume
@@ -291,7 +293,7 @@ def run_job(job: Job, output_dir: Path) -> dict[str, Any]:
         summary = run_worker(join_workers(job.settings), job, output_dir)
     elif job.settings.fl.workers > 1:
         # one-line errors, as in one process
-        passed_on = (ConfigError, DataError, OSError, ClientStateLostError)
+        passed_on = (ConfigError, DataError, OSError, ClientStateLostError, Preempted)
         spawn_workers(job.settings, run_worker, (loaded_once(job), output_dir), passed_on)
         summary = json.loads((output_dir / SUMMARY_NAME).read_text())
     else:

@@ -25,7 +25,7 @@ from fedlight.checkpoint import load_checkpoint
 from fedlight.errors import ConfigError
 from fedlight.run_dir import results_in
 from fedlight.run_files import CHECKPOINT_NAME
-from fedlight.sweeps import JobState, JobStatus, job_state
+from fedlight.sweeps import JobState, job_state
 
 AUTO = "auto"
 
@@ -49,17 +49,13 @@ class Decision:
 
 def decide(given: str | None, directory: Path, difference: Difference, rounds: int) -> Decision:
     """The job's decision for `resume=given` in `directory` (see the module docstring); `rounds`:
-    the job's `fl.rounds`. A run directory given as `resume=` is that run's business."""
+    the job's `fl.rounds`. A run directory given as `resume=` is that run's business. A directory
+    another run is writing is decided by its files: taking its lock then refuses the job."""
     if given is not None and given != AUTO:
         return Decision(given)
     state = job_state(directory)
     if given is None and not state.preempted:
         return Decision(None)
-    if state.status is JobStatus.RUNNING:
-        raise ConfigError(
-            f"resume={AUTO}: {directory} is being written by another fedlight run (pid "
-            f"{state.holder}); wait for it to end, or choose another directory"
-        )
     saved = saved_config(state)
     if saved is None:  # nothing it could continue: what an attempt left is replaced
         leftover = bool(results_in(directory))

@@ -222,21 +222,26 @@ def prepare(directory: Path, setting: str, settings: RunSettings) -> None:
     run resumes from it in place or overwrites them (`overwrite=true` removes them now, with
     the RESULT_FOLDERS, so nothing of the other run is left to resume or read)."""
     check_no_links(directory)
-    for name in (ERROR_NAME, PREEMPTED_NAME):  # how the last attempt ended: this one goes on
-        (directory / name).unlink(missing_ok=True)
     found = results_in(directory)
+    if found and not resumes_in_place(directory, settings) and not settings.overwrite:
+        raise refuse_results(directory, setting, found)
     if not found:
         return
     if resumes_in_place(directory, settings):  # finished (summary.json) once it has run its rounds
         (directory / SUMMARY_NAME).unlink(missing_ok=True)
         return
-    if not settings.overwrite:
-        raise refuse_results(directory, setting, found)
     for name in (*RESULTS, CONSOLE_NAME):
         (directory / name).unlink(missing_ok=True)
     for folder in RESULT_FOLDERS:
         if (directory / folder).is_dir():
             shutil.rmtree(directory / folder)
+
+
+def forget_last_attempt(directory: Path) -> None:
+    """How the last attempt in `directory` ended (an error, a preemption), forgotten as this one
+    starts: it is said again if this one ends so (`fedlight.sweeps` reads these files)."""
+    for name in (ERROR_NAME, PREEMPTED_NAME):
+        (directory / name).unlink(missing_ok=True)
 
 
 def prepare_sweep(
