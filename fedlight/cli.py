@@ -412,11 +412,28 @@ def plural(count: int, word: str) -> str:
     return f"{count} {word}{'' if count == 1 else 's'}"
 
 
+# The configs of Hydra plugins that an extra of fedlight installs, by the extra
+PLUGIN_EXTRAS = {
+    "hydra/launcher/ray": "ray",
+    "hydra/launcher/ray_aws": "ray",
+    "hydra/launcher/submitit_slurm": "slurm",
+    "hydra/launcher/submitit_local": "slurm",
+    "hydra/sweeper/optuna": "optuna",
+}
+
+
 def composition_message(failed: JobCompositionError) -> str:
     """Hydra's reason a job could not be composed, on one line; an unknown key names the keys
-    its parent has."""
+    its parent has, a plugin's config that is not there the extra that installs it."""
     error = failed.__cause__ or failed
     text = "\n".join(str(e) for e in error_chain(error))
+    plugin = re.search(r"Could not (?:find|load) '(hydra/\w+/\w+)'", text)
+    if plugin and plugin.group(1) in PLUGIN_EXTRAS:
+        extra = PLUGIN_EXTRAS[plugin.group(1)]
+        return (
+            f"{plugin.group(1)} is the config of a Hydra plugin that is not installed: "
+            f"pip install 'fedlight[{extra}]' ({one_line(error)})"
+        )
     missing = re.search(r"Could not override '([^']+)'", text)
     if missing and re.search(r"Key '[^']+' (is )?not in", text):
         groups = [o for o in failed.overrides if o.split("=")[0] in CONFIG_GROUPS]
