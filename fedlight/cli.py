@@ -4,6 +4,7 @@ This is the only module that sees a `DictConfig`. Bad settings are caught before
 job of a sweep, and reported on one line that names the key and what is allowed.
 """
 
+import logging
 import os
 import re
 import shlex
@@ -12,7 +13,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, NoReturn, TextIO
+from typing import Any, NoReturn
 
 import hydra
 import torch
@@ -57,6 +58,7 @@ from fedlight.jobs import (
     with_config_dirs,
 )
 from fedlight.loggers.base import job_name
+from fedlight.loggers.console import Tee
 from fedlight.partitions.base import ClientCount
 from fedlight.pipeline.stage import Plan
 from fedlight.run_dir import CONSOLE_NAME
@@ -126,6 +128,16 @@ def settle_workers(cfg: DictConfig, choices: dict[str, str], algorithm: Algorith
     )
     cfg.fl.workers, cfg.fl.threads_per_worker = parallelism.workers, parallelism.threads_per_worker
     return parallelism
+
+
+def settle_progress(cfg: DictConfig) -> None:
+    """`console.progress=auto` is off where the job's logging, as Hydra has configured it, is
+    quiet: a run's progress is information, and `hydra/job_logging=disabled` (root level ERROR),
+    or any job_logging that sets the `fedlight` logger above INFO, asks for none."""
+    logger = logging.getLogger("fedlight")
+    quiet = logger.disabled or not logger.isEnabledFor(logging.INFO)
+    if cfg.console.progress == "auto" and quiet:
+        cfg.console.progress = "off"
 
 
 def settle_num_clients(
@@ -379,6 +391,7 @@ def hydra_entry(cfg: DictConfig) -> float | int | None:
     setting = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     try:
         name = job_name(list(hydra_cfg.overrides.task), output_dir)
+        settle_progress(cfg)
         job = build_job(cfg, choices, sweep_group, announce=writes_run_dir(), name=name)
         with writing(output_dir, setting, job.settings), console_saved(output_dir):
             if writes_run_dir():
@@ -460,24 +473,6 @@ def flattened(config: Any, path: str = "") -> dict[str, Any]:
             for k, v in flattened(value, f"{path}{key}.").items()
         }
     return {path.rstrip("."): config}
-
-
-class Tee:
-    """A text stream that writes to the console and to a file."""
-
-    def __init__(self, console: TextIO, file: TextIO) -> None:
-        self.console, self.file = console, file
-
-    def write(self, text: str) -> int:
-        self.file.write(text)
-        return self.console.write(text)
-
-    def flush(self) -> None:
-        self.file.flush()
-        self.console.flush()
-
-    def __getattr__(self, name: str) -> Any:  # isatty, encoding, fileno: the console's
-        return getattr(self.console, name)
 
 
 @contextmanager
