@@ -17,8 +17,7 @@ import torch
 
 from fedlight.errors import ConfigError, one_line
 from fedlight.files import replaced
-
-CHECKPOINT_NAME = "checkpoint.pt"
+from fedlight.run_files import CHECKPOINT_NAME
 
 
 def save_checkpoint(path: Path, state: dict[str, Any]) -> None:

@@ -23,11 +23,11 @@ import os
 import shutil
 import stat
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from fedlight.checkpoint import CHECKPOINT_NAME
 from fedlight.client_states import CLIENT_STATES_DIR
 from fedlight.config import RunSettings
 from fedlight.errors import ConfigError
@@ -35,9 +35,14 @@ from fedlight.export import LIGHTNING_CHECKPOINT_NAME, MODEL_NAME
 from fedlight.files import linked
 from fedlight.loggers.mlflow import MLRUNS_DIR
 from fedlight.loggers.tensorboard import TENSORBOARD_DIR
+from fedlight.run_files import (
+    CHECKPOINT_NAME,
+    ERROR_NAME,
+    LOCK_NAME,
+    PREEMPTED_NAME,
+    SUMMARY_NAME,
+)
 
-LOCK_NAME = ".fedlight.lock"
-SUMMARY_NAME = "summary.json"
 # What a run leaves that a new run into its directory would replace (metrics.csv: the csv
 # logger's default name; model.pt and model.ckpt: the final model, `fedlight.export`).
 RESULTS = (CHECKPOINT_NAME, SUMMARY_NAME, "metrics.csv", MODEL_NAME, LIGHTNING_CHECKPOINT_NAME)
@@ -45,6 +50,8 @@ RESULTS = (CHECKPOINT_NAME, SUMMARY_NAME, "metrics.csv", MODEL_NAME, LIGHTNING_C
 # states, and the stores of the loggers that keep theirs in the run directory.
 RESULT_FOLDERS = (CLIENT_STATES_DIR, TENSORBOARD_DIR, MLRUNS_DIR)
 CONSOLE_NAME = "console.log"  # what the run printed (appended to by a resume in place)
+LOCK_TRIES = 5
+LOCK_RETRY_SECONDS = 0.05
 # The folders of a run directory that fedlight and Hydra write into, searched for links.
 WRITTEN_FOLDERS = (".hydra", CLIENT_STATES_DIR)
 
@@ -79,15 +86,13 @@ def acquire(directory: Path, setting: str) -> None:
     path = directory / LOCK_NAME
     while True:
         descriptor = open_lock(path, setting)
-        try:
-            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        if not locked_soon(descriptor):
             holder = written_pid(descriptor) or "unknown"
             os.close(descriptor)
             raise ConfigError(
                 f"{setting}={directory} is being written by another fedlight run (pid {holder}, "
                 f"lock {path}); wait for it to end, or choose another directory"
-            ) from None
+            )
         if same_file(descriptor, path):  # not removed by a holder that finished meanwhile
             break
         os.close(descriptor)
@@ -102,6 +107,19 @@ def acquire(directory: Path, setting: str) -> None:
     os.ftruncate(descriptor, 0)
     os.pwrite(descriptor, f"{os.getpid()}\n".encode(), 0)
     held[directory] = descriptor
+
+
+def locked_soon(descriptor: int) -> bool:
+    """Whether this process got the exclusive lock within a few tries: a probe of who holds it
+    (`fedlight.run_files.lock_holder`, e.g. a sweep's progress line) holds it for an instant."""
+    for attempt in range(LOCK_TRIES):
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if attempt + 1 < LOCK_TRIES:
+                time.sleep(LOCK_RETRY_SECONDS)
+    return False
 
 
 def open_lock(path: Path, setting: str) -> int:
@@ -204,8 +222,13 @@ def prepare(directory: Path, setting: str, settings: RunSettings) -> None:
     run resumes from it in place or overwrites them (`overwrite=true` removes them now, with
     the RESULT_FOLDERS, so nothing of the other run is left to resume or read)."""
     check_no_links(directory)
+    for name in (ERROR_NAME, PREEMPTED_NAME):  # how the last attempt ended: this one goes on
+        (directory / name).unlink(missing_ok=True)
     found = results_in(directory)
-    if not found or resumes_in_place(directory, settings):
+    if not found:
+        return
+    if resumes_in_place(directory, settings):  # finished (summary.json) once it has run its rounds
+        (directory / SUMMARY_NAME).unlink(missing_ok=True)
         return
     if not settings.overwrite:
         raise refuse_results(directory, setting, found)

@@ -1,0 +1,37 @@
+"""The files a run leaves in its directory, by name, and who holds its lock: without torch, for
+`fedlight report` and a sweep's bookkeeping (`fedlight.sweeps`) as much as for the run.
+
+The lock is an `flock` on LOCK_NAME that a run holds while it writes the directory (see
+`fedlight.run_dir`); the kernel drops it when the holder dies, so a held lock means a live run.
+"""
+
+import fcntl
+import os
+from pathlib import Path
+
+CHECKPOINT_NAME = "checkpoint.pt"
+SUMMARY_NAME = "summary.json"
+LOCK_NAME = ".fedlight.lock"
+ERROR_NAME = "error.txt"  # the one line a run that fedlight ended with an error printed
+PREEMPTED_NAME = "preempted.json"  # a run stopped by a preemption signal, resumed on its own
+
+
+def lock_holder(directory: Path) -> str | None:
+    """The pid (or "unknown") of the process that holds `directory`'s lock; None if nobody does.
+
+    Probed with a shared lock held for an instant (a run taking the lock meanwhile retries, see
+    `fedlight.run_dir.acquire`)."""
+    try:
+        descriptor = os.open(directory / LOCK_NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        text = os.pread(descriptor, 32, 0).decode(errors="replace").strip()
+        return text if text.isdigit() else "unknown"
+    else:
+        fcntl.flock(descriptor, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(descriptor)

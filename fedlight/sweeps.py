@@ -1,0 +1,111 @@
+"""Where each job of a sweep stands, read from the files its run leaves in its directory (see
+`fedlight.run_files`), so that the jobs of any launcher (basic, joblib, SLURM, Ray: processes on
+other machines that share the filesystem) are counted, resumed and reported the same way.
+
+A job is *finished* once its run wrote summary.json (a diverged run and one the privacy budget
+stopped write it too: each is a result), *running* while a process holds its directory's lock,
+*stopped* when it left a checkpoint and nobody writes it (killed, out of time, preempted: it can
+be resumed), *failed* when fedlight ended it with an error (error.txt holds the line it printed),
+and *not started* otherwise (no directory yet, or one without any of these files).
+"""
+
+import json
+import os
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from fedlight.run_files import (
+    CHECKPOINT_NAME,
+    ERROR_NAME,
+    PREEMPTED_NAME,
+    SUMMARY_NAME,
+    lock_holder,
+)
+
+# Set by `fedlight` for the jobs of a sweep whose jobs are known before it runs (Hydra's basic
+# sweeper): how many there are, so that a job can say how many are left.
+SWEEP_JOBS_VARIABLE = "FEDLIGHT_SWEEP_JOBS"
+
+
+class JobStatus(StrEnum):
+    FINISHED = "finished"
+    DIVERGED = "diverged"
+    RUNNING = "running"
+    STOPPED = "stopped"
+    FAILED = "failed"
+    NOT_STARTED = "not started"
+
+
+@dataclass(frozen=True)
+class JobState:
+    """One job directory as its files describe it."""
+
+    directory: Path
+    status: JobStatus
+    rounds_logged: int  # rows in metrics.csv (a stopped run may have logged past its checkpoint)
+    preempted: bool  # it stopped on a preemption signal (preempted.json) and resumes on its own
+    summary: dict[str, Any] | None  # summary.json of a finished job
+    holder: str | None = None  # the pid holding the lock of a running job
+
+    @property
+    def done(self) -> bool:
+        """Finished or diverged: a result of the sweep, not run again by `resume=auto`."""
+        return self.status in (JobStatus.FINISHED, JobStatus.DIVERGED)
+
+
+def job_state(directory: Path) -> JobState:
+    """What `directory` holds (see the module docstring)."""
+    rows = logged_rounds(directory / "metrics.csv")
+    preempted = (directory / PREEMPTED_NAME).is_file()
+    holder = lock_holder(directory)
+    summary = read_json(directory / SUMMARY_NAME)
+    if holder is not None:
+        status = JobStatus.RUNNING
+    elif summary is not None:
+        diverged = summary.get("diverged_at_round") is not None
+        status = JobStatus.DIVERGED if diverged else JobStatus.FINISHED
+    elif (directory / ERROR_NAME).is_file():
+        status = JobStatus.FAILED
+    elif (directory / CHECKPOINT_NAME).is_file():
+        status = JobStatus.STOPPED
+    else:
+        status = JobStatus.NOT_STARTED
+    return JobState(directory, status, rows, preempted, summary, holder)
+
+
+def sweep_states(sweep_dir: Path) -> list[JobState]:
+    """Every job directory Hydra made under `sweep_dir` (those holding `.hydra/`), in job order."""
+    found = [p.parent for p in sweep_dir.glob("**/.hydra") if p.is_dir()]
+    return [job_state(d) for d in sorted(found, key=lambda d: job_order(d, sweep_dir))]
+
+
+def job_order(directory: Path, sweep_dir: Path) -> tuple[tuple[int, int | str], ...]:
+    """Job directories in number order (2 before 10), other names after, alphabetically."""
+    parts = directory.relative_to(sweep_dir).parts
+    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in parts)
+
+
+def expected_jobs() -> int | None:
+    """The number of jobs of the sweep this process runs a job of, where fedlight knew it."""
+    value = os.environ.get(SWEEP_JOBS_VARIABLE, "")
+    return int(value) if value.isdigit() else None
+
+
+def logged_rounds(path: Path) -> int:
+    """Data rows of a metrics.csv (0 without one)."""
+    try:
+        with path.open("rb") as file:
+            return max(sum(1 for line in file if line.strip()) - 1, 0)
+    except OSError:
+        return 0
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    """A JSON object from `path`; None where there is none or it is not one (cut short)."""
+    try:
+        value = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
