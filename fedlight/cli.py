@@ -58,12 +58,13 @@ from fedlight.jobs import (
     with_config_dirs,
 )
 from fedlight.loggers.base import job_name
-from fedlight.loggers.console import Tee
+from fedlight.loggers.console import Tee, sweep_line
 from fedlight.partitions.base import ClientCount
 from fedlight.pipeline.stage import Plan
 from fedlight.run_dir import CONSOLE_NAME
 from fedlight.stages import CONF_DIR as STAGES_CONF_DIR
 from fedlight.stages import build_stages, instantiate_group
+from fedlight.sweeps import SWEEP_JOBS_VARIABLE, expected_jobs
 from fedlight.workers import Parallelism, Terminated, WorkerError, auto_parallelism
 
 CONF_DIR = str(STAGES_CONF_DIR)
@@ -381,9 +382,29 @@ def composition_message(failed: JobCompositionError) -> str:
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
 def hydra_entry(cfg: DictConfig) -> float | int | None:
-    """One job: run, and its `objective` returned to Hydra's sweeper (None where the job
-    diverged and the sweep goes on)."""
+    """One job (`run_hydra_job`); a job of a sweep says where the sweep stands as it starts and
+    as it ends, however it ends."""
     hydra_cfg = HydraConfig.get()
+    settle_progress(cfg)
+    sweep = shown_sweep(cfg, hydra_cfg)
+    try:
+        return run_hydra_job(cfg, hydra_cfg, sweep)
+    finally:
+        if sweep is not None:
+            print(sweep_line(sweep, expected_jobs()), file=sys.stderr, flush=True)
+
+
+def shown_sweep(cfg: DictConfig, hydra_cfg: DictConfig) -> Path | None:
+    """The sweep directory of this job, where it shows its progress (and writes its run dir)."""
+    multirun = hydra_cfg.mode == RunMode.MULTIRUN
+    if not multirun or not writes_run_dir() or cfg.console.progress == "off":
+        return None
+    return Path(hydra_cfg.sweep.dir)
+
+
+def run_hydra_job(cfg: DictConfig, hydra_cfg: DictConfig, sweep: Path | None) -> float | int | None:
+    """One job: run, and its `objective` returned to Hydra's sweeper (None where the job
+    diverged and the sweep goes on); `sweep`: the sweep directory whose state it says."""
     choices = group_choices(cfg, hydra_cfg.runtime.choices)
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
     sweep_group = hydra_cfg.sweep.dir if multirun else None
@@ -391,7 +412,6 @@ def hydra_entry(cfg: DictConfig) -> float | int | None:
     setting = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     try:
         name = job_name(list(hydra_cfg.overrides.task), output_dir)
-        settle_progress(cfg)
         job = build_job(cfg, choices, sweep_group, announce=writes_run_dir(), name=name)
         with writing(output_dir, setting, job.settings), console_saved(output_dir):
             if writes_run_dir():
@@ -403,6 +423,8 @@ def hydra_entry(cfg: DictConfig) -> float | int | None:
                     cfg, job.config, choices, hydra_cfg.job.config_name, search_path
                 )
                 print(f"fedlight: settings {' '.join(changed) or '(all defaults)'}", flush=True)
+            if sweep is not None:
+                print(sweep_line(sweep, expected_jobs()), file=sys.stderr, flush=True)
             summary = run_job(job, output_dir)
         return summary.get(job.settings.objective)
     except (ConfigError, DataError) as error:
@@ -653,6 +675,8 @@ def main() -> None:
                 sweep_dir = given_value(command.overrides, "hydra.sweep.dir")
                 print("\n".join(job_lines(jobs, sweep_dir)))
                 sys.exit(0)
+            if command.multirun and jobs.complete:  # how many are left, for each job to say
+                os.environ[SWEEP_JOBS_VARIABLE] = str(len(jobs.jobs))
             settings = [job_settings for _, job_settings in checked]
             locked = check_output_dir(command.overrides, command.multirun, settings)
         except ConfigError as error:

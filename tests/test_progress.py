@@ -108,3 +108,50 @@ def test_off_prints_no_progress() -> None:
     progress.log_round({"round": 1, "train_loss": 1.0})
     progress.close()
     assert stream.getvalue() == ""
+
+
+def test_each_job_of_a_sweep_says_where_the_sweep_stands_as_it_starts_and_ends(
+    tmp_path: Path,
+) -> None:
+    """Three jobs, the second diverging (`optim.lr=1e6`): counted from their directories."""
+    sweep = tmp_path / "sweep"
+    result = run_cli(
+        "-m",
+        *TINY,
+        "fl.rounds=2",
+        "fl.workers=1",
+        "optim.lr=0.05,1e6,0.05",
+        f"hydra.sweep.dir={sweep}",
+        cwd=tmp_path,
+    )
+    said = [
+        line.removeprefix(f"fedlight: sweep {sweep}: ")
+        for line in result.stderr.splitlines()
+        if line.startswith("fedlight: sweep ")
+    ]
+    counts = [line.rpartition(", ETA ")[0] for line in said]
+    assert counts == [
+        "0 of 3 done (0 failed, 0 diverged), 1 running, 2 left",
+        "1 of 3 done (0 failed, 0 diverged), 0 running, 2 left",
+        "1 of 3 done (0 failed, 0 diverged), 1 running, 1 left",
+        "2 of 3 done (0 failed, 1 diverged), 0 running, 1 left",
+        "2 of 3 done (0 failed, 1 diverged), 1 running, 0 left",
+        "3 of 3 done (0 failed, 1 diverged), 0 running, 0 left",
+    ]
+    etas = [line.rpartition(", ETA ")[2] for line in said]
+    assert etas[0] == "-" and etas[-1] == "0 s"  # none finished yet; none left
+    assert all(re.fullmatch(r"\d+ s|\d+ min \d\d s", eta) for eta in etas[1:])
+
+
+def test_quiet_sweeps_say_nothing_of_the_sweep(tmp_path: Path) -> None:
+    result = run_cli(
+        "-m",
+        *TINY,
+        "fl.rounds=1",
+        "fl.workers=1",
+        "console.progress=off",
+        "seed=0,1",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        cwd=tmp_path,
+    )
+    assert "fedlight: sweep " not in result.stderr and "round 1:" not in result.stderr

@@ -13,10 +13,13 @@ CI and SLURM: `auto` picks it where stderr is not a terminal, and `off` where th
 is quiet (`fedlight.cli.settle_progress`).
 """
 
+import statistics
 import sys
 import time
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TextIO
 
 from rich.console import Console
@@ -25,6 +28,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColum
 from rich.text import Text
 
 from fedlight.loggers.base import METRIC_COLUMNS, MetricsRow, RunInfo, is_evaluated
+from fedlight.run_files import SUMMARY_NAME
+from fedlight.sweeps import JobState, JobStatus, sweep_states
 
 REFRESH_PER_SECOND = 2  # the bar's redraws: live enough, and nothing a round would notice
 
@@ -268,3 +273,42 @@ class ConsoleProgress:
                 highlight=False,
                 soft_wrap=True,
             )
+
+
+def sweep_line(sweep_dir: Path, expected: int | None) -> str:
+    """Where the sweep in `sweep_dir` stands, from its job directories' files (`fedlight.sweeps`),
+    so that the jobs of any launcher (basic, joblib's processes, SLURM's nodes) count alike;
+    `expected`: its number of jobs where known (not for a sweeper that picks them as it goes)."""
+    states = sweep_states(sweep_dir)
+    count = Counter(state.status for state in states)
+    failed, diverged = count[JobStatus.FAILED], count[JobStatus.DIVERGED]
+    done = count[JobStatus.FINISHED] + diverged + failed
+    running, stopped = count[JobStatus.RUNNING], count[JobStatus.STOPPED]
+    line = f"fedlight: sweep {sweep_dir}: {done}"
+    if expected is not None:
+        line += f" of {max(expected, len(states))}"
+    line += f" done ({failed} failed, {diverged} diverged), {running} running"
+    if expected is None:
+        return line
+    left = max(expected, len(states)) - done - running
+    if stopped:
+        line += f", {left} left ({stopped} stopped half-way)"
+    else:
+        line += f", {left} left"
+    seconds = [job_seconds(state) for state in states if state.summary is not None]
+    if not seconds:
+        return f"{line}, ETA -"
+    # the jobs running now taken as the sweep's parallelism (joblib's n_jobs, SLURM's array)
+    eta = statistics.mean(seconds) * (left + running) / max(running, 1)
+    return f"{line}, ETA {duration(eta)}"
+
+
+def job_seconds(state: JobState) -> float:
+    """How long a finished job took as its launcher ran it: from Hydra's writing its `.hydra/`
+    (the job's start) to its summary.json (data loading, set-up and outputs included, which the
+    summary's wall_seconds leaves out; its command_seconds counts from the sweep's start)."""
+    config = state.directory / ".hydra" / "config.yaml"
+    try:
+        return (state.directory / SUMMARY_NAME).stat().st_mtime - config.stat().st_mtime
+    except OSError:
+        return float((state.summary or {}).get("wall_seconds") or 0.0)
