@@ -675,6 +675,7 @@ def main() -> None:
                 sweep_dir = given_value(command.overrides, "hydra.sweep.dir")
                 print("\n".join(job_lines(jobs, sweep_dir)))
                 sys.exit(0)
+            os.environ.pop(SWEEP_JOBS_VARIABLE, None)
             if command.multirun and jobs.complete:  # how many are left, for each job to say
                 os.environ[SWEEP_JOBS_VARIABLE] = str(len(jobs.jobs))
             settings = [job_settings for _, job_settings in checked]

@@ -95,8 +95,8 @@ def test_several_workers_count_the_main_workers_share_and_say_so() -> None:
     assert clients_text(fields | {"mine": 10}) == "clients 2/10"
     assert clients_text(fields | {"mine": None}) == "clients 2"  # asynchronous: K unknown
     timing = {"round_started": 100.0, "seconds_per_round": 60.0, "rounds_left": 3}
-    assert clock_text(timing, now=110.0) == "0:10 in round  ETA 2:50"
-    assert clock_text(timing | {"seconds_per_round": None}, now=110.0) == "0:10 in round  ETA -"
+    assert clock_text(timing, now=110.0) == "0:10 in round, ETA 2:50"
+    assert clock_text(timing | {"seconds_per_round": None}, now=110.0) == "0:10 in round, ETA -"
 
 
 def test_off_prints_no_progress() -> None:

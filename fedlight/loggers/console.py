@@ -96,7 +96,7 @@ def clock_text(fields: Mapping[str, Any], now: float) -> str:
     what the round under way has taken."""
     started, per_round = fields["round_started"], fields["seconds_per_round"]
     elapsed = 0.0 if started is None else now - started
-    shown = "" if started is None else f"{clock(elapsed)} in round  "
+    shown = "" if started is None else f"{clock(elapsed)} in round, "
     if per_round is None:
         return f"{shown}ETA -"
     return f"{shown}ETA {clock(per_round * fields['rounds_left'] - elapsed)}"
@@ -119,9 +119,11 @@ def bar(console: Console) -> Progress:
         TextColumn("round"),
         BarColumn(bar_width=10),
         MofNCompleteColumn(),
+        TextColumn("·"),
         ClientsColumn(),
+        TextColumn("·"),
         ClockColumn(),
-        TextColumn("{task.fields[status]}"),
+        TextColumn("{task.fields[status]}"),  # `· acc 0.8123` from the first evaluation on
         console=console,
         refresh_per_second=REFRESH_PER_SECOND,
         redirect_stdout=False,  # `ConsoleProgress.redirect`: above the bar and into console.log
@@ -217,7 +219,7 @@ class ConsoleProgress:
         tested = f"acc {row['test_accuracy']:.4f}  loss {row['test_loss']:.4f}"
         self.show(
             round_index,
-            f"acc {row['test_accuracy']:.4f}",
+            f"· acc {row['test_accuracy']:.4f}",
             f"round {row['round']}: {tested}{reported}",
         )
 
