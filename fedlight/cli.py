@@ -4,6 +4,7 @@ This is the only module that sees a `DictConfig`. Bad settings are caught before
 job of a sweep, and reported on one line that names the key and what is allowed.
 """
 
+import json
 import logging
 import os
 import re
@@ -43,10 +44,12 @@ from fedlight.experiment import (
     RESUME_FREE_KEYS,
     DivergenceError,
     Job,
+    comparable_config,
+    first_difference,
     resumed_checkpoint,
     run_job,
 )
-from fedlight.files import open_to_append
+from fedlight.files import open_to_append, write_text
 from fedlight.jobs import (
     Command,
     ComposedJob,
@@ -61,7 +64,15 @@ from fedlight.loggers.base import job_name
 from fedlight.loggers.console import Tee, sweep_line
 from fedlight.partitions.base import ClientCount
 from fedlight.pipeline.stage import Plan
+from fedlight.preemption import (
+    PREEMPTED_EXIT_CODE,
+    Preempted,
+    requeue_on_slurm,
+    watched,
+)
+from fedlight.resume import Decision, decide
 from fedlight.run_dir import CONSOLE_NAME
+from fedlight.run_files import ERROR_NAME, PREEMPTED_NAME
 from fedlight.stages import CONF_DIR as STAGES_CONF_DIR
 from fedlight.stages import build_stages, instantiate_group
 from fedlight.sweeps import SWEEP_JOBS_VARIABLE, expected_jobs
@@ -323,12 +334,16 @@ def validate_command_line(args: list[str]) -> list[list[str]]:
     command = parse_command(args)
     if command is None:
         raise ConfigError(f"{shlex.join(args)}: a Hydra flag that runs no job")
-    return [job.overrides for job, _ in checked_jobs(command)[1]]
+    return [job.overrides for job, _, _ in checked_jobs(command)[1]]
 
 
-def checked_jobs(command: Command) -> tuple[Jobs, list[tuple[ComposedJob, RunSettings]]]:
+def checked_jobs(
+    command: Command,
+) -> tuple[Jobs, list[tuple[ComposedJob, RunSettings, Decision]]]:
     """The command's jobs (`fedlight.jobs`), each composed by Hydra and built, so that a bad
-    setting of any of them is refused in one line before any job works; with its settings."""
+    setting of any of them is refused in one line before any job works; with its settings and
+    what it does with its directory (`resume=auto`, `fedlight.resume`; decided again when it
+    runs, for jobs that a sweeper lists in advance)."""
     check_overrides(command.overrides)
     checked = []
     with hydra.initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
@@ -355,17 +370,58 @@ def checked_jobs(command: Command) -> tuple[Jobs, list[tuple[ComposedJob, RunSet
         for job in jobs.jobs:
             cfg = job.config
             choices = group_choices(cfg, cfg.hydra.runtime.choices)
+            directory = job.directory(command.multirun)
             with open_dict(cfg):
                 del cfg["hydra"]
             try:
                 built = build_job(cfg, choices)
+                decision = Decision(built.settings.resume)
+                if jobs.complete:
+                    decision = resume_decision(built, directory)
+                    built = decided(built, decision)
                 resumed_checkpoint(built, mmap=True)
             except ConfigError:
                 raise
             except Exception as error:  # noqa: BLE001 - OmegaConf validation errors
                 raise ConfigError(one_line(error)) from None
-            checked.append((job, built.settings))
+            checked.append((job, built.settings, decision))
     return jobs, checked
+
+
+def resume_decision(job: Job, output_dir: Path) -> Decision:
+    """What the job does with `output_dir` (`fedlight.resume.decide`): the config it compares
+    with a saved one is the one a resume compares."""
+    comparable = comparable_config(job.config)
+
+    def difference(saved: dict[str, Any]) -> str | None:
+        return first_difference(saved, comparable, job.derived_keys)
+
+    return decide(job.settings.resume, output_dir, difference, job.settings.fl.rounds)
+
+
+def decided(job: Job, decision: Decision) -> Job:
+    """The job with its `resume` and `overwrite` as the decision settles them."""
+    settings = job.settings
+    overwrite = settings.overwrite or decision.overwrite
+    return replace(job, settings=replace(settings, resume=decision.resume, overwrite=overwrite))
+
+
+def decisions_line(decisions: list[Decision]) -> str | None:
+    """How many jobs of a sweep `resume=auto` skips, resumes and starts; None where it decided
+    nothing (no `resume=auto`, no preempted job)."""
+    if not any(d.said for d in decisions):
+        return None
+    skipped = sum(d.skips for d in decisions)
+    resumed = sum(d.resume is not None for d in decisions)
+    started = len(decisions) - skipped - resumed
+    return (
+        f"fedlight: resume=auto: {plural(len(decisions), 'job')}: {skipped} finished (not run "
+        f"again), {resumed} resume from their checkpoints, {started} start"
+    )
+
+
+def plural(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
 
 
 def composition_message(failed: JobCompositionError) -> str:
@@ -413,6 +469,12 @@ def run_hydra_job(cfg: DictConfig, hydra_cfg: DictConfig, sweep: Path | None) ->
     try:
         name = job_name(list(hydra_cfg.overrides.task), output_dir)
         job = build_job(cfg, choices, sweep_group, announce=writes_run_dir(), name=name)
+        decision = resume_decision(job, output_dir)
+        if decision.said:
+            print(f"fedlight: {output_dir}: {decision.said}", flush=True)
+        if decision.summary is not None:  # its files are left as they are
+            return decision.summary.get(job.settings.objective)
+        job = decided(job, decision)
         with writing(output_dir, setting, job.settings), console_saved(output_dir):
             if writes_run_dir():
                 print(f"fedlight: run directory {output_dir}", flush=True)
@@ -425,7 +487,7 @@ def run_hydra_job(cfg: DictConfig, hydra_cfg: DictConfig, sweep: Path | None) ->
                 print(f"fedlight: settings {' '.join(changed) or '(all defaults)'}", flush=True)
             if sweep is not None:
                 print(sweep_line(sweep, expected_jobs()), file=sys.stderr, flush=True)
-            summary = run_job(job, output_dir)
+            summary = run_until_preempted(job, output_dir)
         return summary.get(job.settings.objective)
     except (ConfigError, DataError) as error:
         job_failed(str(error), 2, multirun, output_dir)
@@ -449,6 +511,37 @@ def run_hydra_job(cfg: DictConfig, hydra_cfg: DictConfig, sweep: Path | None) ->
         sys.exit(143)
     except OSError as error:
         job_failed(cannot_write(error, output_dir), 1, multirun, output_dir)
+
+
+def run_until_preempted(job: Job, output_dir: Path) -> dict[str, Any]:
+    """The job's summary; a preemption signal (`fedlight.preemption`) ends the process with
+    PREEMPTED_EXIT_CODE once the checkpoint is written, and the directory is marked to resume
+    on its own (`preempted.json`), after the handler that was there before (submitit's
+    checkpoint-and-requeue) or SLURM's requeue (`preemption.requeue`)."""
+    with watched(job.settings.preemption.signals) as watch:
+        try:
+            return run_job(job, output_dir)
+        except Preempted as stop:
+            if writes_run_dir():
+                marker = {"signal": stop.signal_name, "after_round": stop.round_index}
+                write_text(output_dir / PREEMPTED_NAME, json.dumps(marker) + "\n")
+            again = (
+                f"python -m fedlight resume={output_dir} hydra.run.dir={output_dir}"
+                if job.sweep_group is None
+                else f"fedlight resume {job.sweep_group}"
+            )
+            print(
+                f"fedlight: preempted ({stop.signal_name}) after round {stop.round_index}; "
+                "checkpoint written: the run continues on its own when its command runs again, "
+                f"or with: {again}",
+                file=sys.stderr,
+                flush=True,
+            )
+            watch.chain()
+            requeued = requeue_on_slurm(job.settings.preemption.requeue)
+            if requeued:
+                print(f"fedlight: {requeued}", file=sys.stderr, flush=True)
+            sys.exit(PREEMPTED_EXIT_CODE)
 
 
 def non_default_settings(
@@ -534,6 +627,7 @@ def writing(output_dir: Path, setting: str, settings: RunSettings) -> Iterator[N
         return
     with run_dir.locked(output_dir, setting):
         run_dir.prepare(output_dir, setting, settings)
+        run_dir.forget_last_attempt(output_dir)
         yield
 
 
@@ -559,7 +653,13 @@ class JobFailedError(CompactHydraException):
 
 def job_failed(message: str, code: int, multirun: bool, output_dir: Path) -> NoReturn:
     """A run's failure ends it with `code`; a sweep's job says so on one line and the sweep goes
-    on, as with a diverged job, but ends with the job's code."""
+    on, as with a diverged job, but ends with the job's code. The line is also kept in the run
+    directory's error.txt (the job is *failed* to `fedlight.sweeps`) until the next attempt."""
+    if writes_run_dir() and output_dir.is_dir():
+        try:
+            write_text(output_dir / ERROR_NAME, f"{message}\n")
+        except (OSError, ConfigError):  # a full disk, a link: the console has the line
+            pass
     if not multirun:
         fail(message, code)
     print(f"fedlight: {output_dir}: error: {message}", file=sys.stderr, flush=True)
@@ -640,10 +740,13 @@ def with_saved_overrides(command: Command) -> Command:
     return replace(command, overrides=[*kept, *command.overrides])
 
 
-def check_output_dir(args: list[str], multirun: bool, jobs: list[RunSettings]) -> Path | None:
+def check_output_dir(
+    args: list[str], multirun: bool, jobs: list[RunSettings], decided: bool = False
+) -> Path | None:
     """The run or sweep directory given on the command line, locked for this run (or sweep)
     alone and prepared for it (no links, no other run's results: see `fedlight.run_dir`) before
-    Hydra writes into it; None where none is given or this process does not write it."""
+    Hydra writes into it; None where none is given or this process does not write it.
+    `decided`: each job of the sweep decided what to do with its folder (`resume=auto`)."""
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     value = given_value(args, key)
     if value is None or "${" in value or not writes_run_dir():
@@ -652,7 +755,7 @@ def check_output_dir(args: list[str], multirun: bool, jobs: list[RunSettings]) -
     run_dir.acquire(directory, key)
     try:
         if multirun:
-            run_dir.prepare_sweep(directory, key, jobs)
+            run_dir.prepare_sweep(directory, key, jobs, decided)
         else:
             run_dir.prepare(directory, key, jobs[0])
     except ConfigError:
@@ -675,11 +778,18 @@ def main() -> None:
                 sweep_dir = given_value(command.overrides, "hydra.sweep.dir")
                 print("\n".join(job_lines(jobs, sweep_dir)))
                 sys.exit(0)
-            os.environ.pop(SWEEP_JOBS_VARIABLE, None)
-            if command.multirun and jobs.complete:  # how many are left, for each job to say
+            decisions = [decision for _, _, decision in checked]
+            decided_line = decisions_line(decisions)
+            if command.multirun and decided_line:
+                print(decided_line, file=sys.stderr, flush=True)
+            os.environ.pop(SWEEP_JOBS_VARIABLE, None)  # a sweep's count, set afresh
+            if command.multirun and jobs.complete:
                 os.environ[SWEEP_JOBS_VARIABLE] = str(len(jobs.jobs))
-            settings = [job_settings for _, job_settings in checked]
-            locked = check_output_dir(command.overrides, command.multirun, settings)
+            writing = [job_settings for _, job_settings, d in checked if not d.skips]
+            if writing:  # a finished run that resume=auto leaves alone is not prepared
+                locked = check_output_dir(
+                    command.overrides, command.multirun, writing, bool(decided_line)
+                )
         except ConfigError as error:
             fail(str(error), 2)
         sys.argv = [sys.argv[0], *command.hydra_args]

@@ -14,6 +14,7 @@ from hydra.core.config_store import ConfigStore
 
 from fedlight.errors import ConfigError, require
 from fedlight.layout import MEMORY_FORMATS
+from fedlight.preemption import signal_number
 
 # The largest float32: torch trains in it, so a larger setting overflows where it is used
 # (optim.lr=1e300 in the optimizer's step, fl.client_state_memory_mb=1e308 once in bytes).
@@ -247,6 +248,25 @@ class ConsoleSettings:
         )
 
 
+@dataclass
+class PreemptionSettings:
+    """What a run does on a preemption notice (`fedlight.preemption`)."""
+
+    signals: list[str] = field(default_factory=lambda: ["SIGTERM", "SIGUSR1", "SIGUSR2"])
+    requeue: bool = True  # under SLURM with no launcher handler of its own: scontrol requeue
+
+    def __post_init__(self) -> None:
+        for name in self.signals:
+            try:
+                signal_number(str(name))
+            except ValueError:
+                raise ConfigError(
+                    f"preemption.signals names {name}, which a run cannot take as a preemption "
+                    "notice; give catchable signals such as [SIGTERM,SIGUSR1,SIGUSR2], or [] to "
+                    "leave signals alone"
+                ) from None
+
+
 # summary.json's numbers that a sweep may optimize (`objective`)
 OBJECTIVES = (
     "final_accuracy",
@@ -271,6 +291,7 @@ class RunSettings:
     eval: EvalSettings = field(default_factory=EvalSettings)
     checkpoint: CheckpointSettings = field(default_factory=CheckpointSettings)
     console: ConsoleSettings = field(default_factory=ConsoleSettings)
+    preemption: PreemptionSettings = field(default_factory=PreemptionSettings)
     device: str = "auto"
     resume: str | None = None
     overwrite: bool = False  # replace the results of another run in the run directory
@@ -352,6 +373,7 @@ SETTING_KEYS = (
     "eval",
     "checkpoint",
     "console",
+    "preemption",
     "device",
     "resume",
     "overwrite",

@@ -2,7 +2,8 @@
 the server's and the stages' states, the client-state store, the engine, the client pipeline,
 the evaluations), and the loop over rounds: run a round (the driver's `run_round`: a synchronous
 round, or one server update of the asynchronous event queue) → evaluate when due → metrics (csv,
-W&B, console) → divergence check → checkpoint → the privacy budget for the next round.
+W&B, console) → divergence check → checkpoint (and stop, after a preemption signal) → the
+privacy budget for the next round.
 
 A round whose training loss or weights are not finite ends the run (`fl.on_divergence=stop`)
 before its checkpoint, so the last checkpoint is the last good round. Only the main worker
@@ -43,6 +44,7 @@ from fedlight.hooks import Optimization, optimization_of
 from fedlight.loggers.base import MetricsRow, RoundLogger, RoundProgress, SilentProgress
 from fedlight.pipeline.client import ClientPipeline
 from fedlight.pipeline.stage import StageSetup, StageStates, UploadStage
+from fedlight.preemption import Preempted, requested
 from fedlight.rng import Stream
 from fedlight.run_evaluation import RunEvaluation
 from fedlight.selection.base import ClientPool
@@ -288,12 +290,23 @@ class Driver(ABC):
                 history.diverged_at_round, history.divergence = round_index, diverged
                 if settings.fl.on_divergence == "stop":
                     break
-            if last or round_index % settings.checkpoint.every == 0:
+            preempted = None if last else self.preempted()
+            if last or round_index % settings.checkpoint.every == 0 or preempted:
                 self.save_checkpoint(checkpoint_path, checkpoint_meta)
+            if preempted:
+                self.workers.barrier()  # the checkpoint is written before any worker leaves
+                raise Preempted(preempted, round_index)
         self.keep_resumed_checkpoint(first_round, checkpoint_path, checkpoint_meta)
         if history.stopped:
             self.tell_once("stopped", history.stopped)
         return history
+
+    def preempted(self) -> str | None:
+        """The preemption signal that any worker received (`fedlight.preemption`): they all stop
+        at the end of the same round."""
+        if self.workers.count == 1:
+            return requested()
+        return next((name for name in self.workers.each(requested()) if name), None)
 
     def keep_resumed_checkpoint(self, first_round: int, path: Path, meta: dict[str, Any]) -> None:
         """A resume that ran no round (of a finished run, or one the privacy budget stops) leaves

@@ -4,6 +4,7 @@ importing them (`fedlight report` reads files; `--version` reads package metadat
 
 import sys
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 
 import fedlight
 
@@ -21,13 +22,43 @@ def version_line() -> str:
     return f"fedlight {fedlight.__version__} ({', '.join(found)})"
 
 
+def resume_main(args: list[str]) -> int:
+    """`fedlight resume <dir> [overrides]`: the command that made the sweep (or run) in `dir`
+    again, with `resume=auto` (`fedlight.resume`) and any further overrides."""
+    if not args or args[0].startswith("-"):
+        print(
+            "usage: fedlight resume <sweep or run dir> [overrides]: continue it (resume=auto)",
+            file=sys.stderr,
+        )
+        return 2
+    from fedlight.errors import ConfigError
+    from fedlight.resume import resume_command
+
+    try:
+        command = resume_command(Path(args[0]))
+    except ConfigError as error:
+        print(f"fedlight: error: {error}", file=sys.stderr)
+        return 2
+    print(
+        f"fedlight: resume: python -m fedlight {' '.join([*command, *args[1:]])}", file=sys.stderr
+    )
+    sys.argv = [sys.argv[0], *command, *args[1:]]
+    from fedlight.cli import main as run_main
+
+    run_main()
+    return 0
+
+
 def main() -> None:
-    """`fedlight [overrides]` runs (Hydra); `fedlight report <sweep dir>` summarizes a sweep."""
+    """`fedlight [overrides]` runs (Hydra); `fedlight report <sweep dir>` summarizes a sweep;
+    `fedlight resume <dir>` continues a sweep or run."""
     args = sys.argv[1:]
     if args[:1] == ["report"]:
         from fedlight.report import main as report_main
 
         sys.exit(report_main(args[1:]))
+    if args[:1] == ["resume"]:
+        sys.exit(resume_main(args[1:]))
     if args == ["--version"]:
         print(version_line())
         sys.exit(0)

@@ -57,6 +57,7 @@ from fedlight.outputs import (
     write_participation,
 )
 from fedlight.partitions.base import Partition
+from fedlight.preemption import Preempted
 from fedlight.rng import Stream, derive_seed, numpy_generator
 from fedlight.run_dir import SUMMARY_NAME
 from fedlight.selection.base import Selection
@@ -92,6 +93,7 @@ RESUME_FREE_KEYS = (
     "fl.rounds",
     "checkpoint.every",
     "console",  # what the console shows, not what the run computes
+    "preemption",  # how a run is told to stop, not what it computes
     "data.cache_dir",  # where decoded images are kept, not what they are
     "privacy.target_epsilon",  # the budget: the noise a run calibrated is in its checkpoint
     "privacy.accountant",  # how ε is bounded (the noise is the checkpoint's): any, on resume
@@ -110,13 +112,15 @@ class DivergenceError(RuntimeError):
 
 @dataclass(frozen=True)
 class Ran:
-    """What the rounds leave for the summary: the history, the test set's chance accuracy, and
-    the environment that decided the float results (the main worker's; empty on the others).
-    Nothing of it holds the data, released before the figures are drawn."""
+    """What the rounds leave for the summary: the history, the test set's chance accuracy, the
+    environment that decided the float results (the main worker's; empty on the others) and how
+    many times the run was resumed. Nothing of it holds the data, released before the figures
+    are drawn."""
 
     history: History
     chance: Chance
     environment: dict[str, Any]
+    resumes: int
 
 
 @dataclass
@@ -296,7 +300,7 @@ def run_job(job: Job, output_dir: Path) -> dict[str, Any]:
         summary = run_worker(join_workers(job.settings), job, output_dir)
     elif job.settings.fl.workers > 1:
         # one-line errors, as in one process
-        passed_on = (ConfigError, DataError, OSError, ClientStateLostError)
+        passed_on = (ConfigError, DataError, OSError, ClientStateLostError, Preempted)
         spawn_workers(job.settings, run_worker, (loaded_once(job), output_dir), passed_on)
         summary = json.loads((output_dir / SUMMARY_NAME).read_text())
     else:
@@ -459,6 +463,7 @@ def run_rounds(
     workers.barrier()  # the main worker has linked a disk store's resumed files: now they are read
 
     environment = run_environment(workers, loop, checkpoint)
+    resumes = 0 if checkpoint is None else int(checkpoint.get("resumes", 0)) + 1
     run_info = RunInfo(
         output_dir,
         job.config,
@@ -476,11 +481,12 @@ def run_rounds(
             "config": json.dumps(comparable_config(job.config), sort_keys=True),
             "rounds": settings.fl.rounds,
             "environment": json.dumps(environment),
+            "resumes": resumes,
         },
     )
     if workers.main:
         write_model(output_dir, module, loop.final_model())
-    return Ran(history, chance, environment)
+    return Ran(history, chance, environment, resumes)
 
 
 def federation(job: Job, data: TensorDataset, output_dir: Path, workers: Workers) -> Clients:
@@ -580,7 +586,8 @@ def write_summary(
         | variants_summary(job.stages.algorithm)
         | {"command_seconds": command_seconds()}
         | {"parallelism": parallelism_of(job).summary()}
-        | {"environment": ran.environment}
+        | {"environment": ran.environment, "resumes": ran.resumes}
+        | {"config": comparable_config(job.config)}
     )
     write_text(output_dir / SUMMARY_NAME, json.dumps(summary, indent=2, allow_nan=False))
     write_curves(output_dir, history.rows)

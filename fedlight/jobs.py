@@ -23,7 +23,7 @@ from hydra.core.plugins import Plugins
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, RunMode, TaskFunction
-from omegaconf import DictConfig, read_write
+from omegaconf import DictConfig, open_dict, read_write
 
 MULTIRUN_FLAGS = ("-m", "--multirun")
 LIST_JOBS_FLAG = "--list-jobs"
@@ -111,6 +111,13 @@ class ComposedJob:
     overrides: list[str]
     config: DictConfig  # with its `hydra` node (runtime choices, sweep and run directories)
 
+    def directory(self, multirun: bool) -> Path:
+        """Where the job writes: the run directory, or its folder of the sweep directory."""
+        hydra = self.config.hydra
+        if not multirun:
+            return Path(str(hydra.run.dir))
+        return Path(str(hydra.sweep.dir)) / str(hydra.sweep.subdir)
+
 
 @dataclass
 class Jobs:
@@ -143,17 +150,25 @@ class ListingLauncher(Launcher):
     ) -> Sequence[JobReturn]:
         assert self.context is not None and self.config is not None
         returns = []
-        for overrides in job_overrides:
-            self.composed.append(compose_job(self.context, self.config, list(overrides)))
+        for number, overrides in enumerate(job_overrides, start=initial_job_idx):
+            composed = compose_job(self.context, self.config, list(overrides), number)
+            self.composed.append(composed)
             returns.append(JobReturn(overrides=list(overrides), status=JobStatus.COMPLETED))
         return returns
 
 
-def compose_job(context: HydraContext, config: DictConfig, overrides: list[str]) -> ComposedJob:
+def compose_job(
+    context: HydraContext, config: DictConfig, overrides: list[str], number: int = 0
+) -> ComposedJob:
+    """A job's config as Hydra's launchers compose it, numbered as they number it (its
+    `hydra.sweep.subdir` is `${hydra.job.num}` by default)."""
     try:
         composed = context.config_loader.load_sweep_config(config, overrides)
     except Exception as error:
         raise JobCompositionError(overrides) from error
+    with open_dict(composed.hydra.job):
+        composed.hydra.job.id = number
+        composed.hydra.job.num = number
     return ComposedJob(overrides, composed)
 
 

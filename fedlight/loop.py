@@ -40,7 +40,6 @@ from fedlight.pipeline.client import Received
 from fedlight.pipeline.server import Arrived, ServerRound
 from fedlight.selection.base import ClientPool, Population
 from fedlight.tensors import StateDict
-from fedlight.workers import Share, Workers
 
 Item = TypeVar("Item")
 
@@ -111,9 +110,7 @@ class FederatedLoop(Driver):
         if not streaming:  # every worker aggregates every upload, in participant order
             server.add_all(arrived)
         elif self.workers.count > 1:  # one partial sum per worker, combined in rank order
-            partials = self.workers.gather(
-                one_per_worker(self.workers), [server.aggregation.partials()]
-            )
+            partials = self.workers.each(server.aggregation.partials())
             server.combine(partials, arrived)
         self.tell_rejected(ctx, server.aggregation.rejected)
         self.server, refusal = server.server_update(self.server)
@@ -306,8 +303,3 @@ def round_stats(
         metrics=ctx.metrics.values,
         logged=round_means([o.logged for o in kept]),
     )
-
-
-def one_per_worker(workers: Workers) -> Share:
-    """A share in which each worker contributes one item, gathered in rank order."""
-    return Share(workers.rank, tuple((rank,) for rank in range(workers.count)))

@@ -222,16 +222,14 @@ def prepare(directory: Path, setting: str, settings: RunSettings) -> None:
     run resumes from it in place or overwrites them (`overwrite=true` removes them now, with
     the RESULT_FOLDERS, so nothing of the other run is left to resume or read)."""
     check_no_links(directory)
-    for name in (ERROR_NAME, PREEMPTED_NAME):  # how the last attempt ended: this one goes on
-        (directory / name).unlink(missing_ok=True)
     found = results_in(directory)
+    if found and not resumes_in_place(directory, settings) and not settings.overwrite:
+        raise refuse_results(directory, setting, found)
     if not found:
         return
     if resumes_in_place(directory, settings):  # finished (summary.json) once it has run its rounds
         (directory / SUMMARY_NAME).unlink(missing_ok=True)
         return
-    if not settings.overwrite:
-        raise refuse_results(directory, setting, found)
     for name in (*RESULTS, CONSOLE_NAME):
         (directory / name).unlink(missing_ok=True)
     for folder in RESULT_FOLDERS:
@@ -239,20 +237,30 @@ def prepare(directory: Path, setting: str, settings: RunSettings) -> None:
             shutil.rmtree(directory / folder)
 
 
-def prepare_sweep(directory: Path, setting: str, jobs: list[RunSettings]) -> None:
+def forget_last_attempt(directory: Path) -> None:
+    """How the last attempt in `directory` ended (an error, a preemption), forgotten as this one
+    starts: it is said again if this one ends so (`fedlight.sweeps` reads these files)."""
+    for name in (ERROR_NAME, PREEMPTED_NAME):
+        (directory / name).unlink(missing_ok=True)
+
+
+def prepare_sweep(
+    directory: Path, setting: str, jobs: list[RunSettings], decided: bool = False
+) -> None:
     """A sweep directory this sweep may write (before Hydra writes into it): no links in it or
-    its job folders, and no results of an earlier sweep in them unless every job overwrites."""
+    its job folders, and no results of an earlier sweep in them unless every job overwrites or
+    each job `decided` what to do with its own folder (`resume=auto`, `fedlight.resume`)."""
     check_no_links(directory)
     folders = sorted(p for p in directory.iterdir() if p.is_dir() and not p.is_symlink())
     for folder in folders:
         check_no_links(folder)
-    if all(job.overwrite for job in jobs):
+    if decided or all(job.overwrite for job in jobs):
         return
     for folder in folders:
         found = results_in(folder)
         if found:
             raise ConfigError(
                 f"{setting}={directory} holds the results of an earlier sweep "
-                f"({folder / found[0]}); choose another directory, or give overwrite=true to "
-                "replace them job by job"
+                f"({folder / found[0]}); continue that sweep with resume=auto, choose another "
+                "directory, or give overwrite=true to replace them job by job"
             )

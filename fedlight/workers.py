@@ -61,6 +61,14 @@ from torch.multiprocessing.spawn import ProcessException, ProcessRaisedException
 from fedlight import run_dir
 from fedlight.config import FLSettings, RunSettings, check_nccl
 from fedlight.errors import one_line, require
+from fedlight.preemption import (
+    PREEMPTED_EXIT_CODE,
+    Preempted,
+    forget_inherited_watches,
+    forwarded_to,
+    watched,
+    watching,
+)
 
 Item = TypeVar("Item")
 Value = TypeVar("Value")
@@ -220,6 +228,10 @@ class Workers(ABC):
     def gather(self, share: Share, mine: Sequence[Item]) -> list[Item]:
         """Every worker's items (`mine`: this worker's, in the order of its share) in the order
         of the round's list; tensors arrive bit-identical on this worker's device."""
+
+    def each(self, item: Item) -> list[Item]:
+        """Every worker's `item`, in rank order."""
+        return self.gather(Share(self.rank, tuple((r,) for r in range(self.count))), [item])
 
     @abstractmethod
     def broadcast(self, value: Value) -> Value:
@@ -524,7 +536,7 @@ def spawn_workers(
     settings: RunSettings,
     target: Callable[..., Any],
     args: tuple[Any, ...],
-    passed_on: tuple[type[Exception], ...],
+    passed_on: tuple[type[BaseException], ...],
 ) -> None:
     """Runs `target(workers, *args)` in `fl.workers` new processes of this machine and waits.
 
@@ -550,8 +562,9 @@ def spawn_workers(
                 join=False,
             )
         try:
-            while not context.join(grace_period=GRACE_SECONDS):
-                pass
+            with forwarded_to([p.pid for p in context.processes if p.pid is not None]):
+                while not context.join(grace_period=GRACE_SECONDS):
+                    pass
         except ProcessException as failure:
             raise reported_failure(failure, errors, count) from None
         finally:  # interrupted (Ctrl-C, SIGTERM): no worker outlives this process
@@ -586,7 +599,9 @@ def sigterm_raises_terminated() -> Iterator[None]:
     def terminated(signum: int, frame: Any) -> None:
         raise Terminated
 
-    if threading.current_thread() is not threading.main_thread():  # only it handles signals
+    # only the main thread handles signals; a preemption watch has SIGTERM stop the workers at
+    # the end of their round instead (`fedlight.preemption`)
+    if threading.current_thread() is not threading.main_thread() or watching(signal.SIGTERM):
         yield
         return
     previous = signal.signal(signal.SIGTERM, terminated)
@@ -651,7 +666,7 @@ def run_spawned(
     port: int,
     threads: int,
     errors: Any,
-    passed_on: tuple[type[Exception], ...],
+    passed_on: tuple[type[BaseException], ...],
     locks: tuple[int, ...],
     parent: int,
     settings: RunSettings,
@@ -667,7 +682,26 @@ def run_spawned(
     """
     die_with_parent(parent)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a forked worker had the parent's handler
+    forget_inherited_watches()
     torch.set_num_threads(threads)
+    with watched(settings.preemption.signals, insist=False):  # the parent insists, not workers
+        try:
+            run_in_group(rank, count, port, errors, passed_on, settings, target, args)
+        except Preempted:  # reported to the parent, which ends the run
+            sys.exit(PREEMPTED_EXIT_CODE)
+
+
+def run_in_group(
+    rank: int,
+    count: int,
+    port: int,
+    errors: Any,
+    passed_on: tuple[type[BaseException], ...],
+    settings: RunSettings,
+    target: Callable[..., Any],
+    args: tuple[Any, ...],
+) -> None:
+    """`run_spawned`'s worker in the process group: errors reported before the group is left."""
     try:
         device = worker_device(settings, rank, count)
         if device.type == "cuda":

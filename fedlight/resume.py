@@ -1,0 +1,137 @@
+"""`resume=auto`: each job decides from what its own directory holds (`fedlight.sweeps`) whether
+it runs, so that rerunning a sweep's command with `resume=auto` (or `fedlight resume <sweep dir>`)
+skips the jobs that finished with the same config, continues those that stopped from their last
+checkpoint (bit-exact, as `resume=<dir>` does) and starts those that never ran, under any
+launcher, whose jobs may run on other machines long after the command was typed.
+
+A run stopped by a preemption signal (`fedlight.preemption`) leaves `preempted.json` beside its
+checkpoint, and its directory is treated as with `resume=auto` even without it: a job that SLURM
+or submitit requeues reruns the same command and continues on its own.
+
+A directory whose run had another config is refused in one line (its results are never replaced
+unless `overwrite=true`); what counts as the same config is what `resume=<dir>` checks (the
+settings a resume may change, `RESUME_FREE_KEYS`, aside).
+"""
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from fedlight.checkpoint import load_checkpoint
+from fedlight.errors import ConfigError
+from fedlight.run_dir import results_in
+from fedlight.run_files import CHECKPOINT_NAME
+from fedlight.sweeps import JobState, job_state
+
+AUTO = "auto"
+
+# The first key at which a saved config differs from the job's (None: the same config).
+Difference = Callable[[dict[str, Any]], str | None]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What a job does with its directory."""
+
+    resume: str | None  # the run directory it continues in place; None: it starts
+    overwrite: bool = False  # it starts over files an attempt left without a checkpoint
+    summary: dict[str, Any] | None = None  # finished with this config: not run again
+    said: str | None = None  # the decision in words, for the console
+
+    @property
+    def skips(self) -> bool:
+        return self.summary is not None
+
+
+def decide(given: str | None, directory: Path, difference: Difference, rounds: int) -> Decision:
+    """The job's decision for `resume=given` in `directory` (see the module docstring); `rounds`:
+    the job's `fl.rounds`. A run directory given as `resume=` is that run's business. A directory
+    another run is writing is decided by its files: taking its lock then refuses the job."""
+    if given is not None and given != AUTO:
+        return Decision(given)
+    state = job_state(directory)
+    if given is None and not state.preempted:
+        return Decision(None)
+    saved = saved_config(state)
+    if saved is None:  # nothing it could continue: what an attempt left is replaced
+        leftover = bool(results_in(directory))
+        return Decision(None, overwrite=leftover, said="starts" + " again" * leftover)
+    found = difference(saved)
+    if found is not None:
+        raise ConfigError(
+            f"resume={AUTO}: {directory} holds a run of another config (differs at {found}); "
+            "choose another directory (hydra.sweep.dir or hydra.run.dir), or give "
+            "overwrite=true to replace its results"
+        )
+    if state.done and not extends(state, rounds):
+        return Decision(None, summary=state.summary, said=finished_words(state))
+    if (directory / CHECKPOINT_NAME).is_file():
+        why = "was preempted" if state.preempted else f"is {state.status}"
+        return Decision(str(directory), said=f"{why}: resumes from its checkpoint")
+    return Decision(None, overwrite=True, said="starts again (no checkpoint was written)")
+
+
+def saved_config(state: JobState) -> dict[str, Any] | None:
+    """The config the directory's run had: its summary's, else its checkpoint's; None where it
+    holds neither (or an unreadable one: nothing to continue)."""
+    if state.summary is not None and isinstance(state.summary.get("config"), dict):
+        return state.summary["config"]
+    path = state.directory / CHECKPOINT_NAME
+    if not path.is_file():
+        return None
+    try:
+        saved = json.loads(load_checkpoint(path, mmap=True)["config"])
+    except Exception:  # noqa: BLE001 - a damaged checkpoint is one the resume check names
+        return None
+    return saved if isinstance(saved, dict) else None
+
+
+def extends(state: JobState, rounds: int) -> bool:
+    """Whether a finished run is asked for more rounds than it ran (a resume may add rounds);
+    a diverged run and one its privacy budget stopped are done whatever `fl.rounds` says."""
+    summary = state.summary or {}
+    ended_early = summary.get("diverged_at_round") is not None or summary.get("stopped")
+    return not ended_early and int(summary.get("rounds", rounds)) < rounds
+
+
+def finished_words(state: JobState) -> str:
+    summary = state.summary or {}
+    accuracy = summary.get("final_accuracy")
+    result = f"final acc {accuracy:.4f}" if isinstance(accuracy, float) else "no accuracy"
+    return f"{state.status} with this config ({result}): not run again"
+
+
+def resume_command(directory: Path) -> list[str]:
+    """`fedlight resume <dir>`: the arguments of the command that made the sweep (or run) in
+    `directory`, from Hydra's record of it, with `resume=auto` and the directory itself."""
+    sweep_record, run_record = directory / "multirun.yaml", directory / ".hydra" / "hydra.yaml"
+    multirun = sweep_record.is_file()
+    record = sweep_record if multirun else run_record
+    if not record.is_file():
+        raise ConfigError(
+            f"fedlight resume {directory}: neither {sweep_record} (a sweep's) nor {run_record} "
+            "(a run's) is there; give the directory a sweep or run wrote"
+        )
+    try:
+        hydra = yaml.safe_load(record.read_text())["hydra"]
+        task, own = list(hydra["overrides"]["task"]), list(hydra["overrides"]["hydra"])
+    except (OSError, yaml.YAMLError, KeyError, TypeError) as error:
+        raise ConfigError(
+            f"fedlight resume {directory}: {record} is not Hydra's record of a command ({error}); "
+            "rerun the command with resume=auto instead"
+        ) from None
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    kept = [o for o in own if o.split("=")[0] not in ("hydra.mode", key)]
+    flags = ["-m"] if multirun else []
+    name = (hydra.get("job") or {}).get("config_name")
+    if name and name != "config":
+        flags += ["--config-name", str(name)]
+    for source in (hydra.get("runtime") or {}).get("config_sources") or []:
+        if source.get("provider") == "command-line" and source.get("schema") == "file":
+            flags += ["--config-dir", str(source["path"])]
+    arguments = [o for o in task if o.split("=")[0].lstrip("+~") != "resume"]
+    return [*flags, *kept, *arguments, f"{key}={directory}", f"resume={AUTO}"]
