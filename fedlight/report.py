@@ -32,6 +32,7 @@ from omegaconf.errors import OmegaConfBaseException
 from fedlight import curves
 from fedlight.curves import Line, Panel
 from fedlight.loggers.base import MetricsRow, evaluated
+from fedlight.sweeps import job_state
 
 ERROR_PREFIX = "fedlight report: error: "
 PASS_INSTEAD = "pass the sweep directory that `fedlight -m ...` wrote, e.g. multirun/<date>/<time>"
@@ -804,9 +805,19 @@ def incomplete_markdown(jobs: list[JobResult]) -> list[str]:
     for job in unfinished:
         own = [o for o in job.raw_overrides if o not in shared] or job.raw_overrides
         last_round = str(int(job.rows[-1]["round"])) if job.rows else "none logged"
-        body.append([job.name, " ".join(own), last_round])
-    header = ["job", "overrides", "last round in metrics.csv"]
-    return ["### Incomplete jobs", "", *markdown_table(header, body, text_columns=2), ""]
+        state = job_state(job.directory)
+        status = f"{state.status} (preempted)" if state.preempted else str(state.status)
+        body.append([job.name, " ".join(own), status, last_round])
+    header = ["job", "overrides", "state", "last round in metrics.csv"]
+    return [
+        "### Incomplete jobs",
+        "",
+        *markdown_table(header, body, text_columns=3),
+        "",
+        "Stopped and preempted jobs continue from their checkpoints with `fedlight resume "
+        "<sweep dir>` (the sweep's command with `resume=auto`).",
+        "",
+    ]
 
 
 def write_markdown(

@@ -54,11 +54,15 @@ def alive(pid: int) -> bool:
 
 
 @pytest.fixture
-def marked_run(tmp_path: Path) -> Iterator[tuple[subprocess.Popen, Path, str]]:
-    """A long 2-worker CLI run, started with an environment marker, once its first checkpoint
-    exists (the workers run rounds); whatever of it is left is killed afterwards."""
+def marked_run(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[tuple[subprocess.Popen, Path, str]]:
+    """A long 2-worker CLI run (with the overrides of the test's parameter `extra`, if any),
+    started with an environment marker, once its first checkpoint exists (the workers run
+    rounds); whatever of it is left is killed afterwards."""
     marker, directory = uuid.uuid4().hex, tmp_path / "run"
-    args = [*TWO_WORKERS, "fl.rounds=100000", f"hydra.run.dir={directory}"]
+    extra = getattr(request, "param", [])
+    args = [*TWO_WORKERS, *extra, "fl.rounds=100000", f"hydra.run.dir={directory}"]
     process = subprocess.Popen(
         [sys.executable, "-m", "fedlight", *args],
         cwd=tmp_path,
@@ -81,9 +85,28 @@ def marked_run(tmp_path: Path) -> Iterator[tuple[subprocess.Popen, Path, str]]:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
-@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM], ids=["kill", "term"])
+@pytest.mark.parametrize(
+    ("signum", "marked_run", "code", "last_line"),
+    [
+        (signal.SIGKILL, [], -signal.SIGKILL, None),
+        # a preemption notice (the default): the round ends, the checkpoint, exit 75
+        (signal.SIGTERM, [], 75, "fedlight: preempted (SIGTERM) after round "),
+        (
+            signal.SIGTERM,
+            ["preemption.signals=[]"],
+            143,
+            "fedlight: terminated; continue from its last checkpoint with: python -m fedlight ",
+        ),
+    ],
+    ids=["kill", "term", "term-not-a-preemption"],
+    indirect=["marked_run"],
+)
 def test_a_killed_or_terminated_parent_leaves_no_process_of_the_run(
-    marked_run: tuple[subprocess.Popen, Path, str], signum: int, capsys
+    marked_run: tuple[subprocess.Popen, Path, str],
+    signum: int,
+    code: int,
+    last_line: str | None,
+    capsys,
 ) -> None:
     process, directory, marker = marked_run
     workers = [pid for pid in processes_marked(marker) if pid != process.pid]
@@ -98,15 +121,9 @@ def test_a_killed_or_terminated_parent_leaves_no_process_of_the_run(
         time.sleep(0.05)
     assert not [pid for pid in workers if alive(pid)], "workers outlived their parent by 30 s"
     _, stderr = process.communicate(timeout=60)
-    if signum == signal.SIGTERM:  # the parent stopped its workers, said how to go on, unlocked
-        assert process.returncode == 143
-        assert (
-            stderr.strip()
-            .splitlines()[-1]
-            .startswith(
-                "fedlight: terminated; continue from its last checkpoint with: python -m fedlight "
-            )
-        )
+    assert process.returncode == code
+    if last_line is not None:  # the parent stopped its workers, said how to go on, unlocked
+        assert stderr.strip().splitlines()[-1].startswith(last_line)
         assert not (directory / run_dir.LOCK_NAME).exists()
     # No process of the run holds the lock any more: a resume in place takes it over.
     with run_dir.locked(directory, "hydra.run.dir"):

@@ -1,0 +1,217 @@
+"""Long sweeps that survive (`fedlight.resume`, `fedlight.preemption`, `fedlight.sweeps`): a sweep
+killed half-way resumes with one command, a preemption signal ends a run with its checkpoint and
+exit 75 and the run continues on its own, under Hydra's basic and joblib launchers and submitit's
+requeue (its local executor stands in for SLURM here)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from fedlight.preemption import PREEMPTED_EXIT_CODE
+from fedlight.resume import resume_command
+from fedlight.run_files import CHECKPOINT_NAME, PREEMPTED_NAME, SUMMARY_NAME
+from fedlight.sweeps import JobStatus, job_state, sweep_states
+
+from .conftest import REPO, TINY, rows_without_timings, run_cli
+
+# Four seeds of a run long enough to be caught half-way (a checkpoint every round).
+SWEEP = [*TINY, "fl.rounds=40", "local.epochs=2", "fl.workers=1", "seed=0,1,2,3"]
+RUN = [*TINY, "fl.rounds=60", "local.epochs=2"]
+RESULT_FILES = (SUMMARY_NAME, "metrics.csv", CHECKPOINT_NAME, "model.pt", "console.log")
+
+
+def started(args: list[str], cwd: Path, prelude: str = "") -> subprocess.Popen:
+    """`python -m fedlight args` in the background (after `prelude`, Python run first in the
+    same process), its output kept."""
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "WANDB_MODE": "disabled", "PYTHONPATH": path}
+    run = f"import sys\nfrom fedlight.entry import main\nsys.argv = ['fedlight', *{args!r}]\n"
+    code = f"{prelude}\n{run}main()"
+    return subprocess.Popen(
+        [sys.executable, "-c", code],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # a signal to it alone, as a scheduler sends one
+    )
+
+
+def wait_for(condition: Callable[[], bool], process: subprocess.Popen, what: str) -> None:
+    deadline = time.monotonic() + 240
+    while not condition():
+        if process.poll() is not None:
+            raise AssertionError(f"ended before {what}:\n{process.communicate()[1]}")
+        assert time.monotonic() < deadline, f"no {what} within 240 s"
+        time.sleep(0.02)
+
+
+def logged(directory: Path) -> int:
+    return job_state(directory).rounds_logged
+
+
+def snapshot(directory: Path) -> dict[str, tuple[bytes, int]]:
+    return {
+        n: ((directory / n).read_bytes(), (directory / n).stat().st_mtime_ns) for n in RESULT_FILES
+    }
+
+
+def same_metrics(left: Path, right: Path) -> None:
+    for job in sorted(p.name for p in right.iterdir() if (p / ".hydra").is_dir()):
+        assert rows_without_timings(left / job) == rows_without_timings(right / job), job
+
+
+@pytest.mark.parametrize(
+    "launcher", [[], ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]], ids=["basic", "joblib"]
+)
+def test_a_killed_sweep_resumes_with_one_command(tmp_path: Path, launcher: list[str]) -> None:
+    """SIGKILL of the sweep's process group once job 0 finished and job 1 is half-way: `fedlight
+    resume` leaves job 0's files as they are, continues job 1 from its checkpoint and runs the
+    rest; every metrics.csv equals that of a sweep never interrupted."""
+    sweep = tmp_path / "sweep"
+    process = started(["-m", *SWEEP, *launcher, f"hydra.sweep.dir={sweep}"], tmp_path)
+    wait_for(
+        lambda: (
+            job_state(sweep / "0").done
+            and logged(sweep / "1") >= 3
+            and job_state(sweep / "1").status is not JobStatus.FINISHED
+        ),
+        process,
+        "job 0 finished and job 1 half-way",
+    )
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    states = {s.directory.name: s.status for s in sweep_states(sweep)}
+    assert states["0"] is JobStatus.FINISHED and states["1"] is JobStatus.STOPPED
+    report = run_cli("report", str(sweep), cwd=tmp_path).stdout
+    assert "Incomplete jobs" in report and "stopped" in report
+    finished = snapshot(sweep / "0")
+
+    resumed = run_cli("resume", str(sweep), cwd=tmp_path)
+
+    assert "finished with this config" in resumed.stdout + resumed.stderr
+    assert snapshot(sweep / "0") == finished  # not rerun: its files untouched
+    summaries = {s.directory.name: s.summary for s in sweep_states(sweep)}
+    assert summaries["0"]["resumes"] == 0 and summaries["1"]["resumes"] == 1
+    assert all(s.done for s in sweep_states(sweep)) and len(summaries) == 4
+    reference = tmp_path / "reference"
+    run_cli("-m", *SWEEP, *launcher, f"hydra.sweep.dir={reference}", cwd=tmp_path)
+    same_metrics(sweep, reference)
+
+
+def test_resume_auto_refuses_a_directory_of_another_config(tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    run_cli("-m", *TINY, "seed=0,1", f"hydra.sweep.dir={sweep}", cwd=tmp_path)
+    result = run_cli(
+        "-m",
+        *TINY,
+        "seed=0,1",
+        "optim.lr=0.2",
+        f"hydra.sweep.dir={sweep}",
+        "resume=auto",
+        cwd=tmp_path,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert (
+        result.stderr.strip()
+        .splitlines()[-1]
+        .startswith(f"fedlight: error: resume=auto: {sweep / '0'} holds a run of another config")
+    )
+    assert "(differs at optim.lr" in result.stderr
+    again = run_cli(
+        "-m", *TINY, "seed=0,1", f"hydra.sweep.dir={sweep}", "resume=auto", cwd=tmp_path
+    )
+    assert "2 finished (not run again), 0 resume from their checkpoints, 0 start" in again.stderr
+
+
+def test_resume_command_rebuilds_the_sweep(tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    run_cli(
+        "-m", *TINY, "seed=0,1", "hydra/launcher=joblib", f"hydra.sweep.dir={sweep}", cwd=tmp_path
+    )
+    command = resume_command(sweep)
+    assert command[0] == "-m" and command[-2:] == [f"hydra.sweep.dir={sweep}", "resume=auto"]
+    assert "hydra/launcher=joblib" in command and "seed=0,1" in command
+    assert not any(a.startswith("hydra.mode") for a in command)
+
+
+def slow_checkpoints(marker: Path) -> str:
+    """Python that makes every checkpoint write take 1.5 s, touching `marker` as it begins."""
+    return (
+        "import pathlib, time\n"
+        "import fedlight.driver as d\n"
+        "save = d.save_checkpoint\n"
+        "def slow(path, state):\n"
+        f"    pathlib.Path({str(marker)!r}).touch()\n"
+        "    time.sleep(1.5)\n"
+        "    save(path, state)\n"
+        "d.save_checkpoint = slow\n"
+    )
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+@pytest.mark.parametrize("during", ["round", "checkpoint"])
+def test_sigterm_checkpoints_exits_75_and_the_run_continues_on_its_own(
+    tmp_path: Path, workers: str, during: str
+) -> None:
+    """SIGTERM during a round, or while a checkpoint is written: the run ends its round, writes
+    its checkpoint and exits 75 (preempted.json says so); the same command again continues it,
+    bit-exact with a run never interrupted."""
+    run = tmp_path / "run"
+    args = [*RUN, f"fl.workers={workers}", "fl.threads_per_worker=1", "checkpoint.every=1000"]
+    marker = tmp_path / "writing"
+    prelude = slow_checkpoints(marker) if during == "checkpoint" else ""
+    if during == "checkpoint":  # its first checkpoint is the one a preemption asks for: every 2
+        args[args.index("checkpoint.every=1000")] = "checkpoint.every=2"
+    process = started([*args, f"hydra.run.dir={run}"], tmp_path, prelude)
+    if during == "checkpoint":
+        wait_for(marker.exists, process, "a checkpoint being written")
+    else:
+        wait_for(lambda: logged(run) >= 2, process, "round 2")
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=240)
+    assert process.returncode == PREEMPTED_EXIT_CODE, stderr
+    assert "fedlight: preempted (SIGTERM) after round " in stderr.strip().splitlines()[-1]
+    stopped = json.loads((run / PREEMPTED_NAME).read_text())
+    assert stopped["signal"] == "SIGTERM" and 1 <= stopped["after_round"] < 60
+    assert job_state(run).status is JobStatus.STOPPED and job_state(run).preempted
+
+    again = run_cli(*args, f"hydra.run.dir={run}", cwd=tmp_path)
+
+    assert f"{run}: was preempted: resumes from its checkpoint" in again.stdout
+    assert not (run / PREEMPTED_NAME).exists()
+    assert json.loads((run / SUMMARY_NAME).read_text())["resumes"] == 1
+    reference = tmp_path / "reference"
+    run_cli(*args, f"hydra.run.dir={reference}", cwd=tmp_path)
+    assert rows_without_timings(run) == rows_without_timings(reference)
+
+
+def test_preempted_under_slurm_asks_for_a_requeue(tmp_path: Path) -> None:
+    """With SLURM_JOB_ID set and no launcher handler, the checkpoint is followed by `scontrol
+    requeue <job id>` (a stand-in scontrol records its arguments)."""
+    bin_dir, calls = tmp_path / "bin", tmp_path / "calls"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text(f'#!/bin/sh\necho "$@" >> {calls}\n')
+    (bin_dir / "scontrol").chmod(0o755)
+    os.environ["PATH"], path = f"{bin_dir}{os.pathsep}{os.environ['PATH']}", os.environ["PATH"]
+    os.environ["SLURM_JOB_ID"] = "4242"
+    try:
+        process = started([*RUN, "fl.workers=1", f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)
+    finally:
+        os.environ["PATH"] = path
+        del os.environ["SLURM_JOB_ID"]
+    wait_for(lambda: logged(tmp_path / "run") >= 1, process, "round 1")
+    process.send_signal(signal.SIGUSR1)
+    _, stderr = process.communicate(timeout=240)
+    assert process.returncode == PREEMPTED_EXIT_CODE, stderr
+    assert calls.read_text() == "requeue 4242\n"
+    assert "fedlight: SLURM job 4242 requeued" in stderr
