@@ -224,6 +224,7 @@ class AsynchronousLoop(Driver):
         (local,) = self.engine.train([got.task], self.dispatches[client], list(ctx.lrs))
         sent = self.client.upload(ctx, got, local, self.stage_states, self.client_pool)
         stats.client_seconds += time.perf_counter() - began
+        self.progress.client_trained()  # an update's clients are not known before it: no K
         if sent.state is not None:
             self.client_states.put(client, version + 1, sent.state.stored())
         stats.bytes_down += got.bytes_down

@@ -5,6 +5,7 @@ job of a sweep, and reported on one line that names the key and what is allowed.
 """
 
 import json
+import logging
 import os
 import re
 import shlex
@@ -13,7 +14,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, NoReturn, TextIO
+from typing import Any, NoReturn
 
 import hydra
 import torch
@@ -60,6 +61,7 @@ from fedlight.jobs import (
     with_config_dirs,
 )
 from fedlight.loggers.base import job_name
+from fedlight.loggers.console import Tee, sweep_line
 from fedlight.partitions.base import ClientCount
 from fedlight.pipeline.stage import Plan
 from fedlight.preemption import (
@@ -73,7 +75,7 @@ from fedlight.run_dir import CONSOLE_NAME
 from fedlight.run_files import ERROR_NAME, PREEMPTED_NAME
 from fedlight.stages import CONF_DIR as STAGES_CONF_DIR
 from fedlight.stages import build_stages, instantiate_group
-from fedlight.sweeps import SWEEP_JOBS_VARIABLE
+from fedlight.sweeps import SWEEP_JOBS_VARIABLE, expected_jobs
 from fedlight.workers import Parallelism, Terminated, WorkerError, auto_parallelism
 
 CONF_DIR = str(STAGES_CONF_DIR)
@@ -138,6 +140,16 @@ def settle_workers(cfg: DictConfig, choices: dict[str, str], algorithm: Algorith
     )
     cfg.fl.workers, cfg.fl.threads_per_worker = parallelism.workers, parallelism.threads_per_worker
     return parallelism
+
+
+def settle_progress(cfg: DictConfig) -> None:
+    """`console.progress=auto` is off where the job's logging, as Hydra has configured it, is
+    quiet: a run's progress is information, and `hydra/job_logging=disabled` (root level ERROR),
+    or any job_logging that sets the `fedlight` logger above INFO, asks for none."""
+    logger = logging.getLogger("fedlight")
+    quiet = logger.disabled or not logger.isEnabledFor(logging.INFO)
+    if cfg.console.progress == "auto" and quiet:
+        cfg.console.progress = "off"
 
 
 def settle_num_clients(
@@ -443,9 +455,29 @@ def composition_message(failed: JobCompositionError) -> str:
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
 def hydra_entry(cfg: DictConfig) -> float | int | None:
-    """One job: run, and its `objective` returned to Hydra's sweeper (None where the job
-    diverged and the sweep goes on)."""
+    """One job (`run_hydra_job`); a job of a sweep says where the sweep stands as it starts and
+    as it ends, however it ends."""
     hydra_cfg = HydraConfig.get()
+    settle_progress(cfg)
+    sweep = shown_sweep(cfg, hydra_cfg)
+    try:
+        return run_hydra_job(cfg, hydra_cfg, sweep)
+    finally:
+        if sweep is not None:
+            print(sweep_line(sweep, expected_jobs()), file=sys.stderr, flush=True)
+
+
+def shown_sweep(cfg: DictConfig, hydra_cfg: DictConfig) -> Path | None:
+    """The sweep directory of this job, where it shows its progress (and writes its run dir)."""
+    multirun = hydra_cfg.mode == RunMode.MULTIRUN
+    if not multirun or not writes_run_dir() or cfg.console.progress == "off":
+        return None
+    return Path(hydra_cfg.sweep.dir)
+
+
+def run_hydra_job(cfg: DictConfig, hydra_cfg: DictConfig, sweep: Path | None) -> float | int | None:
+    """One job: run, and its `objective` returned to Hydra's sweeper (None where the job
+    diverged and the sweep goes on); `sweep`: the sweep directory whose state it says."""
     choices = group_choices(cfg, hydra_cfg.runtime.choices)
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
     sweep_group = hydra_cfg.sweep.dir if multirun else None
@@ -470,6 +502,8 @@ def hydra_entry(cfg: DictConfig) -> float | int | None:
                     cfg, job.config, choices, hydra_cfg.job.config_name, search_path
                 )
                 print(f"fedlight: settings {' '.join(changed) or '(all defaults)'}", flush=True)
+            if sweep is not None:
+                print(sweep_line(sweep, expected_jobs()), file=sys.stderr, flush=True)
             summary = run_until_preempted(job, output_dir)
         return summary.get(job.settings.objective)
     except (ConfigError, DataError) as error:
@@ -571,24 +605,6 @@ def flattened(config: Any, path: str = "") -> dict[str, Any]:
             for k, v in flattened(value, f"{path}{key}.").items()
         }
     return {path.rstrip("."): config}
-
-
-class Tee:
-    """A text stream that writes to the console and to a file."""
-
-    def __init__(self, console: TextIO, file: TextIO) -> None:
-        self.console, self.file = console, file
-
-    def write(self, text: str) -> int:
-        self.file.write(text)
-        return self.console.write(text)
-
-    def flush(self) -> None:
-        self.file.flush()
-        self.console.flush()
-
-    def __getattr__(self, name: str) -> Any:  # isatty, encoding, fileno: the console's
-        return getattr(self.console, name)
 
 
 @contextmanager
@@ -783,6 +799,7 @@ def main() -> None:
             decided_line = decisions_line(decisions)
             if command.multirun and decided_line:
                 print(decided_line, file=sys.stderr, flush=True)
+            os.environ.pop(SWEEP_JOBS_VARIABLE, None)  # a sweep's count, set afresh
             if command.multirun and jobs.complete:
                 os.environ[SWEEP_JOBS_VARIABLE] = str(len(jobs.jobs))
             writing = [job_settings for _, job_settings, d in checked if not d.skips]

@@ -230,6 +230,24 @@ class CheckpointSettings:
         require(self.every >= 1, f"checkpoint.every={self.every} must be >= 1")
 
 
+# console.progress: how a run shows its rounds on the console (see fedlight.loggers.console)
+PROGRESS_MODES = ("auto", "bar", "lines", "off")
+
+
+@dataclass
+class ConsoleSettings:
+    # auto: a live bar on a terminal, one line per round otherwise, nothing where the job's
+    # logging is quiet (hydra/job_logging=disabled); bar, lines, off: that, wherever it prints
+    progress: str = "auto"
+
+    def __post_init__(self) -> None:
+        require(
+            self.progress in PROGRESS_MODES,
+            f"console.progress={self.progress} is not a display; use auto (a bar on a terminal, "
+            "else one line per round; off under hydra/job_logging=disabled), bar, lines or off",
+        )
+
+
 @dataclass
 class PreemptionSettings:
     """What a run does on a preemption notice (`fedlight.preemption`)."""
@@ -272,6 +290,7 @@ class RunSettings:
     optim: OptimSettings = field(default_factory=OptimSettings)
     eval: EvalSettings = field(default_factory=EvalSettings)
     checkpoint: CheckpointSettings = field(default_factory=CheckpointSettings)
+    console: ConsoleSettings = field(default_factory=ConsoleSettings)
     preemption: PreemptionSettings = field(default_factory=PreemptionSettings)
     device: str = "auto"
     resume: str | None = None
@@ -353,6 +372,7 @@ SETTING_KEYS = (
     "optim",
     "eval",
     "checkpoint",
+    "console",
     "preemption",
     "device",
     "resume",

@@ -41,7 +41,7 @@ from fedlight.history import (
     restored_history,
 )
 from fedlight.hooks import Optimization, optimization_of
-from fedlight.loggers.base import MetricsRow, RoundLogger
+from fedlight.loggers.base import MetricsRow, RoundLogger, RoundProgress, SilentProgress
 from fedlight.pipeline.client import ClientPipeline
 from fedlight.pipeline.stage import StageSetup, StageStates, UploadStage
 from fedlight.preemption import Preempted, requested
@@ -119,9 +119,10 @@ class Driver(ABC):
         stages: Stages,
         client_states: ClientStates | None = None,
         workers: Workers | None = None,
+        progress: RoundProgress | None = None,
     ) -> None:
         """`client_states` defaults to a memory store on the client module's device, `workers`
-        to this process alone."""
+        to this process alone; `progress` (what the console shows within a round) to none."""
         self.settings = settings
         self.data = clients.data
         self.client_indices = clients.train
@@ -150,6 +151,7 @@ class Driver(ABC):
             stage.name: stage.initial_state(setup) for stage in self.stages
         }
         self.workers = OneWorker(device) if workers is None else workers
+        self.progress = SilentProgress() if progress is None else progress
         self.client_states = (
             MemoryClientStates(device)
             if client_states is None  # an empty store is falsy: it is a Mapping
@@ -264,6 +266,7 @@ class Driver(ABC):
         for round_index in range(first_round, settings.fl.rounds + 1):
             if history.stopped:
                 break
+            self.progress.round_started(round_index)
             stats = self.run_round(round_index)
             history.add(round_index, stats, time.perf_counter() - started)
             if round_index < settings.fl.rounds:  # the next round must stay within the budget

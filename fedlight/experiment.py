@@ -35,7 +35,13 @@ from fedlight.files import write_text
 from fedlight.history import STATE_KEYS, History
 from fedlight.hooks import setup_module
 from fedlight.layout import layout_for
-from fedlight.loggers.base import RoundLogger, RunInfo, default_run_name
+from fedlight.loggers.base import (
+    RoundLogger,
+    RoundProgress,
+    RunInfo,
+    SilentProgress,
+    default_run_name,
+)
 from fedlight.loggers.console import ConsoleProgress
 from fedlight.loop import FederatedLoop
 from fedlight.lr_schedules.base import LRSchedule
@@ -86,6 +92,7 @@ RESUME_FREE_KEYS = (
     "fl.worker_timeout",
     "fl.rounds",
     "checkpoint.every",
+    "console",  # what the console shows, not what the run computes
     "preemption",  # how a run is told to stop, not what it computes
     "data.cache_dir",  # where decoded images are kept, not what they are
     "privacy.target_epsilon",  # the budget: the noise a run calibrated is in its checkpoint
@@ -410,11 +417,16 @@ def run_worker(workers: Workers, job: Job, output_dir: Path) -> dict[str, Any]:
     checkpoint = resumed_checkpoint(job, check_files=workers.main)
     output_dir = workers.broadcast(output_dir)  # torchrun: each rank's Hydra chose its own
     output_dir.mkdir(parents=True, exist_ok=True)
-    loggers = [*job.loggers, ConsoleProgress()] if workers.main else []
-    ran = run_rounds(workers, job, output_dir, checkpoint, loggers)
-    del checkpoint
-    gc.collect()  # the loop's reference cycles hold the data and models until collected
-    summary = write_summary(job, output_dir, ran, loggers) if workers.main else {}
+    console = ConsoleProgress(job.settings.console.progress)
+    loggers = [*job.loggers, console] if workers.main else []
+    progress = console if workers.main else SilentProgress()
+    try:
+        ran = run_rounds(workers, job, output_dir, checkpoint, loggers, progress)
+        del checkpoint
+        gc.collect()  # the loop's reference cycles hold the data and models until collected
+        summary = write_summary(job, output_dir, ran, loggers) if workers.main else {}
+    finally:  # a failed run's error is printed plainly, not above a live bar
+        console.close()
     return workers.broadcast(summary)
 
 
@@ -424,8 +436,10 @@ def run_rounds(
     output_dir: Path,
     checkpoint: dict[str, Any] | None,
     loggers: list[RoundLogger],
+    progress: RoundProgress,
 ) -> Ran:
-    """Load the data, build the loop (resumed from `checkpoint`, if any) and run its rounds."""
+    """Load the data, build the loop (resumed from `checkpoint`, if any) and run its rounds,
+    telling `progress` how each goes."""
     settings, device = job.settings, workers.device
     data = job.data.load().to(device)
     check_federation_size(settings.fl.num_clients, len(data.train_y), job.choices, workers.main)
@@ -442,6 +456,7 @@ def run_rounds(
         job.stages,
         client_state_store(settings.fl, output_dir, device, workers.main),
         workers,
+        progress,
     )
     if checkpoint is not None:
         loop.load_state_dict(checkpoint, Path(str(settings.resume)))

@@ -96,7 +96,9 @@ class FederatedLoop(Driver):
         streaming = (
             self.workers.count == 1 or self.settings.fl.exchange == "sums"
         ) and not server.holds_uploads()
-        mine = self.train_share(ctx, share.mine(participants), download, server, streaming)
+        my_participants = share.mine(participants)
+        self.progress.clients_chosen(len(my_participants), len(participants))
+        mine = self.train_share(ctx, my_participants, download, server, streaming)
         outcomes: list[Outcome] = self.workers.gather(share, mine)
         for (client, _), outcome in zip(participants, outcomes, strict=True):
             if outcome.written is not None:
@@ -184,6 +186,7 @@ class FederatedLoop(Driver):
             outcomes.append(
                 self.deliver(client_ctx, got, local, seconds, server if streaming else None)
             )
+            self.progress.client_trained()
         return outcomes
 
     def deliver(

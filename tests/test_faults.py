@@ -210,6 +210,11 @@ def test_a_job_whose_data_fails_is_said_and_the_sweep_goes_on(
     )
     assert said[1].startswith("fedlight: error: some jobs of the sweep failed")
     assert len(said) == 2 and "Traceback" not in err
+    # the sweep's state as the failed job ends: error.txt counts it failed (no job finished: no ETA)
+    assert (
+        f"fedlight: sweep {sweep}: 1 of 2 done (1 failed, 0 diverged), 0 running, 1 left, ETA -\n"
+        in err
+    )
     assert not (sweep / "0" / "summary.json").exists()
     assert json.loads((sweep / "1" / "summary.json").read_text())["rounds"] == 1
 

@@ -424,8 +424,11 @@ def test_a_diverged_job_of_a_sweep_is_said_and_the_next_job_runs(
     summaries = [json.loads((sweep / job / "summary.json").read_text()) for job in ("0", "1")]
     assert summaries[0]["diverged_at_round"] is not None
     assert summaries[1]["diverged_at_round"] is None and summaries[1]["rounds"] == 3
-    said = [line for line in capsys.readouterr().err.splitlines() if "diverged" in line]
+    err = capsys.readouterr().err
+    said = [line for line in err.splitlines() if f"{sweep / '0'}: the run diverged" in line]
     assert len(said) == 1 and said[0].startswith(f"fedlight: {sweep / '0'}: the run diverged")
+    # where the sweep stands, as each job starts and ends (`fedlight.loggers.console`)
+    assert f"fedlight: sweep {sweep}: 1 of 2 done (0 failed, 1 diverged), 1 running, 0 left" in err
 
 
 def test_ctrl_c_exits_130_with_the_command_to_go_on(tmp_path: Path) -> None:

@@ -57,9 +57,35 @@ class RoundLogger(Protocol):
     def finish(self, summary: dict[str, Any]) -> None: ...
 
 
+class RoundProgress(Protocol):
+    """What the drivers tell the console as a round goes (`fedlight.loggers.console`), beside the
+    metrics the loggers get once it is done: without it, a round of long local trainings would
+    show nothing for minutes."""
+
+    def round_started(self, round_index: int) -> None: ...
+
+    def clients_chosen(self, mine: int, participants: int) -> None:
+        """The round's `participants`, `mine` of which this worker trains (all on one worker)."""
+
+    def client_trained(self) -> None: ...
+
+
+class SilentProgress:
+    """The progress of a worker that shows none (not the main worker, or `console.progress=off`)."""
+
+    def round_started(self, round_index: int) -> None:
+        pass
+
+    def clients_chosen(self, mine: int, participants: int) -> None:
+        pass
+
+    def client_trained(self) -> None:
+        pass
+
+
 # Settings that say where and how a run is written or logged, not what it computes: left out of
 # its name (a resumed run keeps the name of the run it continues).
-UNNAMED_KEYS = ("resume", "overwrite", "logger", "hydra")
+UNNAMED_KEYS = ("resume", "overwrite", "logger", "console", "hydra")
 
 
 def default_run_name(output_dir: Path) -> str:
