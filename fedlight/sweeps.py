@@ -4,9 +4,10 @@ other machines that share the filesystem) are counted, resumed and reported the 
 
 A job is *finished* once its run wrote summary.json (a diverged run and one the privacy budget
 stopped write it too: each is a result), *running* while a process holds its directory's lock,
-*stopped* when it left a checkpoint and nobody writes it (killed, out of time, preempted: it can
-be resumed), *failed* when fedlight ended it with an error (error.txt holds the line it printed),
-and *not started* otherwise (no directory yet, or one without any of these files).
+*stopped* when it left a checkpoint or logged rounds and nobody writes it (killed, out of time,
+preempted: it resumes from its checkpoint, or starts again without one), *failed* when fedlight
+ended it with an error (error.txt holds the line it printed), and *not started* otherwise (no
+directory yet, or one without any of these files).
 """
 
 import json
@@ -68,7 +69,7 @@ def job_state(directory: Path) -> JobState:
         status = JobStatus.DIVERGED if diverged else JobStatus.FINISHED
     elif (directory / ERROR_NAME).is_file():
         status = JobStatus.FAILED
-    elif (directory / CHECKPOINT_NAME).is_file():
+    elif (directory / CHECKPOINT_NAME).is_file() or rows:
         status = JobStatus.STOPPED
     else:
         status = JobStatus.NOT_STARTED

@@ -175,7 +175,7 @@ def test_report_tables_mean_and_sample_std_over_seeds(
     assert lines.index(header) + 2 == lines.index(fedavg) == lines.index(scaffold) - 1
     assert "Reference: Paper: FedAvg 72.3%, SCAFFOLD 82.1%" in lines
     assert "### Incomplete jobs" in lines
-    assert table_row("13", "algo=scaffold seed=3", "2") in lines
+    assert table_row("13", "algo=scaffold seed=3", "stopped", "2") in lines
     assert lines[-1] == "![curves](curves.png)"
 
 
@@ -646,7 +646,7 @@ def test_report_of_a_sweep_evaluated_every_other_round(
         assert float(row[f"{metric}_mean"]) == statistics.fmean(s[metric] for s in summaries)
     at_2 = [float(rows[1]["test_accuracy"]) for rows in csvs]
     assert float(row["accuracy_at_2_mean"]) == statistics.fmean(at_2)
-    assert table_row("2", "seed=2", "1") in (sweep / "report.md").read_text()
+    assert table_row("2", "seed=2", "stopped", "1") in (sweep / "report.md").read_text()
     (group,) = group_jobs([job for job in load_jobs(sweep) if job.finished])
     assert accuracy_curve(group)[0] == [2, 3]
 

@@ -152,8 +152,8 @@ def test_a_second_sweep_into_a_sweep_directory_is_refused_before_hydra_writes(
         assert_one_line(
             err,
             rf"hydra.sweep.dir={sweep} holds the results of an earlier sweep "
-            rf"\({sweep / '0' / CHECKPOINT_NAME}\); choose another directory, or give "
-            "overwrite=true",
+            rf"\({sweep / '0' / CHECKPOINT_NAME}\); continue that sweep with resume=auto, "
+            "choose another directory, or give overwrite=true",
         )
         assert snapshot(sweep) == before
     assert report_main([str(sweep)]) == 0

@@ -213,7 +213,8 @@ class WandbLogger:
             }
             if images:
                 self._run.log(images)
-            self._run.summary.update(summary)
+            # the config is the run's W&B config already, by option name (no class paths)
+            self._run.summary.update({k: v for k, v in summary.items() if k != "config"})
             self._run.finish()
         except Exception as failure:  # noqa: BLE001
             self._disable(failure)
