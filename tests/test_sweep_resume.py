@@ -117,19 +117,13 @@ def test_a_killed_sweep_resumes_with_one_command(tmp_path: Path, launcher: list[
     same_metrics(sweep, reference)
 
 
-def test_resume_auto_refuses_a_directory_of_another_config(tmp_path: Path) -> None:
+def test_resume_auto_refuses_another_config_and_fedlight_resume_rebuilds_the_command(
+    tmp_path: Path,
+) -> None:
     sweep = tmp_path / "sweep"
-    run_cli("-m", *TINY, "seed=0,1", f"hydra.sweep.dir={sweep}", cwd=tmp_path)
-    result = run_cli(
-        "-m",
-        *TINY,
-        "seed=0,1",
-        "optim.lr=0.2",
-        f"hydra.sweep.dir={sweep}",
-        "resume=auto",
-        cwd=tmp_path,
-        check=False,
-    )
+    sweep_args = ["-m", *TINY, "seed=0,1", "hydra/launcher=joblib", f"hydra.sweep.dir={sweep}"]
+    run_cli(*sweep_args, cwd=tmp_path)
+    result = run_cli(*sweep_args, "optim.lr=0.2", "resume=auto", cwd=tmp_path, check=False)
     assert result.returncode == 2
     assert (
         result.stderr.strip()
@@ -137,21 +131,12 @@ def test_resume_auto_refuses_a_directory_of_another_config(tmp_path: Path) -> No
         .startswith(f"fedlight: error: resume=auto: {sweep / '0'} holds a run of another config")
     )
     assert "(differs at optim.lr" in result.stderr
-    again = run_cli(
-        "-m", *TINY, "seed=0,1", f"hydra.sweep.dir={sweep}", "resume=auto", cwd=tmp_path
-    )
-    assert "2 finished (not run again), 0 resume from their checkpoints, 0 start" in again.stderr
-
-
-def test_resume_command_rebuilds_the_sweep(tmp_path: Path) -> None:
-    sweep = tmp_path / "sweep"
-    run_cli(
-        "-m", *TINY, "seed=0,1", "hydra/launcher=joblib", f"hydra.sweep.dir={sweep}", cwd=tmp_path
-    )
     command = resume_command(sweep)
     assert command[0] == "-m" and command[-2:] == [f"hydra.sweep.dir={sweep}", "resume=auto"]
     assert "hydra/launcher=joblib" in command and "seed=0,1" in command
     assert not any(a.startswith("hydra.mode") for a in command)
+    again = run_cli("resume", str(sweep), cwd=tmp_path)
+    assert "2 finished (not run again), 0 resume from their checkpoints, 0 start" in again.stderr
 
 
 def slow_checkpoints(marker: Path) -> str:
