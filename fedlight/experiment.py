@@ -27,6 +27,7 @@ from fedlight.checkpoint import CHECKPOINT_NAME, load_checkpoint, resumable_chec
 from fedlight.client_states import ClientStateLostError, check_state_files, client_state_store
 from fedlight.config import FLSettings, RunSettings
 from fedlight.data.base import DataError, DataSource, TensorDataset
+from fedlight.data.validation import split_validation
 from fedlight.driver import Clients, Driver
 from fedlight.environment import float_environment, resumed_environment
 from fedlight.errors import ConfigError, require
@@ -49,6 +50,7 @@ from fedlight.outputs import (
     Chance,
     label_histogram,
     participation_summary,
+    splits_summary,
     summarize,
     traffic_summary,
     write_curves,
@@ -441,9 +443,10 @@ def run_rounds(
     """Load the data, build the loop (resumed from `checkpoint`, if any) and run its rounds,
     telling `progress` how each goes."""
     settings, device = job.settings, workers.device
-    data = job.data.load().to(device)
+    fraction = settings.data.validation_fraction
+    data = split_validation(job.data.load(), fraction, settings.seed).to(device)
     check_federation_size(settings.fl.num_clients, len(data.train_y), job.choices, workers.main)
-    chance = Chance.of(data.test_y.cpu().numpy())
+    chance = Chance.of(split_labels(data, settings.eval.split).cpu().numpy())
     module = build_module(job, data, device)
     layout = layout_for(settings.fl.memory_format, module, device)
     module, data = layout.apply(module), replace(data, layout=layout)
@@ -487,6 +490,14 @@ def run_rounds(
     if workers.main:
         write_model(output_dir, module, loop.final_model())
     return Ran(history, chance, environment, resumes)
+
+
+def split_labels(data: TensorDataset, split: str) -> torch.Tensor:
+    """The labels of `split` (`eval.split`): the test set's or the validation set's."""
+    labels = {"test": data.test_y, "validation": data.val_y}[split]
+    require(labels is not None, f"eval.split={split} but the run has no {split} set")
+    assert labels is not None
+    return labels
 
 
 def federation(job: Job, data: TensorDataset, output_dir: Path, workers: Workers) -> Clients:
@@ -567,7 +578,7 @@ def write_summary(
 ) -> dict[str, Any]:
     """summary.json and curves.png of a finished run; the loggers' last word."""
     settings, history = job.settings, ran.history
-    summary = finite_or_null(
+    numbers = (
         summarize(
             history.rows,
             chance=ran.chance,
@@ -578,9 +589,14 @@ def write_summary(
             rounds=history.completed_rounds,
             seed=settings.seed,
             choices=job.choices,
+            split=settings.eval.split,
         )
         | participation_summary(history.participation)
         | traffic_summary(history.bytes_up, history.bytes_to_target)
+    )
+    summary = finite_or_null(
+        numbers
+        | splits_summary(numbers, settings.eval.split)
         | {"diverged_at_round": history.diverged_at_round, "divergence": history.divergence}
         | ({"stopped": history.stopped} if history.stopped else {})
         | variants_summary(job.stages.algorithm)

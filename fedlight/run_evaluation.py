@@ -17,7 +17,7 @@ from fedlight.client_states import ClientStates
 from fedlight.context import Federation
 from fedlight.data.base import TensorDataset
 from fedlight.engines import Engine, LocalTask
-from fedlight.evaluation import ACCURACY, LOSS, Evaluator
+from fedlight.evaluation import ACCURACY, LOSS, VALIDATION_PREFIX, Evaluator
 from fedlight.pipeline.stage import ClientState
 from fedlight.selection.base import ModelQuality
 from fedlight.tensors import StateDict, detached_copy
@@ -45,28 +45,47 @@ class RunEvaluation:
         self, server: ServerState, client_states: ClientStates, completed_rounds: int
     ) -> tuple[float, float, float]:
         """Mean test accuracy, mean test loss and accuracy spread of the evaluated models."""
-        metrics, _ = self.evaluate_all(server, client_states, completed_rounds)
+        metrics = self.evaluate_all(server, client_states, completed_rounds).test
         return metrics[ACCURACY], metrics[LOSS], metrics["test_accuracy_std"]
 
     def evaluate_all(
-        self, server: ServerState, client_states: ClientStates, completed_rounds: int
-    ) -> tuple[dict[str, float], list[float] | None]:
-        """Every test metric, averaged over the models the algorithm reports (the global model,
-        or each client's own for `local`, evaluated as they stream in, one at a time), and
-        `test_accuracy_std`, the population std of their accuracies; and each client's local
-        test accuracy (None without local test sets)."""
+        self,
+        server: ServerState,
+        client_states: ClientStates,
+        completed_rounds: int,
+        test: bool = True,
+    ) -> "Evaluated":
+        """Every metric of the models the algorithm reports (the global model, or each client's
+        own for `local`, evaluated as they stream in, one at a time) on the test set (`test`) and
+        on the validation set (where the run has one), averaged over the models, with the
+        population std of their accuracies (`test_accuracy_std`, `val_accuracy_std`); and with
+        `test`, each client's local test accuracy (None without local test sets)."""
         states = AlgorithmStates(client_states)
         models = self.algorithm.evaluated_models(self.federation, server, states)
-        results = [self.evaluate_weights(weights) for weights in models]
-        accuracies = torch.tensor([r[ACCURACY] for r in results], dtype=torch.float64)
-        count = len(results)
-        names = list(dict.fromkeys(name for result in results for name in result))
-        mean = {name: sum(r[name] for r in results) / count for name in names}
-        spread = {"test_accuracy_std": accuracies.std(correction=0).item()}
-        if self.client_test_indices is None:
-            return mean | spread, None
+        splits = self.splits(test)
+        results = [self.evaluate_on(weights, splits) for weights in models]
+        means = {name: model_mean([r[name] for r in results]) for name in splits}
+        tested, validated = means.get("test", {}), means.get("validation", {})
+        validated = {validation_name(name): value for name, value in validated.items()}
+        if self.client_test_indices is None or not test:
+            return Evaluated(tested, validated, None)
         local = self.local_accuracies(server, states, completed_rounds)
-        return mean | spread | local_accuracy_summary(local), local
+        return Evaluated(tested | local_accuracy_summary(local), validated, local)
+
+    def splits(self, test: bool) -> dict[str, tuple[Tensor, Tensor]]:
+        """The sets a round's evaluation covers: the test set if `test`, then the validation set
+        if the run has one (test first: its numbers are those of a run without validation)."""
+        data = self.data
+        splits = {"test": (data.test_x, data.test_y)} if test else {}
+        if data.val_x is not None and data.val_y is not None:
+            splits["validation"] = (data.val_x, data.val_y)
+        return splits
+
+    def evaluate_on(
+        self, weights: StateDict, splits: dict[str, tuple[Tensor, Tensor]]
+    ) -> dict[str, dict[str, float]]:
+        """One model's metrics on each of the `splits`."""
+        return {name: self.evaluator.evaluate(weights, x, y) for name, (x, y) in splits.items()}
 
     def final_model(self, server: ServerState, client_states: ClientStates) -> StateDict:
         """The model the run exports (`Algorithm.global_model`)."""
@@ -113,6 +132,33 @@ class RunEvaluation:
         """Accuracy and mean cross-entropy of one model on the whole test set."""
         metrics = self.evaluate_weights(weights)
         return metrics[ACCURACY], metrics[LOSS]
+
+
+@dataclass(frozen=True)
+class Evaluated:
+    """A round's evaluation: its test metrics (empty where the round does not test, `eval.test`),
+    its validation metrics (named `val_*`; empty without a validation set) and each client's
+    local test accuracy (None without local test sets, or where the round does not test)."""
+
+    test: dict[str, float]
+    validation: dict[str, float]
+    local: list[float] | None = None
+
+
+def model_mean(results: Sequence[dict[str, float]]) -> dict[str, float]:
+    """Each metric's mean over the evaluated models (in the order they first name it), and
+    `test_accuracy_std`, the population std of their accuracies."""
+    accuracies = torch.tensor([r[ACCURACY] for r in results], dtype=torch.float64)
+    count = len(results)
+    names = list(dict.fromkeys(name for result in results for name in result))
+    mean = {name: sum(r[name] for r in results) / count for name in names}
+    return mean | {"test_accuracy_std": accuracies.std(correction=0).item()}
+
+
+def validation_name(name: str) -> str:
+    """A validation metric's column: `test_accuracy` → `val_accuracy`, `test_loss` → `val_loss`,
+    a module's own `f1` → `val_f1`."""
+    return VALIDATION_PREFIX + name.removeprefix("test_")
 
 
 class AlgorithmStates(Mapping[int, StateDict]):

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from fedlight.data.base import DataSource, TensorDataset
+from fedlight.data.validation import stratified_sample
 from fedlight.errors import ConfigError, require
 from fedlight.rng import Stream, numpy_generator
 
@@ -63,12 +64,7 @@ class Partition(ABC):
         train, test = [], []
         for client, indices in enumerate(client_sets):
             rng = numpy_generator(seed, Stream.LOCAL_TEST, 0, client)
-            held = [
-                rng.permutation(of_label)[: round(self.client_test_fraction * len(of_label))]
-                for label in np.unique(labels[indices])
-                for of_label in [indices[labels[indices] == label]]
-            ]
-            chosen = np.sort(np.concatenate(held)) if held else indices[:0]
+            chosen = stratified_sample(indices, labels, self.client_test_fraction, rng)
             test.append(chosen)
             train.append(np.setdiff1d(indices, chosen, assume_unique=True))
         return train, test
