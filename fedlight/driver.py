@@ -60,6 +60,7 @@ class Clients:
     data: TensorDataset
     train: Sequence[Tensor]  # each client's training examples (indices into the pool)
     test: Sequence[Tensor] | None = None  # each client's local test set; None without them
+    validation: Sequence[Tensor] | None = None  # each client's local validation part, or None
 
 
 @dataclass
@@ -146,6 +147,7 @@ class Driver(ABC):
         self.data = clients.data
         self.client_indices = clients.train
         self.client_test_indices = clients.test
+        self.client_validation_indices = clients.validation
         self.module = module
         self.algorithm = algorithm = stages.algorithm
         self.selection = stages.selection
@@ -192,10 +194,10 @@ class Driver(ABC):
         self.client_pool = ClientPool(clients.train, self.evaluation.quality_on)
 
     def build_evaluation(self) -> RunEvaluation:
-        """The run's evaluations; with local test sets and `eval.finetune_epochs`, a side engine
-        fine-tunes a copy of each client's model first."""
-        tested = self.client_test_indices is not None
-        epochs = self.settings.eval.finetune_epochs if tested else 0
+        """The run's evaluations; with local test sets (or validation parts) and
+        `eval.finetune_epochs`, a side engine fine-tunes a copy of each client's model first."""
+        local = self.client_test_indices is not None or self.client_validation_indices is not None
+        epochs = self.settings.eval.finetune_epochs if local else 0
         return RunEvaluation(
             self.module,
             self.data,
@@ -206,6 +208,7 @@ class Driver(ABC):
             self.client_test_indices,
             self.side_engine(epochs, Stream.FINE_TUNING),
             self.base_lrs,
+            self.client_validation_indices,
         )
 
     def refuse_two_lr_schedules(self, optimization: Optimization) -> None:

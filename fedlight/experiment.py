@@ -502,26 +502,30 @@ def split_labels(data: TensorDataset, split: str) -> torch.Tensor:
 
 def federation(job: Job, data: TensorDataset, output_dir: Path, workers: Workers) -> Clients:
     """The clients' examples: the partition of the training set, each client's local test part
-    held out of it (`partition.client_test_fraction`); the main worker draws its histogram."""
-    settings, device = job.settings, workers.device
+    held out of it (`partition.client_test_fraction`), then its local validation part
+    (`partition.client_validation_fraction`); the main worker draws its histogram."""
+    settings, device, partition = job.settings, workers.device, job.partition
     labels = data.train_y.cpu().numpy()
-    client_sets, client_test_sets = job.partition.hold_out(
-        job.partition(
-            job.partition.keys(data),
+    client_sets, client_test_sets = partition.hold_out(
+        partition(
+            partition.keys(data),
             settings.fl.num_clients,
             numpy_generator(settings.seed, Stream.PARTITION),
         ),
         labels,
         settings.seed,
     )
+    client_sets, validation_sets = partition.hold_out_validation(client_sets, labels, settings.seed)
     if workers.main:
         histogram = label_histogram(client_sets, labels, data.num_classes)
         write_label_histogram(output_dir, histogram)
         warn_of_empty_clients(client_sets)
-    client_indices = index_tensors(client_sets, device)
-    tested = client_test_sets is not None
-    client_test_indices = index_tensors(client_test_sets, device) if tested else None
-    return Clients(data, client_indices, client_test_indices)
+    return Clients(
+        data,
+        index_tensors(client_sets, device),
+        None if client_test_sets is None else index_tensors(client_test_sets, device),
+        None if validation_sets is None else index_tensors(validation_sets, device),
+    )
 
 
 def index_tensors(sets: list[np.ndarray], device: torch.device) -> list[torch.Tensor]:

@@ -37,6 +37,7 @@ class RunEvaluation:
     client_test_indices: Sequence[Tensor] | None
     finetune_engine: Engine | None
     base_lrs: list[float]
+    client_validation_indices: Sequence[Tensor] | None = None
 
     def __post_init__(self) -> None:
         self.evaluator = Evaluator(self.module, self.batch_size, self.data.prepare)
@@ -66,11 +67,23 @@ class RunEvaluation:
         results = [self.evaluate_on(weights, splits) for weights in models]
         means = {name: model_mean([r[name] for r in results]) for name in splits}
         tested, validated = means.get("test", {}), means.get("validation", {})
+        parts = self.local_parts(test)
+        if parts:
+            local = self.local_accuracies(server, states, completed_rounds, parts)
+            tested |= local_accuracy_summary(local["test"]) if "test" in local else {}
+            validated |= local_accuracy_summary(local.get("validation", []))
         validated = {validation_name(name): value for name, value in validated.items()}
-        if self.client_test_indices is None or not test:
-            return Evaluated(tested, validated, None)
-        local = self.local_accuracies(server, states, completed_rounds)
-        return Evaluated(tested | local_accuracy_summary(local), validated, local)
+        return Evaluated(tested, validated, local.get("test") if parts else None)
+
+    def local_parts(self, test: bool) -> dict[str, Sequence[Tensor]]:
+        """The clients' local sets a round's evaluation covers: their test sets if `test`, their
+        validation parts, where the run has them."""
+        parts = {"test": self.client_test_indices, "validation": self.client_validation_indices}
+        return {
+            name: indices
+            for name, indices in parts.items()
+            if indices is not None and (test or name != "test")
+        }
 
     def splits(self, test: bool) -> dict[str, tuple[Tensor, Tensor]]:
         """The sets a round's evaluation covers: the test set if `test`, then the validation set
@@ -92,23 +105,39 @@ class RunEvaluation:
         return self.algorithm.global_model(self.federation, server, AlgorithmStates(client_states))
 
     def local_accuracies(
-        self, server: ServerState, states: "AlgorithmStates", completed_rounds: int
-    ) -> list[float]:
+        self,
+        server: ServerState,
+        states: "AlgorithmStates",
+        completed_rounds: int,
+        parts: dict[str, Sequence[Tensor]],
+    ) -> dict[str, list[float]]:
         """Each client's accuracy, with the model it would use (fine-tuned on its training part
-        for `eval.finetune_epochs` first, if set), on its local test set (nan for a client without
-        test data); one client's model at a time, so a disk store streams."""
-        assert self.client_test_indices is not None
-        data, accuracies = self.data, []
-        for client, indices in enumerate(self.client_test_indices):
-            if len(indices) == 0:
-                accuracies.append(math.nan)
-                continue
-            weights = self.algorithm.model_of_client(self.federation, server, states, client)
-            if self.finetune_engine is not None:
-                weights = self.fine_tuned(client, weights, completed_rounds)
-            tested = self.evaluator.evaluate(weights, data.train_x[indices], data.train_y[indices])
-            accuracies.append(tested[ACCURACY])
+        for `eval.finetune_epochs` first, if set, once for all its parts), on each of its local
+        `parts` (each client's indices by name; nan for a client without data there); one
+        client's model at a time, so a disk store streams."""
+        data = self.data
+        accuracies: dict[str, list[float]] = {name: [] for name in parts}
+        for client in range(len(self.client_indices)):
+            held = {name: indices[client] for name, indices in parts.items()}
+            weights = None
+            for name, indices in held.items():
+                if len(indices) == 0:
+                    accuracies[name].append(math.nan)
+                    continue
+                if weights is None:
+                    weights = self.model_to_test(server, states, client, completed_rounds)
+                x, y = data.train_x[indices], data.train_y[indices]
+                accuracies[name].append(self.evaluator.evaluate(weights, x, y)[ACCURACY])
         return accuracies
+
+    def model_to_test(
+        self, server: ServerState, states: "AlgorithmStates", client: int, completed_rounds: int
+    ) -> StateDict:
+        """The model `client` would use, fine-tuned first where `eval.finetune_epochs` says."""
+        weights = self.algorithm.model_of_client(self.federation, server, states, client)
+        if self.finetune_engine is not None:
+            weights = self.fine_tuned(client, weights, completed_rounds)
+        return weights
 
     def fine_tuned(self, client: int, weights: StateDict, completed_rounds: int) -> StateDict:
         """A copy of `weights` after the client's fine-tuning epochs on its training part at the
