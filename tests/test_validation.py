@@ -322,17 +322,20 @@ def test_a_resumed_run_holds_out_the_same_validation_sets(
     assert {k: resumed[k] for k in numbers} == {k: full[k] for k in numbers}
 
 
+@pytest.mark.parametrize("every", [1, 2])
 def test_an_extended_run_with_eval_test_final_tests_only_its_new_last_round(
-    make_job: Callable[[list[str]], Job], tmp_path: Path
+    make_job: Callable[[list[str]], Job], tmp_path: Path, every: int
 ) -> None:
-    """A finished 3-round run extended to 4: its old last round keeps its validation numbers
-    and loses its test numbers, as in a 4-round run."""
-    run_job(make_job([*RESUMABLE, "fl.rounds=3"]), tmp_path / "three")
-    extended = [*RESUMABLE, f"resume={tmp_path / 'three'}"]
-    run_job(make_job(extended), tmp_path / "extended")
-    run_job(make_job(RESUMABLE), tmp_path / "four")
+    """A finished 3-round run extended to 4: its old last round loses its test numbers, and its
+    validation numbers too where `eval.every` would not have evaluated it, as in a 4-round run."""
+    overrides = [*RESUMABLE, f"eval.every={every}"]
+    run_job(make_job([*overrides, "fl.rounds=3"]), tmp_path / "three")
+    run_job(make_job([*overrides, f"resume={tmp_path / 'three'}"]), tmp_path / "extended")
+    run_job(make_job(overrides), tmp_path / "four")
     assert rows_without_timings(tmp_path / "extended") == rows_without_timings(tmp_path / "four")
-    assert read_rows(tmp_path / "extended")[2]["test_accuracy"] == ""
+    rows = read_rows(tmp_path / "extended")
+    assert [bool(r["test_accuracy"]) for r in rows] == [False, False, False, True]
+    assert [bool(r["val_accuracy"]) for r in rows] == [r % every == 0 for r in range(1, 5)]
 
 
 def test_a_checkpoint_from_before_the_validation_settings_resumes(
