@@ -68,12 +68,11 @@ class RunEvaluation:
         means = {name: model_mean([r[name] for r in results]) for name in splits}
         tested, validated = means.get("test", {}), means.get("validation", {})
         parts = self.local_parts(test)
-        if parts:
-            local = self.local_accuracies(server, states, completed_rounds, parts)
-            tested |= local_accuracy_summary(local["test"]) if "test" in local else {}
-            validated |= local_accuracy_summary(local.get("validation", []))
+        local = self.local_accuracies(server, states, completed_rounds, parts) if parts else {}
+        tested |= local_accuracy_summary(local.get("test", []))
+        validated |= local_accuracy_summary(local.get("validation", []))
         validated = {validation_name(name): value for name, value in validated.items()}
-        return Evaluated(tested, validated, local.get("test") if parts else None)
+        return Evaluated(tested, validated, local.get("test"))
 
     def local_parts(self, test: bool) -> dict[str, Sequence[Tensor]]:
         """The clients' local sets a round's evaluation covers: their test sets if `test`, their
