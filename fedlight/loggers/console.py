@@ -217,7 +217,7 @@ class ConsoleProgress:
             f"  {name} {row[name]:.4g}" for name in row if name not in METRIC_COLUMNS
         )
         if not is_evaluated(row):  # the validation set alone (eval.test=final)
-            line = f"round {row['round']}:{reported}"
+            line = f"round {row['round']}: {reported.lstrip()}"
             self.show(round_index, f"· val acc {row['val_accuracy']:.4f}", line)
             return
         tested = f"acc {row['test_accuracy']:.4f}  loss {row['test_loss']:.4f}"
