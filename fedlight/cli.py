@@ -4,6 +4,7 @@ This is the only module that sees a `DictConfig`. Bad settings are caught before
 job of a sweep, and reported on one line that names the key and what is allowed.
 """
 
+import copy
 import json
 import logging
 import os
@@ -32,12 +33,13 @@ from fedlight.checkpoint import CHECKPOINT_NAME
 from fedlight.client_states import ClientStateLostError
 from fedlight.config import (
     CONFIG_GROUPS,
+    DATA_SETTING_KEYS,
     SETTING_KEYS,
     RunSettings,
     register_schema,
     require_finite,
 )
-from fedlight.data.base import DataError
+from fedlight.data.base import DataError, DataSource
 from fedlight.data.source import check_data_target
 from fedlight.errors import ConfigError, error_chain, one_line, require
 from fedlight.experiment import (
@@ -93,14 +95,16 @@ def build_job(
     number of clients the partition gives; `name`: the job's, for the loggers that name runs."""
     require_finite(OmegaConf.to_container(cfg, resolve=True))
     check_data_target(OmegaConf.select(cfg, "data._target_"))
-    data, partition = instantiate_group(cfg, "data"), instantiate_group(cfg, "partition")
+    data, partition = data_source(cfg), instantiate_group(cfg, "partition")
     settle_num_clients(cfg, partition.client_count(data), choices["partition"], announce)
     config = OmegaConf.to_container(cfg, resolve=True)
     derived = frozenset(interpolated_keys(OmegaConf.to_container(cfg, resolve=False)))
     stages = build_stages(cfg, choices)
     parallelism = settle_workers(cfg, choices, stages.algorithm)
     settings_node = OmegaConf.merge(
-        OmegaConf.structured(RunSettings), OmegaConf.masked_copy(cfg, list(SETTING_KEYS))
+        OmegaConf.structured(RunSettings),
+        OmegaConf.masked_copy(cfg, list(SETTING_KEYS)),
+        {"data": {key: cfg.data[key] for key in DATA_SETTING_KEYS if key in cfg.data}},
     )
     settings: RunSettings = OmegaConf.to_object(settings_node)  # type: ignore[assignment]
     plan = Plan(settings, choices, stages.algorithm, stages.selection, stages.upload)
@@ -120,6 +124,16 @@ def build_job(
         derived_keys=derived,
         parallelism=parallelism,
     )
+
+
+def data_source(cfg: DictConfig) -> DataSource:
+    """The data group's source, built without the run's own data settings (`DataSettings`):
+    the run applies them to whatever `load()` gives, so no source needs a field for them."""
+    source = copy.deepcopy(cfg)
+    with open_dict(source):
+        for key in DATA_SETTING_KEYS:
+            source.data.pop(key, None)
+    return instantiate_group(source, "data")
 
 
 def settle_workers(cfg: DictConfig, choices: dict[str, str], algorithm: Algorithm) -> Parallelism:

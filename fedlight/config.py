@@ -6,7 +6,7 @@ the objects the config groups instantiate.
 
 import math
 import re
-from dataclasses import dataclass, field, make_dataclass
+from dataclasses import dataclass, field, fields, make_dataclass
 from typing import Any
 
 import torch
@@ -197,6 +197,12 @@ class OptimSettings:
         require(self.weight_decay >= 0, f"optim.weight_decay={self.weight_decay} must be >= 0")
 
 
+# eval.split: the split whose accuracy picks best_accuracy, the target and rounds_to_target
+SPLITS = ("test", "validation")
+# eval.test: the rounds the test set is evaluated in (every evaluated round, or the last alone)
+TEST_MODES = ("every_round", "final")
+
+
 @dataclass
 class EvalSettings:
     every: int = 1
@@ -204,8 +210,23 @@ class EvalSettings:
     batch_size: int = 1000
     finetune_epochs: int = 0  # local epochs on a client's model before its local evaluation
     every_seconds: float | None = None  # evaluate each time the virtual clock passes a multiple
+    # The split whose numbers decide best_accuracy, eval.target_accuracy's round and a collapse:
+    # validation (data.validation_fraction) keeps the test set out of every choice, as model
+    # selection should (NIID-Bench: Li et al. 2022 ICDE; FedOpt: Reddi et al. 2021 ICLR).
+    split: str = "test"
+    test: str = "every_round"  # every_round | final: the test set in the last round's row alone
 
     def __post_init__(self) -> None:
+        require(
+            self.split in SPLITS,
+            f"eval.split={self.split} is not a split; use test or validation (with "
+            "data.validation_fraction > 0)",
+        )
+        require(
+            self.test in TEST_MODES,
+            f"eval.test={self.test} is not a choice; use every_round (the test set in every "
+            "evaluated round) or final (in the last round alone, with eval.split=validation)",
+        )
         require(self.every >= 1, f"eval.every={self.every} must be >= 1")
         require(
             self.every_seconds is None or self.every_seconds > 0,
@@ -220,6 +241,29 @@ class EvalSettings:
             f"eval.target_accuracy={self.target_accuracy} must be a fraction in (0, 1], e.g. 0.8",
         )
         require(self.batch_size >= 1, f"eval.batch_size={self.batch_size} must be >= 1")
+
+
+@dataclass
+class DataSettings:
+    """What a run does to any data source's examples after `load()`: every source, a user's
+    own included, gets it without a field of its own."""
+
+    # The share of the training examples held out as the server's validation set, per label,
+    # before the partition (0: none; NIID-Bench: Li et al. 2022 ICDE; FedOpt: Reddi et al. 2021
+    # ICLR): numbers to choose hyperparameters, rounds and models by without the test set.
+    validation_fraction: float = 0.0
+
+    def __post_init__(self) -> None:
+        require(
+            0 <= self.validation_fraction < 1,
+            f"data.validation_fraction={self.validation_fraction} must lie in [0, 1); use e.g. "
+            "0.1, or 0 for no validation set",
+        )
+
+
+# The data group's keys that are run settings, not the source's (`fedlight.cli` keeps them out of
+# the source's constructor).
+DATA_SETTING_KEYS = tuple(f.name for f in fields(DataSettings))
 
 
 @dataclass
@@ -277,6 +321,7 @@ OBJECTIVES = (
     "mb_to_target",
     "wall_seconds",
     "command_seconds",
+    "val_accuracy",  # the last evaluated round's, with data.validation_fraction
 )
 
 
@@ -289,6 +334,7 @@ class RunSettings:
     local: LocalSettings = field(default_factory=LocalSettings)
     optim: OptimSettings = field(default_factory=OptimSettings)
     eval: EvalSettings = field(default_factory=EvalSettings)
+    data: DataSettings = field(default_factory=DataSettings)  # the data group's run settings
     checkpoint: CheckpointSettings = field(default_factory=CheckpointSettings)
     console: ConsoleSettings = field(default_factory=ConsoleSettings)
     preemption: PreemptionSettings = field(default_factory=PreemptionSettings)
@@ -317,6 +363,27 @@ class RunSettings:
             "device=cuda (worker r then takes cuda:<its local rank>)",
         )
         check_device_available(self.device)
+        self.check_splits()
+
+    def check_splits(self) -> None:
+        """What the validation split's settings need of each other."""
+        validated = self.data.validation_fraction > 0
+        require(
+            self.eval.split == "test" or validated,
+            "eval.split=validation needs a validation set; set data.validation_fraction, e.g. "
+            "0.1 (or eval.split=test)",
+        )
+        require(
+            self.eval.test == "every_round" or self.eval.split == "validation",
+            "eval.test=final leaves eval.split=test only the last round to pick from; set "
+            "eval.split=validation (with data.validation_fraction, e.g. 0.1) or "
+            "eval.test=every_round",
+        )
+        require(
+            self.objective != "val_accuracy" or validated,
+            "objective=val_accuracy needs a validation set; set data.validation_fraction, e.g. "
+            "0.1 (or objective=best_accuracy with eval.split=validation)",
+        )
 
 
 def check_device_available(device: str) -> None:

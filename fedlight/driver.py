@@ -32,7 +32,7 @@ from fedlight.data.base import TensorDataset
 from fedlight.engines import Engine, LocalTask, make_engine
 from fedlight.engines.base import LocalCallback, LocalResult
 from fedlight.errors import ConfigError, require
-from fedlight.evaluation import ACCURACY, LOSS
+from fedlight.evaluation import ACCURACY, LOSS, VAL_ACCURACY, VAL_LOSS
 from fedlight.history import (
     STATE_FORMAT,
     History,
@@ -46,7 +46,7 @@ from fedlight.pipeline.client import ClientPipeline
 from fedlight.pipeline.stage import StageSetup, StageStates, UploadStage
 from fedlight.preemption import Preempted, requested
 from fedlight.rng import Stream
-from fedlight.run_evaluation import RunEvaluation
+from fedlight.run_evaluation import Evaluated, RunEvaluation
 from fedlight.selection.base import ClientPool
 from fedlight.stages import Stages
 from fedlight.tensors import StateDict, detached_copy, on_device
@@ -60,6 +60,7 @@ class Clients:
     data: TensorDataset
     train: Sequence[Tensor]  # each client's training examples (indices into the pool)
     test: Sequence[Tensor] | None = None  # each client's local test set; None without them
+    validation: Sequence[Tensor] | None = None  # each client's local validation part, or None
 
 
 @dataclass
@@ -92,6 +93,25 @@ def not_finite(stats: RoundStats, weights: StateDict) -> str | None:
     if bool(finite.all()):  # one device sync per round
         return None
     return f"weights {list(floating)[int(finite.logical_not().nonzero()[0])]} not finite"
+
+
+# A round that was not evaluated (`eval.every`): no test or validation metrics.
+NOT_EVALUATED = Evaluated({}, {})
+# The validation columns a row puts first, in this order (then the others, sorted by name).
+VALIDATION_COLUMNS = (VAL_ACCURACY, VAL_LOSS, "val_accuracy_std")
+
+
+def non_finite_loss(metrics: dict[str, float]) -> str | None:
+    """The first of the test and the validation loss that `metrics` has and that is not finite,
+    with its value, in words; None if none."""
+    return next(
+        (
+            f"{name} {metrics[name]}"
+            for name in (LOSS, VAL_LOSS)
+            if name in metrics and not math.isfinite(metrics[name])
+        ),
+        None,
+    )
 
 
 def federation_of(settings: RunSettings, module: pl.LightningModule, stages: Stages) -> Federation:
@@ -127,6 +147,7 @@ class Driver(ABC):
         self.data = clients.data
         self.client_indices = clients.train
         self.client_test_indices = clients.test
+        self.client_validation_indices = clients.validation
         self.module = module
         self.algorithm = algorithm = stages.algorithm
         self.selection = stages.selection
@@ -157,7 +178,9 @@ class Driver(ABC):
             if client_states is None  # an empty store is falsy: it is a Mapping
             else client_states
         )
-        self.history = History(participation=[0] * settings.fl.num_clients)
+        self.history = History(
+            participation=[0] * settings.fl.num_clients, split=settings.eval.split
+        )
         self.saved_round = 0  # the rounds the last checkpoint holds
         self.engine = self.build_engine()
         self.client = ClientPipeline(
@@ -171,10 +194,10 @@ class Driver(ABC):
         self.client_pool = ClientPool(clients.train, self.evaluation.quality_on)
 
     def build_evaluation(self) -> RunEvaluation:
-        """The run's evaluations; with local test sets and `eval.finetune_epochs`, a side engine
-        fine-tunes a copy of each client's model first."""
-        tested = self.client_test_indices is not None
-        epochs = self.settings.eval.finetune_epochs if tested else 0
+        """The run's evaluations; with local test sets (or validation parts) and
+        `eval.finetune_epochs`, a side engine fine-tunes a copy of each client's model first."""
+        local = self.client_test_indices is not None or self.client_validation_indices is not None
+        epochs = self.settings.eval.finetune_epochs if local else 0
         return RunEvaluation(
             self.module,
             self.data,
@@ -185,6 +208,7 @@ class Driver(ABC):
             self.client_test_indices,
             self.side_engine(epochs, Stream.FINE_TUNING),
             self.base_lrs,
+            self.client_validation_indices,
         )
 
     def refuse_two_lr_schedules(self, optimization: Optimization) -> None:
@@ -275,13 +299,16 @@ class Driver(ABC):
             diverged = None if history.diverged_at_round else not_finite(stats, self.server.weights)
             evaluated_round = last or self.evaluation_due(round_index) or diverged
             if self.workers.main:
-                tested = self.evaluation_of_round(started) if evaluated_round else {}
-                row = self.round_row(round_index, stats, tested)
-                if tested and not (
-                    diverged or history.diverged_at_round or math.isfinite(tested[LOSS])
-                ):
-                    diverged = f"test_loss {tested[LOSS]}"
-                history.add_row(row, tested, settings.eval.target_accuracy)
+                evaluated = (
+                    self.evaluation_of_round(started, last or self.stops_at(diverged))
+                    if evaluated_round
+                    else NOT_EVALUATED
+                )
+                row = self.round_row(round_index, stats, evaluated)
+                if not (diverged or history.diverged_at_round):
+                    diverged = non_finite_loss(row)
+                history.add_row(row, evaluated.test, settings.eval.target_accuracy)
+                history.add_validation(evaluated.validation)
                 for logger in loggers:
                     logger.log_round(row)
             if self.workers.count > 1:
@@ -300,6 +327,10 @@ class Driver(ABC):
         if history.stopped:
             self.tell_once("stopped", history.stopped)
         return history
+
+    def stops_at(self, diverged: str | None) -> bool:
+        """Whether a round that `diverged` (None: did not) ends the run (`fl.on_divergence`)."""
+        return diverged is not None and self.settings.fl.on_divergence == "stop"
 
     def preempted(self) -> str | None:
         """The preemption signal that any worker received (`fedlight.preemption`): they all stop
@@ -338,24 +369,31 @@ class Driver(ABC):
         engine = self.privacy.engine(self.module, self.data, self.settings, self.privacy_state())
         return make_engine(self.module, self.data, self.settings) if engine is None else engine
 
-    def evaluation_of_round(self, started: float) -> dict[str, float]:
-        """The test metrics of the round just done (the clients' local accuracies kept in the
-        history); the wall time, counted from `started`, then includes the evaluation."""
-        evaluated, local = self.evaluation.evaluate_all(
-            self.server, self.client_states, self.history.completed_rounds
+    def evaluation_of_round(self, started: float, final: bool) -> Evaluated:
+        """The round just done evaluated: on the test set where `eval.test` asks for it (every
+        evaluated round, or the `final` one), on the validation set where the run has one; the
+        clients' local test accuracies kept in the history. A round whose validation loss is not
+        finite ends a run with `fl.on_divergence=stop`: it is tested as the last. The wall time,
+        counted from `started`, then includes the evaluation."""
+        every_round = self.settings.eval.test == "every_round"
+        evaluated = self.evaluation.evaluate_all(
+            self.server, self.client_states, self.history.completed_rounds, every_round or final
         )
-        if local is not None:
-            self.history.local_accuracies = local
+        if not evaluated.test and self.stops_at(non_finite_loss(evaluated.validation)):
+            evaluated = self.evaluation.evaluate_all(
+                self.server, self.client_states, self.history.completed_rounds
+            )
+        if evaluated.local is not None:
+            self.history.local_accuracies = evaluated.local
         self.history.wall_seconds = time.perf_counter() - started
         return evaluated
 
-    def round_row(
-        self, round_index: int, stats: RoundStats, tested: dict[str, float]
-    ) -> MetricsRow:
+    def round_row(self, round_index: int, stats: RoundStats, evaluated: Evaluated) -> MetricsRow:
         """The round's row of metrics: the fixed columns (the test ones only if the round was
-        evaluated: `tested` not empty), then the test metrics beyond accuracy and loss, then what
-        the stages reported, each sorted by name."""
-        tested = dict(tested)
+        tested: `evaluated.test` not empty), then the test metrics beyond accuracy and loss, then
+        the validation ones (`val_accuracy`, `val_loss`, `val_accuracy_std`, then the others),
+        then what the stages reported, each sorted by name."""
+        tested, validated = dict(evaluated.test), dict(evaluated.validation)
 
         def test(*names: str) -> MetricsRow:
             return {name: tested.pop(name) for name in names if name in tested}
@@ -374,6 +412,8 @@ class Driver(ABC):
         if self.speeds is not None:
             row["virtual_time"] = self.history.virtual_time
         row |= {name: tested[name] for name in sorted(tested)}
+        first = [name for name in VALIDATION_COLUMNS if name in validated]
+        row |= {name: validated[name] for name in [*first, *sorted(set(validated) - set(first))]}
         clash = next((n for n in sorted(stats.logged) if n in row or n in stats.metrics), None)
         require(
             clash is None,
@@ -422,7 +462,7 @@ class Driver(ABC):
         self.client_states.load_state_dict(state["client_states"], run_dir)
         settings = self.settings
         self.history = restored_history(
-            state, settings.fl.rounds, settings.eval.every, settings.eval.every_seconds
+            state, settings.fl.rounds, settings.eval, settings.fl.on_divergence == "stop"
         )
         self.saved_round = self.history.completed_rounds
         torch.set_rng_state(state["torch_rng"])

@@ -26,6 +26,9 @@ from fedlight.hooks import Logs, as_number, computed, local_metrics, logging_to,
 from fedlight.tensors import StateDict
 
 ACCURACY, LOSS = "test_accuracy", "test_loss"
+# The validation set's columns: `val_accuracy`, `val_loss`, `val_<a module's own metric>`
+VALIDATION_PREFIX = "val_"
+VAL_ACCURACY, VAL_LOSS = "val_accuracy", "val_loss"
 
 
 def own_stage(module: pl.LightningModule) -> str | None:

@@ -27,6 +27,7 @@ from fedlight.checkpoint import CHECKPOINT_NAME, load_checkpoint, resumable_chec
 from fedlight.client_states import ClientStateLostError, check_state_files, client_state_store
 from fedlight.config import FLSettings, RunSettings
 from fedlight.data.base import DataError, DataSource, TensorDataset
+from fedlight.data.validation import split_validation
 from fedlight.driver import Clients, Driver
 from fedlight.environment import float_environment, resumed_environment
 from fedlight.errors import ConfigError, require
@@ -49,6 +50,7 @@ from fedlight.outputs import (
     Chance,
     label_histogram,
     participation_summary,
+    splits_summary,
     summarize,
     traffic_summary,
     write_curves,
@@ -441,9 +443,10 @@ def run_rounds(
     """Load the data, build the loop (resumed from `checkpoint`, if any) and run its rounds,
     telling `progress` how each goes."""
     settings, device = job.settings, workers.device
-    data = job.data.load().to(device)
+    fraction = settings.data.validation_fraction
+    data = split_validation(job.data.load(), fraction, settings.seed).to(device)
     check_federation_size(settings.fl.num_clients, len(data.train_y), job.choices, workers.main)
-    chance = Chance.of(data.test_y.cpu().numpy())
+    chance = Chance.of(split_labels(data, settings.eval.split).cpu().numpy())
     module = build_module(job, data, device)
     layout = layout_for(settings.fl.memory_format, module, device)
     module, data = layout.apply(module), replace(data, layout=layout)
@@ -489,28 +492,40 @@ def run_rounds(
     return Ran(history, chance, environment, resumes)
 
 
+def split_labels(data: TensorDataset, split: str) -> torch.Tensor:
+    """The labels of `split` (`eval.split`): the test set's or the validation set's."""
+    labels = {"test": data.test_y, "validation": data.val_y}[split]
+    require(labels is not None, f"eval.split={split} but the run has no {split} set")
+    assert labels is not None
+    return labels
+
+
 def federation(job: Job, data: TensorDataset, output_dir: Path, workers: Workers) -> Clients:
     """The clients' examples: the partition of the training set, each client's local test part
-    held out of it (`partition.client_test_fraction`); the main worker draws its histogram."""
-    settings, device = job.settings, workers.device
+    held out of it (`partition.client_test_fraction`), then its local validation part
+    (`partition.client_validation_fraction`); the main worker draws its histogram."""
+    settings, device, partition = job.settings, workers.device, job.partition
     labels = data.train_y.cpu().numpy()
-    client_sets, client_test_sets = job.partition.hold_out(
-        job.partition(
-            job.partition.keys(data),
+    client_sets, client_test_sets = partition.hold_out(
+        partition(
+            partition.keys(data),
             settings.fl.num_clients,
             numpy_generator(settings.seed, Stream.PARTITION),
         ),
         labels,
         settings.seed,
     )
+    client_sets, validation_sets = partition.hold_out_validation(client_sets, labels, settings.seed)
     if workers.main:
         histogram = label_histogram(client_sets, labels, data.num_classes)
         write_label_histogram(output_dir, histogram)
         warn_of_empty_clients(client_sets)
-    client_indices = index_tensors(client_sets, device)
-    tested = client_test_sets is not None
-    client_test_indices = index_tensors(client_test_sets, device) if tested else None
-    return Clients(data, client_indices, client_test_indices)
+    return Clients(
+        data,
+        index_tensors(client_sets, device),
+        None if client_test_sets is None else index_tensors(client_test_sets, device),
+        None if validation_sets is None else index_tensors(validation_sets, device),
+    )
 
 
 def index_tensors(sets: list[np.ndarray], device: torch.device) -> list[torch.Tensor]:
@@ -567,7 +582,7 @@ def write_summary(
 ) -> dict[str, Any]:
     """summary.json and curves.png of a finished run; the loggers' last word."""
     settings, history = job.settings, ran.history
-    summary = finite_or_null(
+    numbers = (
         summarize(
             history.rows,
             chance=ran.chance,
@@ -578,9 +593,14 @@ def write_summary(
             rounds=history.completed_rounds,
             seed=settings.seed,
             choices=job.choices,
+            split=settings.eval.split,
         )
         | participation_summary(history.participation)
         | traffic_summary(history.bytes_up, history.bytes_to_target)
+    )
+    summary = finite_or_null(
+        numbers
+        | splits_summary(numbers, settings.eval.split)
         | {"diverged_at_round": history.diverged_at_round, "divergence": history.divergence}
         | ({"stopped": history.stopped} if history.stopped else {})
         | variants_summary(job.stages.algorithm)

@@ -3,11 +3,12 @@ run needs to reproduce the rows and totals of the uninterrupted run.
 """
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from fedlight.loggers.base import MetricsRow, is_evaluated
+from fedlight.config import EvalSettings
+from fedlight.loggers.base import SPLIT_ACCURACY, MetricsRow, is_evaluated
 
 if TYPE_CHECKING:
     from fedlight.driver import RoundStats
@@ -23,6 +24,7 @@ class History:
     rows: list[MetricsRow] = field(default_factory=list)  # one per round, as logged
     # the columns evaluations filled so far (test metrics): what a round not evaluated lacks
     test_columns: list[str] = field(default_factory=list)
+    validation_columns: list[str] = field(default_factory=list)  # the same of the validation set
     bytes_up: int = 0
     bytes_down: int = 0
     wall_seconds: float = 0.0
@@ -36,6 +38,7 @@ class History:
     # each client's accuracy on its local test set at the last evaluation (nan: no test data)
     local_accuracies: list[float] = field(default_factory=list)
     virtual_time: float = 0.0  # seconds on the system's clock (`system`), all rounds so far
+    split: str = "test"  # the split that evaluates a round and decides the target (`eval.split`)
 
     def add(self, round_index: int, stats: "RoundStats", wall_seconds: float) -> None:
         """Round `round_index` done: its totals added."""
@@ -47,17 +50,26 @@ class History:
         self.wall_seconds = wall_seconds
 
     def add_row(self, row: MetricsRow, tested: Iterable[str], target: float | None) -> None:
-        """A round's row, `tested` the names of its test metrics (none if it was not evaluated);
-        the bytes sent so far if it is the first evaluation to reach `target`."""
+        """A round's row, `tested` the names of its test metrics (none if it was not tested);
+        the bytes sent so far if it is the first evaluation to reach `target` on the split."""
         self.rows.append(row)
         self.test_columns += [name for name in tested if name not in self.test_columns]
-        reached = target is not None and is_evaluated(row) and row["test_accuracy"] >= target
+        accuracy = row.get(SPLIT_ACCURACY[self.split])
+        reached = target is not None and accuracy is not None and accuracy >= target
         if reached and self.bytes_to_target is None:
             self.bytes_to_target = [self.bytes_up, self.bytes_down]
 
+    def add_validation(self, validated: Iterable[str]) -> None:
+        """The names of the validation metrics of the round just added (none without them)."""
+        known = self.validation_columns
+        self.validation_columns += [name for name in validated if name not in known]
+
     def last_evaluated_time(self) -> float:
         """The virtual time of the last evaluated round (0 before any)."""
-        return next((float(r["virtual_time"]) for r in reversed(self.rows) if is_evaluated(r)), 0.0)
+        return next(
+            (float(r["virtual_time"]) for r in reversed(self.rows) if is_evaluated(r, self.split)),
+            0.0,
+        )
 
 
 # What a checkpoint holds besides the caller's meta data (`FederatedLoop.state_dict`).
@@ -93,26 +105,36 @@ def due_rows(
     every: int,
     every_seconds: float | None,
     kept: tuple[Any, ...],
-    test_columns: Sequence[str] | None,
+    columns: tuple[Sequence[str], Sequence[str]] | None,
+    tested: tuple[Any, ...] | None = None,
 ) -> list[MetricsRow]:
-    """The checkpoint's rows as the uninterrupted run logs them: test metrics in those it
+    """The checkpoint's rows as the uninterrupted run logs them: evaluation metrics in those it
     evaluates, on the grid of `eval.every` (or of `eval.every_seconds` on the virtual clock) and
-    the rounds in `kept`, and in no others. `test_columns` None: a checkpoint of the older format,
-    whose rows are the evaluated rounds' alone; one not due is left out."""
+    the rounds in `kept`, and in no others; test metrics only in the rounds in `tested`, where
+    given (`eval.test=final`). `columns`: the test and the validation columns the run filled;
+    None: a checkpoint of the older format, whose rows are the evaluated rounds' alone; one not
+    due is left out."""
     due: list[MetricsRow] = []
     previous = 0.0  # the virtual time of the last round due
+    test_columns, validation_columns = columns or ((), ())
     for row in rows:
         if every_seconds is None:
             on_grid = row["round"] % every == 0
         else:
             on_grid = passed_multiple(previous, float(row["virtual_time"]), every_seconds)
         if on_grid or row["round"] in kept:
-            due.append(row)
+            untested = tested is not None and row["round"] not in tested
+            due.append(without(row, test_columns if untested else ()))
             if every_seconds is not None:
                 previous = float(row["virtual_time"])
-        elif test_columns is not None:
-            due.append({name: value for name, value in row.items() if name not in test_columns})
+        elif columns is not None:
+            due.append(without(row, [*test_columns, *validation_columns]))
     return due
+
+
+def without(row: MetricsRow, columns: Collection[str]) -> MetricsRow:
+    """`row` without the `columns`."""
+    return {name: value for name, value in row.items() if name not in columns}
 
 
 def history_state(history: History) -> dict[str, Any]:
@@ -121,6 +143,7 @@ def history_state(history: History) -> dict[str, Any]:
         "completed_rounds": history.completed_rounds,
         "rows": history.rows,
         "test_columns": history.test_columns,
+        "validation_columns": history.validation_columns,
         "bytes_up": history.bytes_up,
         "bytes_down": history.bytes_down,
         "wall_seconds": history.wall_seconds,
@@ -135,17 +158,29 @@ def history_state(history: History) -> dict[str, Any]:
 
 
 def restored_history(
-    state: Mapping[str, Any], rounds: int, every: int, every_seconds: float | None
+    state: Mapping[str, Any], rounds: int, evaluation: EvalSettings, stops: bool
 ) -> History:
-    """The history of a checkpoint's `state`, its rows with test metrics where the run evaluates
-    (`due_rows`) with `fl.rounds=rounds`: a finished run's last round was evaluated because it
-    was last; extended, it is not."""
+    """The history of a checkpoint's `state`, its rows with evaluation metrics where the run
+    evaluates (`due_rows`) with `fl.rounds=rounds`: a finished run's last round was evaluated
+    (and tested) because it was last; extended, it is not. `stops`: a diverged round ends the
+    run (`fl.on_divergence=stop`), so it was tested as the last."""
     diverged = state["diverged_at_round"]
     test_columns = state.get("test_columns")  # absent in older checkpoints
+    validation_columns = state.get("validation_columns", [])  # absent before validation sets
+    columns = None if test_columns is None else (test_columns, validation_columns)
+    tested = None if evaluation.test == "every_round" else (rounds, diverged if stops else None)
     return History(
         completed_rounds=state["completed_rounds"],
-        rows=due_rows(state["rows"], every, every_seconds, (rounds, diverged), test_columns),
+        rows=due_rows(
+            state["rows"],
+            evaluation.every,
+            evaluation.every_seconds,
+            (rounds, diverged),
+            columns,
+            tested,
+        ),
         test_columns=list(test_columns or ()),
+        validation_columns=list(validation_columns),
         bytes_up=state["bytes_up"],
         bytes_down=state["bytes_down"],
         wall_seconds=state["wall_seconds"],
@@ -156,4 +191,5 @@ def restored_history(
         bytes_to_target=state.get("bytes_to_target"),  # absent in older checkpoints
         local_accuracies=list(state.get("local_accuracies", [])),
         virtual_time=state.get("virtual_time", 0.0),
+        split=evaluation.split,
     )

@@ -10,8 +10,15 @@ import numpy as np
 
 from fedlight import curves
 from fedlight.curves import Line, Panel
+from fedlight.evaluation import VALIDATION_PREFIX
 from fedlight.files import write_text
-from fedlight.loggers.base import METRIC_COLUMNS, MetricsRow, evaluated
+from fedlight.loggers.base import (
+    METRIC_COLUMNS,
+    SPLIT_ACCURACY,
+    SPLIT_LOSS,
+    MetricsRow,
+    evaluated,
+)
 
 CURVES_NAME = "curves.png"
 LABEL_HISTOGRAM_NAME = "label_histogram.png"
@@ -73,20 +80,48 @@ class Chance:
         return cls(share, max(COLLAPSE_MARGIN, noise))
 
 
-def collapsed_at_round(rows: list[MetricsRow], chance: Chance) -> int | None:
-    """The round from which a run's test accuracy stayed at chance (≤ chance + margin) for at
-    least its last COLLAPSE_EVALUATIONS evaluations, after an earlier evaluation above that; None
-    for a run that did not collapse. Only evaluations with a finite test loss count: a collapse
+def collapsed_at_round(rows: list[MetricsRow], chance: Chance, split: str = "test") -> int | None:
+    """The round from which a run's accuracy on `split` stayed at chance (≤ chance + margin) for
+    at least its last COLLAPSE_EVALUATIONS evaluations, after an earlier evaluation above that;
+    None for a run that did not collapse. Only evaluations with a finite loss count: a collapse
     is a failure with finite losses, a divergence is recorded on its own."""
-    finite = [r for r in evaluated(rows) if math.isfinite(r["test_loss"])]
+    accuracy, loss = SPLIT_ACCURACY[split], SPLIT_LOSS[split]
+    finite = [r for r in evaluated(rows, split) if math.isfinite(r[loss])]
     streak = 0
-    while streak < len(finite) and (
-        finite[-1 - streak]["test_accuracy"] <= chance.accuracy + chance.margin
-    ):
+    ceiling = chance.accuracy + chance.margin
+    while streak < len(finite) and finite[-1 - streak][accuracy] <= ceiling:
         streak += 1
     if streak < COLLAPSE_EVALUATIONS or streak == len(finite):  # never above chance: no fall
         return None
     return int(finite[-streak]["round"])
+
+
+# Where each of summary.json's evaluation numbers comes from: "test", or "split" for the split
+# `eval.split` names (what picks the best round and the target); `splits` states it per run.
+NUMBER_SPLITS = {
+    "final_accuracy": "test",
+    "best_accuracy": "split",
+    "rounds_to_target": "split",
+    "collapsed_at_round": "split",
+    "mb_to_target": "split",
+    "upload_mb_to_target": "split",
+    "virtual_time_to_target": "split",
+    "test_accuracy_at_best": "test",
+    "best_round": "split",
+}
+
+
+def splits_summary(summary: dict[str, Any], split: str) -> dict[str, dict[str, str]]:
+    """`splits`: the split (test or validation) each evaluation number of `summary` comes from;
+    the columns it copies from the last rows (`val_accuracy`, `local_accuracy_mean`, a module's
+    own `test_f1`) name theirs: `val_*` the validation set, the others the test sets."""
+    named = {key: split if where == "split" else where for key, where in NUMBER_SPLITS.items()}
+    copied = {
+        key: "validation" if key.startswith(VALIDATION_PREFIX) else "test"
+        for key in summary
+        if key.startswith((VALIDATION_PREFIX, "test_", "local_accuracy_"))
+    }
+    return {"splits": {key: where for key, where in (named | copied).items() if key in summary}}
 
 
 def summarize(
@@ -100,33 +135,37 @@ def summarize(
     rounds: int,
     seed: int,
     choices: dict[str, str],
+    split: str = "test",
 ) -> dict[str, Any]:
-    """summary.json's numbers: accuracies and the target from the evaluated rounds, each other
+    """summary.json's numbers: the final accuracy from the last tested round; the best one, the
+    target and a collapse from the rounds evaluated on `split` (`eval.split`); each other
     column's last value from the last round that has it."""
+    accuracy = SPLIT_ACCURACY[split]
+    chosen = evaluated(rows, split)
+    accuracies = [float(r[accuracy]) for r in chosen]
     tested = evaluated(rows)
-    accuracies = [float(r["test_accuracy"]) for r in tested]
     reported = {
         name: value for row in rows for name, value in row.items() if name not in METRIC_COLUMNS
     }
     reached = [
         int(r["round"])
-        for r in tested
-        if target_accuracy is not None and r["test_accuracy"] >= target_accuracy
+        for r in chosen
+        if target_accuracy is not None and r[accuracy] >= target_accuracy
     ]
     clocked: dict[
         str, float | None
     ] = {}  # runs on a system's clock: the virtual seconds to the target too
     if "virtual_time" in reported:
         at_target = [
-            float(r["virtual_time"]) for r in tested if reached and r["round"] == reached[0]
+            float(r["virtual_time"]) for r in chosen if reached and r["round"] == reached[0]
         ]
         clocked["virtual_time_to_target"] = at_target[0] if at_target else None
     return {
-        "final_accuracy": accuracies[-1],
+        "final_accuracy": float(tested[-1]["test_accuracy"]) if tested else None,
         "best_accuracy": max(accuracies),
         "rounds_to_target": reached[0] if reached else None,
         "target_accuracy": target_accuracy,
-        "collapsed_at_round": collapsed_at_round(rows, chance),
+        "collapsed_at_round": collapsed_at_round(rows, chance, split),
         "comm_mb": total_bytes / 1e6,
         "comm_mb_per_round": total_bytes / 1e6 / max(rounds, 1),
         "wall_seconds": wall_seconds,
@@ -136,18 +175,35 @@ def summarize(
         **choices,
         **reported,  # each stage-reported metric's last value
         **clocked,
+        **({} if split == "test" else selected_model(chosen, accuracy)),
     }
 
 
+def selected_model(chosen: list[MetricsRow], accuracy: str) -> dict[str, Any]:
+    """`best_round`, the first round of the best accuracy on the validation set, and
+    `test_accuracy_at_best`, the test accuracy then (null where that round was not tested,
+    `eval.test=final`): the model a validation set selects, judged on the test set."""
+    best = max(chosen, key=lambda row: row[accuracy])  # the first of equals
+    return {"best_round": int(best["round"]), "test_accuracy_at_best": best.get("test_accuracy")}
+
+
 def write_curves(output_dir: Path, rows: list[MetricsRow]) -> None:
-    """A run's test accuracy and loss per evaluated round, and its train loss per round."""
+    """A run's test (and validation) accuracy and loss per evaluated round, and its train loss
+    per round."""
 
     def line(label: str | None, column: str, points: list[MetricsRow]) -> Line:
         return Line(label, [int(r["round"]) for r in points], [float(r[column]) for r in points])
 
-    tested = evaluated(rows)
-    accuracy = Panel("test accuracy", [line(None, "test_accuracy", tested)])
-    loss = Panel("loss", [line("test", "test_loss", tested), line("train", "train_loss", rows)])
+    tested, validated = evaluated(rows), evaluated(rows, "validation")
+    test_label = "test" if validated else None
+    accuracies = [line(test_label, "test_accuracy", tested)]
+    losses = [line("test", "test_loss", tested)]
+    if validated:
+        accuracies.append(line("validation", "val_accuracy", validated))
+        losses.append(line("validation", "val_loss", validated))
+    title = "accuracy" if validated else "test accuracy"
+    accuracy = Panel(title, accuracies)
+    loss = Panel("loss", [*losses, line("train", "train_loss", rows)])
     curves.write_curves(output_dir / CURVES_NAME, [accuracy, loss], width=10, dpi=100)
 
 

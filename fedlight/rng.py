@@ -26,6 +26,8 @@ class Stream(IntEnum):
     PERSONAL_TRAINING = 10  # the batches of a client's second, personal training (Ditto)
     SYSTEM = 11  # client speeds (round 0) and which selected clients fail (per round, client)
     SECURE_AGGREGATION = 12  # pairwise and self masks (per round, client or pair of clients)
+    VALIDATION = 13  # which training examples are held out as the server's validation set
+    LOCAL_VALIDATION = 14  # which of a client's examples are held out as its validation part
 
 
 def derive_seed(seed: int, stream: Stream, round_index: int = 0, client: int = 0) -> int:

@@ -17,7 +17,7 @@ from fedlight.client_states import ClientStates
 from fedlight.context import Federation
 from fedlight.data.base import TensorDataset
 from fedlight.engines import Engine, LocalTask
-from fedlight.evaluation import ACCURACY, LOSS, Evaluator
+from fedlight.evaluation import ACCURACY, LOSS, VALIDATION_PREFIX, Evaluator
 from fedlight.pipeline.stage import ClientState
 from fedlight.selection.base import ModelQuality
 from fedlight.tensors import StateDict, detached_copy
@@ -37,6 +37,7 @@ class RunEvaluation:
     client_test_indices: Sequence[Tensor] | None
     finetune_engine: Engine | None
     base_lrs: list[float]
+    client_validation_indices: Sequence[Tensor] | None = None
 
     def __post_init__(self) -> None:
         self.evaluator = Evaluator(self.module, self.batch_size, self.data.prepare)
@@ -45,51 +46,97 @@ class RunEvaluation:
         self, server: ServerState, client_states: ClientStates, completed_rounds: int
     ) -> tuple[float, float, float]:
         """Mean test accuracy, mean test loss and accuracy spread of the evaluated models."""
-        metrics, _ = self.evaluate_all(server, client_states, completed_rounds)
+        metrics = self.evaluate_all(server, client_states, completed_rounds).test
         return metrics[ACCURACY], metrics[LOSS], metrics["test_accuracy_std"]
 
     def evaluate_all(
-        self, server: ServerState, client_states: ClientStates, completed_rounds: int
-    ) -> tuple[dict[str, float], list[float] | None]:
-        """Every test metric, averaged over the models the algorithm reports (the global model,
-        or each client's own for `local`, evaluated as they stream in, one at a time), and
-        `test_accuracy_std`, the population std of their accuracies; and each client's local
-        test accuracy (None without local test sets)."""
+        self,
+        server: ServerState,
+        client_states: ClientStates,
+        completed_rounds: int,
+        test: bool = True,
+    ) -> "Evaluated":
+        """Every metric of the models the algorithm reports (the global model, or each client's
+        own for `local`, evaluated as they stream in, one at a time) on the test set (`test`) and
+        on the validation set (where the run has one), averaged over the models, with the
+        population std of their accuracies (`test_accuracy_std`, `val_accuracy_std`); and with
+        `test`, each client's local test accuracy (None without local test sets)."""
         states = AlgorithmStates(client_states)
         models = self.algorithm.evaluated_models(self.federation, server, states)
-        results = [self.evaluate_weights(weights) for weights in models]
-        accuracies = torch.tensor([r[ACCURACY] for r in results], dtype=torch.float64)
-        count = len(results)
-        names = list(dict.fromkeys(name for result in results for name in result))
-        mean = {name: sum(r[name] for r in results) / count for name in names}
-        spread = {"test_accuracy_std": accuracies.std(correction=0).item()}
-        if self.client_test_indices is None:
-            return mean | spread, None
-        local = self.local_accuracies(server, states, completed_rounds)
-        return mean | spread | local_accuracy_summary(local), local
+        splits = self.splits(test)
+        results = [self.evaluate_on(weights, splits) for weights in models]
+        means = {name: model_mean([r[name] for r in results]) for name in splits}
+        tested, validated = means.get("test", {}), means.get("validation", {})
+        parts = self.local_parts(test)
+        local = self.local_accuracies(server, states, completed_rounds, parts) if parts else {}
+        tested |= local_accuracy_summary(local.get("test", []))
+        validated |= local_accuracy_summary(local.get("validation", []))
+        validated = {validation_name(name): value for name, value in validated.items()}
+        return Evaluated(tested, validated, local.get("test"))
+
+    def local_parts(self, test: bool) -> dict[str, Sequence[Tensor]]:
+        """The clients' local sets a round's evaluation covers: their test sets if `test`, their
+        validation parts, where the run has them."""
+        parts = {"test": self.client_test_indices, "validation": self.client_validation_indices}
+        return {
+            name: indices
+            for name, indices in parts.items()
+            if indices is not None and (test or name != "test")
+        }
+
+    def splits(self, test: bool) -> dict[str, tuple[Tensor, Tensor]]:
+        """The sets a round's evaluation covers: the test set if `test`, then the validation set
+        if the run has one (test first: its numbers are those of a run without validation)."""
+        data = self.data
+        splits = {"test": (data.test_x, data.test_y)} if test else {}
+        if data.val_x is not None and data.val_y is not None:
+            splits["validation"] = (data.val_x, data.val_y)
+        return splits
+
+    def evaluate_on(
+        self, weights: StateDict, splits: dict[str, tuple[Tensor, Tensor]]
+    ) -> dict[str, dict[str, float]]:
+        """One model's metrics on each of the `splits`."""
+        return {name: self.evaluator.evaluate(weights, x, y) for name, (x, y) in splits.items()}
 
     def final_model(self, server: ServerState, client_states: ClientStates) -> StateDict:
         """The model the run exports (`Algorithm.global_model`)."""
         return self.algorithm.global_model(self.federation, server, AlgorithmStates(client_states))
 
     def local_accuracies(
-        self, server: ServerState, states: "AlgorithmStates", completed_rounds: int
-    ) -> list[float]:
+        self,
+        server: ServerState,
+        states: "AlgorithmStates",
+        completed_rounds: int,
+        parts: dict[str, Sequence[Tensor]],
+    ) -> dict[str, list[float]]:
         """Each client's accuracy, with the model it would use (fine-tuned on its training part
-        for `eval.finetune_epochs` first, if set), on its local test set (nan for a client without
-        test data); one client's model at a time, so a disk store streams."""
-        assert self.client_test_indices is not None
-        data, accuracies = self.data, []
-        for client, indices in enumerate(self.client_test_indices):
-            if len(indices) == 0:
-                accuracies.append(math.nan)
-                continue
-            weights = self.algorithm.model_of_client(self.federation, server, states, client)
-            if self.finetune_engine is not None:
-                weights = self.fine_tuned(client, weights, completed_rounds)
-            tested = self.evaluator.evaluate(weights, data.train_x[indices], data.train_y[indices])
-            accuracies.append(tested[ACCURACY])
+        for `eval.finetune_epochs` first, if set, once for all its parts), on each of its local
+        `parts` (each client's indices by name; nan for a client without data there); one
+        client's model at a time, so a disk store streams."""
+        data = self.data
+        accuracies: dict[str, list[float]] = {name: [] for name in parts}
+        for client in range(len(self.client_indices)):
+            held = {name: indices[client] for name, indices in parts.items()}
+            weights = None
+            for name, indices in held.items():
+                if len(indices) == 0:
+                    accuracies[name].append(math.nan)
+                    continue
+                if weights is None:
+                    weights = self.model_to_test(server, states, client, completed_rounds)
+                x, y = data.train_x[indices], data.train_y[indices]
+                accuracies[name].append(self.evaluator.evaluate(weights, x, y)[ACCURACY])
         return accuracies
+
+    def model_to_test(
+        self, server: ServerState, states: "AlgorithmStates", client: int, completed_rounds: int
+    ) -> StateDict:
+        """The model `client` would use, fine-tuned first where `eval.finetune_epochs` says."""
+        weights = self.algorithm.model_of_client(self.federation, server, states, client)
+        if self.finetune_engine is not None:
+            weights = self.fine_tuned(client, weights, completed_rounds)
+        return weights
 
     def fine_tuned(self, client: int, weights: StateDict, completed_rounds: int) -> StateDict:
         """A copy of `weights` after the client's fine-tuning epochs on its training part at the
@@ -113,6 +160,33 @@ class RunEvaluation:
         """Accuracy and mean cross-entropy of one model on the whole test set."""
         metrics = self.evaluate_weights(weights)
         return metrics[ACCURACY], metrics[LOSS]
+
+
+@dataclass(frozen=True)
+class Evaluated:
+    """A round's evaluation: its test metrics (empty where the round does not test, `eval.test`),
+    its validation metrics (named `val_*`; empty without a validation set) and each client's
+    local test accuracy (None without local test sets, or where the round does not test)."""
+
+    test: dict[str, float]
+    validation: dict[str, float]
+    local: list[float] | None = None
+
+
+def model_mean(results: Sequence[dict[str, float]]) -> dict[str, float]:
+    """Each metric's mean over the evaluated models (in the order they first name it), and
+    `test_accuracy_std`, the population std of their accuracies."""
+    accuracies = torch.tensor([r[ACCURACY] for r in results], dtype=torch.float64)
+    count = len(results)
+    names = list(dict.fromkeys(name for result in results for name in result))
+    mean = {name: sum(r[name] for r in results) / count for name in names}
+    return mean | {"test_accuracy_std": accuracies.std(correction=0).item()}
+
+
+def validation_name(name: str) -> str:
+    """A validation metric's column: `test_accuracy` → `val_accuracy`, `test_loss` → `val_loss`,
+    a module's own `f1` → `val_f1`."""
+    return VALIDATION_PREFIX + name.removeprefix("test_")
 
 
 class AlgorithmStates(Mapping[int, StateDict]):

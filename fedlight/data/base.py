@@ -75,7 +75,9 @@ class TensorDataset:
     With a `normalization`, `train_x` and `test_x` hold uint8 images and every consumer turns a
     batch of them into model inputs with `prepare`. `train_clients`, where the data has them,
     gives each training example's client (a writer, a speaker: `partition=natural`); it stays on
-    the CPU, where the partition is computed."""
+    the CPU, where the partition is computed. `val_x`, `val_y`: the validation set the run holds
+    out of the training set (`data.validation_fraction`, `fedlight.data.validation`); None
+    without one. A data source leaves them None."""
 
     train_x: Tensor
     train_y: Tensor
@@ -86,6 +88,8 @@ class TensorDataset:
     normalization: Normalization | None = None
     train_clients: Tensor | None = None
     layout: Layout = CONTIGUOUS  # of the model inputs `prepare` makes (`fedlight.layout`)
+    val_x: Tensor | None = None
+    val_y: Tensor | None = None
 
     def prepare(self, examples: Tensor) -> Tensor:
         """Model inputs from stored examples (a batch, or several clients' batches stacked), in
@@ -108,6 +112,8 @@ class TensorDataset:
             self.normalization,
             self.train_clients,
             self.layout,
+            None if self.val_x is None else self.val_x.to(device),
+            None if self.val_y is None else self.val_y.to(device),
         )
 
 

@@ -27,14 +27,19 @@ METRIC_COLUMNS = (
 MetricsRow = dict[str, float | int]
 
 
-def is_evaluated(row: MetricsRow) -> bool:
-    """Whether the round of `row` was evaluated (it has test metrics)."""
-    return "test_accuracy" in row
+# Each split's accuracy column (`eval.split`): a row that has it was evaluated on that split.
+SPLIT_ACCURACY = {"test": "test_accuracy", "validation": "val_accuracy"}
+SPLIT_LOSS = {"test": "test_loss", "validation": "val_loss"}
 
 
-def evaluated(rows: Sequence[MetricsRow]) -> list[MetricsRow]:
-    """The rows of evaluated rounds, for what needs their test metrics."""
-    return [row for row in rows if is_evaluated(row)]
+def is_evaluated(row: MetricsRow, split: str = "test") -> bool:
+    """Whether the round of `row` was evaluated on `split` (it has its metrics)."""
+    return SPLIT_ACCURACY[split] in row
+
+
+def evaluated(rows: Sequence[MetricsRow], split: str = "test") -> list[MetricsRow]:
+    """The rows of rounds evaluated on `split`, for what needs its metrics."""
+    return [row for row in rows if is_evaluated(row, split)]
 
 
 @dataclass(frozen=True)

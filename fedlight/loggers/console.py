@@ -209,13 +209,17 @@ class ConsoleProgress:
         round_index = int(row["round"])
         if self.mode == "off":
             return
-        if not is_evaluated(row):
+        if not is_evaluated(row) and not is_evaluated(row, "validation"):
             line = f"round {row['round']}: train_loss {row['train_loss']:.4f}"
             self.show(round_index, None, line)
             return
         reported = "".join(
             f"  {name} {row[name]:.4g}" for name in row if name not in METRIC_COLUMNS
         )
+        if not is_evaluated(row):  # the validation set alone (eval.test=final)
+            line = f"round {row['round']}: {reported.lstrip()}"
+            self.show(round_index, f"· val acc {row['val_accuracy']:.4f}", line)
+            return
         tested = f"acc {row['test_accuracy']:.4f}  loss {row['test_loss']:.4f}"
         self.show(
             round_index,
@@ -259,9 +263,11 @@ class ConsoleProgress:
         self.close()
         console = Console(file=self.stream) if self.stream is not None else Console(stderr=True)
         target = summary["rounds_to_target"]
+        split = summary.get("splits", {}).get("best_accuracy", "test")
+        best = "best" if split == "test" else "best val"  # and the target's round
         console.print(
             f"fedlight: {summary['rounds']} rounds  final acc {summary['final_accuracy']:.4f}  "
-            f"best {summary['best_accuracy']:.4f}  rounds to target "
+            f"{best} {summary['best_accuracy']:.4f}  rounds to target "
             f"{'-' if target is None else target}  comm {summary['comm_mb']:.2f} MB  "
             f"{summary['wall_seconds']:.1f} s",
             highlight=False,
@@ -270,8 +276,8 @@ class ConsoleProgress:
         collapsed = summary.get("collapsed_at_round")
         if collapsed is not None:
             console.print(
-                f"fedlight: warning: test accuracy fell to chance at round {collapsed} and stayed "
-                "there (collapsed_at_round in summary.json)",
+                f"fedlight: warning: {split} accuracy fell to chance at round {collapsed} and "
+                "stayed there (collapsed_at_round in summary.json)",
                 highlight=False,
                 soft_wrap=True,
             )

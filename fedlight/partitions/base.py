@@ -1,5 +1,6 @@
 """What every partition scheme shares: the split of the training pool into client sets, and of
-each client's set into its training part and its local test part (`client_test_fraction`).
+each client's set into its training part, its local test part (`client_test_fraction`) and its
+local validation part (`client_validation_fraction`).
 
 A client's local test set comes from its own data distribution, so a personalized model can be
 judged where it is used; it is held out per label (stratified) with a generator derived from
@@ -9,11 +10,12 @@ judged where it is used; it is held out per label (stratified) with a generator 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from fedlight.data.base import DataSource, TensorDataset
+from fedlight.data.validation import stratified_sample
 from fedlight.errors import ConfigError, require
 from fedlight.rng import Stream, numpy_generator
 
@@ -29,12 +31,23 @@ class ClientCount:
 @dataclass
 class Partition(ABC):
     client_test_fraction: float = 0.0  # share of each client's examples held out, per label
+    # share of each client's examples held out, per label, as its local validation part
+    client_validation_fraction: float = 0.0
+    # what a checkpoint written before a setting existed ran with (`experiment.value_before`)
+    settings_before: ClassVar[dict[str, Any]] = {"client_validation_fraction": 0.0}
 
     def __post_init__(self) -> None:
         require(
             0 <= self.client_test_fraction < 1,
             f"partition.client_test_fraction={self.client_test_fraction} must lie in [0, 1); "
             "use e.g. 0.2, or 0 for no local test sets",
+        )
+        require(
+            0 <= self.client_validation_fraction
+            and self.client_test_fraction + self.client_validation_fraction < 1,
+            f"partition.client_validation_fraction={self.client_validation_fraction} must lie "
+            f"in [0, 1 - partition.client_test_fraction); use e.g. 0.1, or 0 for no local "
+            "validation parts",
         )
 
     @abstractmethod
@@ -63,15 +76,29 @@ class Partition(ABC):
         train, test = [], []
         for client, indices in enumerate(client_sets):
             rng = numpy_generator(seed, Stream.LOCAL_TEST, 0, client)
-            held = [
-                rng.permutation(of_label)[: round(self.client_test_fraction * len(of_label))]
-                for label in np.unique(labels[indices])
-                for of_label in [indices[labels[indices] == label]]
-            ]
-            chosen = np.sort(np.concatenate(held)) if held else indices[:0]
+            chosen = stratified_sample(indices, labels, self.client_test_fraction, rng)
             test.append(chosen)
             train.append(np.setdiff1d(indices, chosen, assume_unique=True))
         return train, test
+
+    def hold_out_validation(
+        self, train_sets: list[np.ndarray], labels: np.ndarray, seed: int
+    ) -> tuple[list[np.ndarray], list[np.ndarray] | None]:
+        """Each client's training and local validation indices, the validation part drawn per
+        label from its training part (what `hold_out` left) with a generator of its own, derived
+        from (seed, LOCAL_VALIDATION, client): `client_validation_fraction` of the client's
+        examples, about; None for the validation parts when it is 0. Model selection on a
+        client's own distribution without its local test set."""
+        if self.client_validation_fraction == 0:
+            return train_sets, None
+        share = self.client_validation_fraction / (1 - self.client_test_fraction)
+        train, validation = [], []
+        for client, indices in enumerate(train_sets):
+            rng = numpy_generator(seed, Stream.LOCAL_VALIDATION, 0, client)
+            chosen = stratified_sample(indices, labels, share, rng)
+            validation.append(chosen)
+            train.append(np.setdiff1d(indices, chosen, assume_unique=True))
+        return train, validation
 
 
 def checked_index_sets(
