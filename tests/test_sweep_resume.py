@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from fedlight.errors import ConfigError
 from fedlight.preemption import PREEMPTED_EXIT_CODE
 from fedlight.resume import resume_command
 from fedlight.run_files import CHECKPOINT_NAME, PREEMPTED_NAME, SUMMARY_NAME
@@ -117,11 +118,9 @@ def test_a_killed_sweep_resumes_with_one_command(tmp_path: Path, launcher: list[
     same_metrics(sweep, reference)
 
 
-def test_resume_auto_refuses_another_config_and_fedlight_resume_rebuilds_the_command(
-    tmp_path: Path,
-) -> None:
+def test_resume_auto_refuses_a_directory_of_another_config(tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"
-    sweep_args = ["-m", *TINY, "seed=0,1", "hydra/launcher=joblib", f"hydra.sweep.dir={sweep}"]
+    sweep_args = ["-m", *TINY, "seed=0,1", f"hydra.sweep.dir={sweep}"]
     run_cli(*sweep_args, cwd=tmp_path)
     result = run_cli(*sweep_args, "optim.lr=0.2", "resume=auto", cwd=tmp_path, check=False)
     assert result.returncode == 2
@@ -131,12 +130,48 @@ def test_resume_auto_refuses_another_config_and_fedlight_resume_rebuilds_the_com
         .startswith(f"fedlight: error: resume=auto: {sweep / '0'} holds a run of another config")
     )
     assert "(differs at optim.lr" in result.stderr
-    command = resume_command(sweep)
-    assert command[0] == "-m" and command[-2:] == [f"hydra.sweep.dir={sweep}", "resume=auto"]
-    assert "hydra/launcher=joblib" in command and "seed=0,1" in command
-    assert not any(a.startswith("hydra.mode") for a in command)
     again = run_cli("resume", str(sweep), cwd=tmp_path)
     assert "2 finished (not run again), 0 resume from their checkpoints, 0 start" in again.stderr
+
+
+def test_fedlight_resume_rebuilds_the_command_from_hydras_record(tmp_path: Path) -> None:
+    """The sweep's task overrides, its launcher and config name, its directory, resume=auto;
+    not Hydra's own `hydra.mode`, nor an earlier `resume=`."""
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    record = {
+        "hydra": {
+            "overrides": {
+                "hydra": [
+                    f"hydra.sweep.dir={sweep}",
+                    "hydra.mode=MULTIRUN",
+                    "hydra/launcher=joblib",
+                ],
+                "task": ["data=digits", "seed=0,1", "resume=auto"],
+            },
+            "job": {"config_name": "mine"},
+            "runtime": {
+                "config_sources": [
+                    {"path": "/x/conf", "schema": "file", "provider": "command-line"}
+                ]
+            },
+        }
+    }
+    (sweep / "multirun.yaml").write_text(json.dumps(record))  # JSON is YAML
+    assert resume_command(sweep) == [
+        "-m",
+        "--config-name",
+        "mine",
+        "--config-dir",
+        "/x/conf",
+        "hydra/launcher=joblib",
+        "data=digits",
+        "seed=0,1",
+        f"hydra.sweep.dir={sweep}",
+        "resume=auto",
+    ]
+    with pytest.raises(ConfigError, match=r"neither .*multirun.yaml \(a sweep's\) nor"):
+        resume_command(tmp_path / "nothing")
 
 
 def slow_checkpoints(marker: Path) -> str:
@@ -156,8 +191,8 @@ def slow_checkpoints(marker: Path) -> str:
 @pytest.mark.parametrize(
     ("during", "workers"),
     [
-        ("round", "1"),
-        ("checkpoint", "2"),
+        ("round", "1"),  # two workers preempted: tests/test_worker_faults.py
+        pytest.param("checkpoint", "2", marks=pytest.mark.slow),
         pytest.param("round", "2", marks=pytest.mark.slow),
         pytest.param("checkpoint", "1", marks=pytest.mark.slow),
     ],
