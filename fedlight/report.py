@@ -501,6 +501,22 @@ def is_accuracy(metric: str) -> bool:
 
 
 def metric_title(metric: str, groups: list[Group]) -> str:
+    """The column's title; ", validation" in it where every job's number comes from the
+    validation set (summary.json's `splits`, `eval.split=validation`)."""
+    title = test_metric_title(metric, groups)
+    splits = {
+        (job.summary.get("splits") or {}).get(metric)
+        for group in groups
+        for job in group.jobs
+        if job.summary is not None
+    }
+    if splits != {"validation"}:
+        return title
+    base, percent, _ = title.partition(" (%)")
+    return f"{base}, validation{percent}"
+
+
+def test_metric_title(metric: str, groups: list[Group]) -> str:
     at_round = ACCURACY_AT.fullmatch(metric)
     if at_round:
         return f"Accuracy at round {at_round.group(1)} (%)"

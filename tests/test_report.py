@@ -312,6 +312,19 @@ def test_default_layout_of_a_sweep_that_varies_only_the_seed_has_one_row(tmp_pat
     assert list(read_report_csv(tmp_path)) == ["all"]
 
 
+def test_a_number_every_job_took_from_the_validation_set_says_so_in_its_title(
+    tmp_path: Path,
+) -> None:
+    layout = {"rows": ["seed"], "metrics": ["final_accuracy", "best_accuracy"]}
+    splits = {"final_accuracy": "test", "best_accuracy": "validation"}
+    for seed in (0, 1):
+        summary = summary_of(0.5, seed=seed, splits=splits)
+        write_job(tmp_path, str(seed), [f"seed={seed}"], layout, summary, [0.5])
+    assert main([str(tmp_path)]) == 0
+    text = (tmp_path / "report.md").read_text()
+    assert "Final accuracy (%)" in text and "Best accuracy, validation (%)" in text
+
+
 def test_several_sweeps_filtered_into_one_report(comparison_sweep: Path, tmp_path: Path) -> None:
     """A baseline run in its own sweep joins the comparison; --where keeps one partition."""
     extra = tmp_path / "central_sweep"
