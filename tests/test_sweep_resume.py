@@ -245,27 +245,27 @@ def test_preempted_under_slurm_asks_for_a_requeue(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_submitit_requeues_a_timed_out_job_which_resumes_on_its_own(tmp_path: Path) -> None:
-    """hydra-submitit-launcher's local executor, SLURM's stand-in: 30 s before its 1-minute limit
-    a job gets SIGUSR2; fedlight finishes the round, writes the checkpoint and hands over to
-    submitit's handler, which requeues the job (the launcher's `checkpoint` resubmits the same
-    call); the requeued job finds preempted.json and continues: the numbers of a run never
-    interrupted."""
+def test_submitit_requeues_a_preempted_job_which_resumes_on_its_own(tmp_path: Path) -> None:
+    """hydra-submitit-launcher's local executor, SLURM's stand-in: the job gets submitit's
+    preemption signal (SIGUSR2, as `job._interrupt()` sends it) in its third round; fedlight
+    finishes the round, writes the checkpoint and hands over to submitit's handler, which
+    requeues the job (the launcher's `checkpoint` resubmits the same call); the requeued job
+    finds preempted.json and continues: the numbers of a run never interrupted."""
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher")
-    args = [*TINY, "fl.rounds=150", "fl.workers=1", "checkpoint.every=1000"]
+    args = [*TINY, "fl.rounds=300", "fl.workers=1", "checkpoint.every=1000"]
     sweep = tmp_path / "sweep"
-    run_cli(
-        "-m",
-        *args,
-        "hydra/launcher=submitit_local",
-        "hydra.launcher.timeout_min=1",
-        f"hydra.sweep.dir={sweep}",
-        cwd=tmp_path,
-    )
+    launcher = ["hydra/launcher=submitit_local", "hydra.launcher.timeout_min=30"]
+    process = started(["-m", *args, *launcher, f"hydra.sweep.dir={sweep}"], tmp_path)
+    wait_for(lambda: 2 <= logged(sweep / "0") < 100, process, "the job's round 2")
+    holder = job_state(sweep / "0").holder
+    assert holder is not None and holder.isdigit()
+    os.kill(int(holder), signal.SIGUSR2)
+    _, stderr = process.communicate(timeout=600)
+    assert process.returncode == 0, stderr
     logs = "".join(p.read_text() for p in (sweep / ".submitit").glob("*/*.err"))
     assert "fedlight: preempted (SIGUSR2) after round " in logs
     assert "Caught signal SIGUSR2" in logs
-    assert json.loads((sweep / "0" / SUMMARY_NAME).read_text())["resumes"] >= 1
+    assert json.loads((sweep / "0" / SUMMARY_NAME).read_text())["resumes"] == 1
     reference = tmp_path / "reference"
     run_cli(*args, f"hydra.run.dir={reference}", cwd=tmp_path)
     assert rows_without_timings(sweep / "0") == rows_without_timings(reference)
