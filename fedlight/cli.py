@@ -72,6 +72,7 @@ from fedlight.preemption import (
     requeue_on_slurm,
     watched,
 )
+from fedlight.report import plural
 from fedlight.resume import Decision, decide
 from fedlight.run_dir import CONSOLE_NAME
 from fedlight.run_files import ERROR_NAME, PREEMPTED_NAME
@@ -432,10 +433,6 @@ def decisions_line(decisions: list[Decision]) -> str | None:
         f"fedlight: resume=auto: {plural(len(decisions), 'job')}: {skipped} finished (not run "
         f"again), {resumed} resume from their checkpoints, {started} start"
     )
-
-
-def plural(count: int, word: str) -> str:
-    return f"{count} {word}{'' if count == 1 else 's'}"
 
 
 # The configs of Hydra plugins that an extra of fedlight installs, by the extra

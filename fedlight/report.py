@@ -32,7 +32,7 @@ from omegaconf.errors import OmegaConfBaseException
 from fedlight import curves
 from fedlight.curves import Line, Panel
 from fedlight.loggers.base import MetricsRow, evaluated
-from fedlight.sweeps import job_state
+from fedlight.sweeps import job_order, job_state
 
 ERROR_PREFIX = "fedlight report: error: "
 PASS_INSTEAD = "pass the sweep directory that `fedlight -m ...` wrote, e.g. multirun/<date>/<time>"
@@ -408,11 +408,6 @@ def load_job(sweep_dir: Path, job_dir: Path) -> JobResult:
         layout=Layout.from_config(config.get("report")),
         target_accuracy=(config.get("eval") or {}).get("target_accuracy"),
     )
-
-
-def job_order(name: str) -> tuple[tuple[int, int | str], ...]:
-    """Job directories in number order (2 before 10), other names after, alphabetically."""
-    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in name.split("/"))
 
 
 def load_jobs(sweep_dir: Path) -> list[JobResult]:

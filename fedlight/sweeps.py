@@ -79,13 +79,16 @@ def job_state(directory: Path) -> JobState:
 def sweep_states(sweep_dir: Path) -> list[JobState]:
     """Every job directory Hydra made under `sweep_dir` (those holding `.hydra/`), in job order."""
     found = [p.parent for p in sweep_dir.glob("**/.hydra") if p.is_dir()]
-    return [job_state(d) for d in sorted(found, key=lambda d: job_order(d, sweep_dir))]
+    return [
+        job_state(d)
+        for d in sorted(found, key=lambda d: job_order(d.relative_to(sweep_dir).as_posix()))
+    ]
 
 
-def job_order(directory: Path, sweep_dir: Path) -> tuple[tuple[int, int | str], ...]:
-    """Job directories in number order (2 before 10), other names after, alphabetically."""
-    parts = directory.relative_to(sweep_dir).parts
-    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in parts)
+def job_order(name: str) -> tuple[tuple[int, int | str], ...]:
+    """Job directories (names relative to the sweep's) in number order (2 before 10), other names
+    after, alphabetically."""
+    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in name.split("/"))
 
 
 def expected_jobs() -> int | None:

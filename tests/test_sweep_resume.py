@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from fedlight import run_dir
+from fedlight.config import RunSettings
 from fedlight.errors import ConfigError
 from fedlight.preemption import PREEMPTED_EXIT_CODE
 from fedlight.resume import resume_command
@@ -269,3 +271,17 @@ def test_submitit_requeues_a_preempted_job_which_resumes_on_its_own(tmp_path: Pa
     reference = tmp_path / "reference"
     run_cli(*args, f"hydra.run.dir={reference}", cwd=tmp_path)
     assert rows_without_timings(sweep / "0") == rows_without_timings(reference)
+
+
+def test_a_run_resumed_in_place_counts_as_unfinished_until_it_ends(tmp_path: Path) -> None:
+    """A finished run extended in place loses its old summary.json as it starts, so that `fedlight
+    report` and the sweep's counts show it unfinished until it writes its new one."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / CHECKPOINT_NAME).write_bytes(b"")
+    (run / "metrics.csv").write_text("round\n1\n")
+    (run / SUMMARY_NAME).write_text(json.dumps({"rounds": 1, "diverged_at_round": None}))
+    assert job_state(run).status is JobStatus.FINISHED
+    run_dir.prepare(run, "hydra.run.dir", RunSettings(resume=str(run)))
+    assert job_state(run).status is JobStatus.STOPPED
+    assert (run / CHECKPOINT_NAME).exists() and (run / "metrics.csv").exists()
