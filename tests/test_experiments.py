@@ -164,10 +164,14 @@ def test_each_personalization_setting_composes_the_method_its_label_names() -> N
 
 def test_each_niid_bench_setting_builds_its_method_on_flower_niid_bench_settings(make_job) -> None:
     """Built as the sweep builds them: 10 clients all training, E=10, B=64, SGD 0.01 momentum 0.9
-    weight decay 1e-5, simple_cnn on Fashion-MNIST, on both splits; SCAFFOLD's two variants."""
+    weight decay 1e-5, simple_cnn on Fashion-MNIST, on both splits; SCAFFOLD's three variants."""
     methods = {
         "fedavg": ("FedAvg", {}),
         "scaffold": ("Scaffold", {"correction": "weights", "control_norm": "steps"}),
+        "scaffold_flower": (
+            "Scaffold",
+            {"control_weighting": "samples", "control_init": "model", "control_norm": "steps"},
+        ),
         "scaffold_fedlight": (
             "Scaffold",
             {"correction": "gradient", "control_norm": "momentum_steps"},

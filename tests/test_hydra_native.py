@@ -99,7 +99,7 @@ def test_list_jobs_lists_the_basic_sweep_and_runs_nothing(tmp_path: Path) -> Non
     assert not (tmp_path / "multirun").exists()
     # a preset's own sweep (hydra.sweeper.params) is expanded by Hydra's sweeper
     preset = validate_command_line(["-m", "+experiment=niid_bench", "seed=0"])
-    assert len(preset) == 10
+    assert len(preset) == 12
 
 
 def test_version_is_fedlights() -> None:
