@@ -394,7 +394,8 @@ def checked_jobs(
                 if jobs.complete:
                     decision = resume_decision(built, directory)
                     built = decided(built, decision)
-                resumed_checkpoint(built, mmap=True)
+                if built.settings.resume != "auto":  # else each job decides as it runs
+                    resumed_checkpoint(built, mmap=True)
             except ConfigError:
                 raise
             except Exception as error:  # noqa: BLE001 - OmegaConf validation errors

@@ -11,10 +11,13 @@ from typing import Any
 
 import torch
 from hydra.core.config_store import ConfigStore
+from hydra.core.plugins import Plugins
 
 from fedlight.errors import ConfigError, require
 from fedlight.layout import MEMORY_FORMATS
 from fedlight.preemption import signal_number
+from fedlight.sweeps import OBJECTIVES
+from hydra_plugins.fedlight_optuna import register_config as register_optuna_config
 
 # The largest float32: torch trains in it, so a larger setting overflows where it is used
 # (optim.lr=1e300 in the optimizer's step, fl.client_state_memory_mb=1e308 once in bytes).
@@ -311,20 +314,6 @@ class PreemptionSettings:
                 ) from None
 
 
-# summary.json's numbers that a sweep may optimize (`objective`)
-OBJECTIVES = (
-    "final_accuracy",
-    "best_accuracy",
-    "rounds_to_target",
-    "comm_mb",
-    "upload_mb",
-    "mb_to_target",
-    "wall_seconds",
-    "command_seconds",
-    "val_accuracy",  # the last evaluated round's, with data.validation_fraction
-)
-
-
 @dataclass
 class RunSettings:
     """Everything about a run that is a plain value rather than a pluggable component."""
@@ -478,4 +467,8 @@ ConfigSchema = make_dataclass(
 
 
 def register_schema() -> None:
+    """fedlight's schema, and its Hydra plugins' configs over Hydra's (after Hydra's plugin
+    scan, which runs once per process and stores theirs)."""
     ConfigStore.instance().store(name="fedlight_schema", node=ConfigSchema)
+    Plugins.instance()
+    register_optuna_config()

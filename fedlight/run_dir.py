@@ -249,12 +249,14 @@ def prepare_sweep(
 ) -> None:
     """A sweep directory this sweep may write (before Hydra writes into it): no links in it or
     its job folders, and no results of an earlier sweep in them unless every job overwrites or
-    each job `decided` what to do with its own folder (`resume=auto`, `fedlight.resume`)."""
+    each job decides what to do with its own folder (`resume=auto`, `fedlight.resume`: `decided`
+    where the sweep's jobs were decided in advance, `resume=auto` where a sweeper picks them as
+    it goes)."""
     check_no_links(directory)
     folders = sorted(p for p in directory.iterdir() if p.is_dir() and not p.is_symlink())
     for folder in folders:
         check_no_links(folder)
-    if decided or all(job.overwrite for job in jobs):
+    if decided or all(job.overwrite or job.resume == "auto" for job in jobs):
         return
     for folder in folders:
         found = results_in(folder)

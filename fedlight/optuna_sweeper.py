@@ -1,0 +1,232 @@
+"""`hydra/sweeper=optuna`: Hydra's Optuna sweeper (hydra-optuna-sweeper) with a study that
+survives its process, for tuning on the validation set (Akiba et al., "Optuna", KDD 2019; TPE:
+Bergstra et al., NeurIPS 2011).
+
+Hydra's own sweeper asks Optuna for `n_trials` more trials each time it runs and numbers its jobs
+from 0, so a killed study run again writes over its first jobs' directories and runs too many
+trials; and a job that returns no number (a fedlight run that diverged) is an error that ends the
+study. Run by fedlight's plugin (`hydra_plugins.fedlight_optuna`), the study:
+- lives in `<sweep dir>/optuna.db` (SQLite, study `fedlight`) unless `storage` says otherwise;
+- has `n_trials` trials in all: run again (`fedlight resume <sweep dir>`, or the command with
+  `resume=auto`), it runs only those it lacks, and an interrupted trial again in its own job
+  directory (numbered by the trial), where `resume=auto` continues it from its checkpoint;
+- gives a trial whose job diverged, or has no value for the objective, the worst value the
+  objective can take (0 for an accuracy: the sampler ranks it last), or records it as failed where
+  the objective has no worst (bytes, seconds), and goes on; only a job that ended in an error counts
+  against `max_failure_rate`;
+- maximizes or minimizes as fedlight's `objective` says unless `direction` is given, and refuses a
+  grid sampler (a grid is Hydra's basic sweeper: `optim.lr=0.01,0.03,0.1`) and a study of another
+  search space in the same storage.
+"""
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import optuna
+from hydra.core.plugins import Plugins
+from hydra.core.utils import JobReturn
+from hydra.core.utils import JobStatus as HydraJobStatus
+from hydra.types import HydraContext, TaskFunction
+from hydra_plugins.hydra_optuna_sweeper._impl import (
+    OptunaSweeperImpl,
+    create_params_from_overrides,
+)
+from omegaconf import DictConfig, OmegaConf
+from optuna.distributions import BaseDistribution
+from optuna.trial import FrozenTrial, Trial, TrialState
+
+from fedlight.errors import ConfigError
+from fedlight.experiment import RESUME_FREE_KEYS
+from fedlight.sweeps import OBJECTIVES, JobStatus, job_state
+
+STUDY_FILE = "optuna.db"
+STUDY_NAME = "fedlight"
+RESULTS_FILE = "optimization_results.yaml"  # Hydra's sweeper's name for it
+
+
+class StudySweep:
+    """One `-m` command's share of a study: the trials it lacks, run through Hydra's launcher."""
+
+    def __init__(
+        self,
+        settings: dict[str, Any],
+        hydra_context: HydraContext,
+        task_function: TaskFunction,
+        config: DictConfig,
+    ) -> None:
+        optuna.logging.set_verbosity(optuna.logging.WARNING)  # fedlight says what it does
+        self.impl = OptunaSweeperImpl(**settings)
+        self.impl.setup(hydra_context=hydra_context, task_function=task_function, config=config)
+        self.launcher = Plugins.instance().instantiate_launcher(
+            config=config, hydra_context=hydra_context, task_function=task_function
+        )
+        self.config = config
+        self.sweep_dir = Path(config.hydra.sweep.dir)
+        self.objective = str(config.objective)
+        self.directions = directions(settings["direction"], self.objective)
+
+    def sweep(self, arguments: list[str]) -> None:
+        impl = self.impl
+        impl._process_searchspace_config()
+        overrides = [*impl._parse_sweeper_params_config(), *arguments]
+        space, fixed = create_params_from_overrides(overrides)
+        space = {name: d for name, d in space.items() if name not in fixed}
+        if isinstance(impl.sampler, optuna.samplers.GridSampler) or (
+            getattr(impl.sampler, "func", None) is optuna.samplers.GridSampler
+        ):
+            raise ConfigError(
+                "hydra/sweeper=optuna with sampler=grid: a grid is Hydra's basic sweeper; drop "
+                "hydra/sweeper=optuna and list the values (optim.lr=0.01,0.03,0.1)"
+            )
+        study = self.open_study(space, fixed)
+        self.run_interrupted(study, fixed)
+        while (left := impl.n_trials - len(study.trials)) > 0:
+            trials = [study.ask() for _ in range(min(left, impl.n_jobs))]
+            self.run(study, trials, impl._configure_trials(trials, space, fixed))
+        write_results(study, self.sweep_dir / RESULTS_FILE)
+
+    def open_study(self, space: dict[str, BaseDistribution], fixed: dict[str, Any]) -> Any:
+        """The sweep directory's study, created or continued; refused where it searched
+        another space or with other fixed settings (those a resume may change aside)."""
+        self.sweep_dir.mkdir(parents=True, exist_ok=True)
+        # the sweep's record, as Hydra's basic sweeper keeps it (`fedlight resume` reads it)
+        OmegaConf.save(self.config, self.sweep_dir / "multirun.yaml")
+        storage = self.impl.storage or f"sqlite:///{self.sweep_dir.resolve() / STUDY_FILE}"
+        study = optuna.create_study(
+            study_name=self.impl.study_name or STUDY_NAME,
+            storage=storage,
+            sampler=self.impl.sampler,
+            directions=self.directions,
+            load_if_exists=True,
+        )
+        searched = search_record(space, fixed)
+        recorded = study.user_attrs.get("search")
+        if recorded is None:
+            study.set_user_attr("search", searched)
+            study.set_user_attr("objective", self.objective)
+        elif recorded != searched:
+            raise ConfigError(
+                f"hydra/sweeper=optuna: {storage} holds a study of another search "
+                f"({' '.join(recorded)}); give another hydra.sweep.dir, or search as it did"
+            )
+        if study.trials:  # a continued study: not the draws its first command made again
+            study.sampler.reseed_rng()
+        done = sum(t.state != TrialState.RUNNING for t in study.trials)
+        say(
+            f"optuna study {study.study_name} in {storage}: {done} of {self.impl.n_trials} trials "
+            f"done, {self.objective} {self.directions[0]}d"
+        )
+        return study
+
+    def run_interrupted(self, study: Any, fixed: dict[str, Any]) -> None:
+        """Trials a killed command left running, each again in its own job directory."""
+        interrupted = [t for t in study.trials if t.state == TrialState.RUNNING]
+        if interrupted:
+            numbers = ", ".join(str(t.number) for t in interrupted)
+            say(f"optuna: trials {numbers} were interrupted; run again in their directories")
+        for batch in consecutive(interrupted, self.impl.n_jobs):
+            trials = [Trial(study, t._trial_id) for t in batch]
+            self.run(study, trials, [trial_overrides(t, fixed) for t in batch])
+
+    def run(self, study: Any, trials: list[Trial], overrides: Sequence[Sequence[str]]) -> None:
+        """Launch `trials` as the jobs numbered by the first of them, and tell the study."""
+        returns = self.launcher.launch(overrides, initial_job_idx=trials[0].number)
+        failed = [ret for ret in returns if ret.status == HydraJobStatus.FAILED]
+        for trial, ret in zip(trials, returns, strict=True):
+            state, value, note = self.outcome(ret)
+            trial.set_user_attr("fedlight", note)
+            study.tell(trial, value, state=state)
+            best = best_line(study)
+            say(f"optuna: trial {trial.number}: {note}{f'; {best}' if best else ''}")
+        if failed and len(failed) / len(returns) > self.impl.max_failure_rate:
+            failed[0].return_value  # raises the job's own error  # noqa: B018
+
+    def outcome(self, ret: JobReturn) -> tuple[TrialState, float | None, str]:
+        """The trial's state and value from its job, and what to say of it."""
+        if ret.status == HydraJobStatus.FAILED:
+            return TrialState.FAIL, None, "failed (an error; see its error.txt)"
+        if ret.return_value is not None:
+            value = float(ret.return_value)
+            return TrialState.COMPLETE, value, f"{self.objective} {value:.4g}"
+        status = job_state(Path(ret.hydra_cfg.hydra.runtime.output_dir)).status
+        why = "diverged" if status == JobStatus.DIVERGED else f"no {self.objective}"
+        worst = OBJECTIVES[self.objective].worst
+        if worst is None:
+            return TrialState.FAIL, None, f"{why} (a failed trial: {self.objective} has no worst)"
+        return TrialState.COMPLETE, worst, f"{why}: given the worst {self.objective}, {worst}"
+
+
+def directions(given: Any, objective: str) -> list[str]:
+    """The one direction of the study: `direction` where given, else the objective's."""
+    if given is None:
+        return [OBJECTIVES[objective].direction]
+    named = [getattr(d, "name", d) for d in (given if isinstance(given, list) else [given])]
+    if len(named) != 1:
+        raise ConfigError(
+            f"hydra.sweeper.direction={named}: fedlight's objective is one number; give one "
+            "direction (maximize or minimize) or none (the objective's)"
+        )
+    return [str(named[0])]
+
+
+def search_record(space: dict[str, BaseDistribution], fixed: dict[str, Any]) -> list[str]:
+    """The search as the study keeps it: each distribution, and each fixed setting that changes
+    a number (those a resume may change left out)."""
+    searched = [f"{name}={distribution}" for name, distribution in space.items()]
+    kept = [
+        f"{name}={value}"
+        for name, value in fixed.items()
+        if name.lstrip("+~") not in RESUME_FREE_KEYS and not name.startswith("hydra")
+    ]
+    return sorted(searched) + sorted(kept)
+
+
+def trial_overrides(trial: FrozenTrial, fixed: dict[str, Any]) -> list[str]:
+    """The overrides an interrupted trial runs again with: its drawn parameters, and this
+    command's fixed ones (the study's, up to those a resume may change, such as `resume=auto`)."""
+    return [f"{name}={value}" for name, value in {**trial.params, **fixed}.items()]
+
+
+def consecutive(trials: list[FrozenTrial], size: int) -> list[list[FrozenTrial]]:
+    """`trials` in batches of consecutive numbers, at most `size` each (one launch numbers its
+    jobs from its first)."""
+    batches: list[list[FrozenTrial]] = []
+    for trial in trials:
+        if batches and len(batches[-1]) < size and batches[-1][-1].number == trial.number - 1:
+            batches[-1].append(trial)
+        else:
+            batches.append([trial])
+    return batches
+
+
+def best_line(study: Any) -> str | None:
+    """`best 0.8123 (trial 3)`, or None before any trial completed."""
+    completed = [t for t in study.trials if t.state == TrialState.COMPLETE]
+    if not completed:
+        return None
+    best = study.best_trial
+    return f"best {best.value:.4g} (trial {best.number})"
+
+
+def write_results(study: Any, path: Path) -> None:
+    """Hydra's `optimization_results.yaml`: the best parameters and value, and fedlight's count."""
+    states = [t.state for t in study.trials]
+    results: dict[str, Any] = {
+        "name": "optuna",
+        "study": study.study_name,
+        "direction": study.direction.name.lower(),
+        "trials": len(states),
+        "completed": states.count(TrialState.COMPLETE),
+        "failed": states.count(TrialState.FAIL),
+    }
+    if results["completed"]:
+        best = study.best_trial
+        results |= {"best_params": best.params, "best_value": best.value, "best_trial": best.number}
+        say(f"optuna: best {best.value:.4g} (trial {best.number}: {best.params})")
+    OmegaConf.save(OmegaConf.create(results), path)
+
+
+def say(line: str) -> None:
+    print(f"fedlight: {line}", file=sys.stderr, flush=True)

@@ -1,0 +1,120 @@
+"""`hydra/sweeper=optuna` as fedlight runs it (fedlight/optuna_sweeper.py): a study kept in the
+sweep directory that continues after a kill without running finished trials again, a diverged
+trial given the worst value while the study goes on, and the refusals."""
+
+import os
+import signal
+from pathlib import Path
+from types import SimpleNamespace
+
+import optuna
+import pytest
+import yaml
+
+from fedlight.errors import ConfigError
+from fedlight.optuna_sweeper import consecutive, directions, search_record, trial_overrides
+from fedlight.sweeps import JobStatus, job_state, sweep_states
+
+from .conftest import TINY, run_cli
+from .test_sweep_resume import snapshot, started, wait_for
+
+SMALL = [o for o in TINY if not o.startswith("fl.rounds=")]
+STUDY = [
+    "-m",
+    "hydra/sweeper=optuna",
+    "hydra.sweeper.n_trials=3",
+    "optim.lr=tag(log,interval(0.01,0.3))",
+    *SMALL,
+    "data.validation_fraction=0.2",
+    "eval.split=validation",
+    "objective=best_accuracy",
+]
+
+
+def trials(sweep: Path) -> list[optuna.trial.FrozenTrial]:
+    storage = f"sqlite:///{sweep / 'optuna.db'}"
+    return optuna.load_study(study_name="fedlight", storage=storage).trials
+
+
+def test_a_killed_study_continues_where_it_stopped(tmp_path: Path) -> None:
+    """SIGKILL once trial 0 finished and trial 1 is half-way: `fedlight resume` leaves trial 0's
+    files as they are, continues trial 1 in its own directory from its checkpoint (its drawn
+    learning rate kept) and runs trial 2 only: three trials, each with its job's value."""
+    sweep = tmp_path / "study"
+    process = started([*STUDY, "fl.rounds=16", f"hydra.sweep.dir={sweep}"], tmp_path)
+
+    def half_way() -> bool:
+        return job_state(sweep / "0").done and 3 <= job_state(sweep / "1").rounds_logged <= 12
+
+    wait_for(half_way, process, "trial 0 finished and trial 1 half-way")
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    first = snapshot(sweep / "0")
+    before = trials(sweep)
+    assert [t.state.name for t in before] == ["COMPLETE", "RUNNING"]
+    assert job_state(sweep / "1").status is JobStatus.STOPPED
+
+    resumed = run_cli("resume", str(sweep), cwd=tmp_path)
+
+    assert "trials 1 were interrupted" in resumed.stderr
+    assert snapshot(sweep / "0") == first
+    after = trials(sweep)
+    assert [t.state.name for t in after] == ["COMPLETE"] * 3
+    assert after[1].params == before[1].params
+    states = sweep_states(sweep)
+    assert [s.directory.name for s in states] == ["0", "1", "2"]
+    assert [s.summary["resumes"] for s in states] == [0, 1, 0]
+    assert [t.value for t in after] == [s.summary["best_accuracy"] for s in states]
+    overrides = yaml.safe_load((sweep / "1" / ".hydra" / "overrides.yaml").read_text())
+    assert f"optim.lr={before[1].params['optim.lr']}" in overrides
+    results = yaml.safe_load((sweep / "optimization_results.yaml").read_text())
+    assert (results["trials"], results["completed"]) == (3, 3)
+    assert results["best_value"] == max(t.value for t in after)
+
+
+def test_a_diverged_trial_gets_the_worst_value_and_the_study_goes_on(tmp_path: Path) -> None:
+    """Every learning rate of this space diverges: each trial is given accuracy 0 (not an error
+    that ends the study) and the study runs its trials; continued with another space, refused."""
+    sweep = tmp_path / "study"
+    study = [*STUDY[:3], "optim.lr=interval(1e5,1e6)", *STUDY[4:], "fl.rounds=2"]
+    run_cli(*study, f"hydra.sweep.dir={sweep}", cwd=tmp_path)
+    done = trials(sweep)
+    assert [(t.state.name, t.value) for t in done] == [("COMPLETE", 0.0)] * 3
+    assert all(t.user_attrs["fedlight"].startswith("diverged") for t in done)
+    assert {s.status for s in sweep_states(sweep)} == {JobStatus.DIVERGED}
+
+    other = [*study[:3], "optim.lr=interval(0.01,0.3)", *study[4:], "resume=auto"]
+    refused = run_cli(*other, f"hydra.sweep.dir={sweep}", cwd=tmp_path, check=False)
+    assert refused.returncode == 2
+    assert (
+        refused.stderr.strip()
+        .splitlines()[-1]
+        .startswith("fedlight: error: hydra/sweeper=optuna: ")
+    )
+    assert "holds a study of another search (optim.lr=UniformDistribution" in refused.stderr
+
+
+def test_the_direction_is_the_objectives_unless_given() -> None:
+    assert directions(None, "best_accuracy") == ["maximize"]
+    assert directions(None, "comm_mb") == ["minimize"]
+    assert directions("minimize", "best_accuracy") == ["minimize"]
+    with pytest.raises(ConfigError, match="one direction"):
+        directions(["maximize", "minimize"], "best_accuracy")
+
+
+def test_interrupted_trials_run_again_in_batches_of_consecutive_numbers() -> None:
+    numbered = [SimpleNamespace(number=n) for n in (3, 4, 5, 7, 8)]
+    batches = consecutive(numbered, 2)  # type: ignore[arg-type]
+    assert [[t.number for t in b] for b in batches] == [[3, 4], [5], [7, 8]]
+
+
+def test_the_search_record_leaves_out_what_a_resume_may_change() -> None:
+    space = {"optim.lr": optuna.distributions.LogUniformDistribution(0.01, 0.3)}
+    fixed = {"algo": "fedprox", "resume": "auto", "fl.workers": 2, "hydra.sweep.dir": "x"}
+    assert search_record(space, fixed) == [
+        "optim.lr=LogUniformDistribution(high=0.3, low=0.01)",
+        "algo=fedprox",
+    ]
+    trial = SimpleNamespace(params={"optim.lr": 0.05})
+    continued = trial_overrides(trial, {"algo": "fedprox", "resume": "auto"})  # type: ignore[arg-type]
+    assert continued == ["optim.lr=0.05", "algo=fedprox", "resume=auto"]
