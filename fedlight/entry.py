@@ -3,6 +3,7 @@ importing them (`fedlight report` reads files; `--version` reads package metadat
 `fedlight.cli` (a run or a sweep)."""
 
 import sys
+from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
@@ -25,22 +26,36 @@ def version_line() -> str:
 def resume_main(args: list[str]) -> int:
     """`fedlight resume <dir> [overrides]`: the command that made the sweep (or run) in `dir`
     again, with `resume=auto` (`fedlight.resume`) and any further overrides."""
-    if not args or args[0].startswith("-"):
-        print(
-            "usage: fedlight resume <sweep or run dir> [overrides]: continue it (resume=auto)",
-            file=sys.stderr,
-        )
-        return 2
-    from fedlight.errors import ConfigError
     from fedlight.resume import resume_command
 
+    usage = "fedlight resume <sweep or run dir> [overrides]: continue it (resume=auto)"
+    return rerun("resume", resume_command, usage, args)
+
+
+def tuned_main(args: list[str]) -> int:
+    """`fedlight tuned <study dir> [overrides]`: a study's best configuration with three seeds,
+    tested (`fedlight.tuned`)."""
+    from fedlight.tuned import tuned_command
+
+    usage = "fedlight tuned <study dir> [overrides]: test its best configuration, seeds 0,1,2"
+    return rerun("tuned", tuned_command, usage, args)
+
+
+def rerun(name: str, command_of: Callable[[Path], list[str]], usage: str, args: list[str]) -> int:
+    """Run `python -m fedlight` with the arguments `command_of` makes of the directory in
+    `args`, and `args`' further overrides."""
+    if not args or args[0].startswith("-"):
+        print(f"usage: {usage}", file=sys.stderr)
+        return 2
+    from fedlight.errors import ConfigError
+
     try:
-        command = resume_command(Path(args[0]))
+        command = command_of(Path(args[0]))
     except ConfigError as error:
         print(f"fedlight: error: {error}", file=sys.stderr)
         return 2
     print(
-        f"fedlight: resume: python -m fedlight {' '.join([*command, *args[1:]])}", file=sys.stderr
+        f"fedlight: {name}: python -m fedlight {' '.join([*command, *args[1:]])}", file=sys.stderr
     )
     sys.argv = [sys.argv[0], *command, *args[1:]]
     from fedlight.cli import main as run_main
@@ -51,7 +66,8 @@ def resume_main(args: list[str]) -> int:
 
 def main() -> None:
     """`fedlight [overrides]` runs (Hydra); `fedlight report <sweep dir>` summarizes a sweep;
-    `fedlight resume <dir>` continues a sweep or run."""
+    `fedlight resume <dir>` continues a sweep or run; `fedlight tuned <study dir>` tests a
+    study's best configuration."""
     args = sys.argv[1:]
     if args[:1] == ["report"]:
         from fedlight.report import main as report_main
@@ -59,6 +75,8 @@ def main() -> None:
         sys.exit(report_main(args[1:]))
     if args[:1] == ["resume"]:
         sys.exit(resume_main(args[1:]))
+    if args[:1] == ["tuned"]:
+        sys.exit(tuned_main(args[1:]))
     if args == ["--version"]:
         print(version_line())
         sys.exit(0)

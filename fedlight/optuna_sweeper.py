@@ -39,11 +39,9 @@ from optuna.trial import FrozenTrial, Trial, TrialState
 
 from fedlight.errors import ConfigError
 from fedlight.experiment import RESUME_FREE_KEYS
+from fedlight.run_files import STUDY_FILE, STUDY_NAME
 from fedlight.sweeps import OBJECTIVES, JobStatus, job_state
-
-STUDY_FILE = "optuna.db"
-STUDY_NAME = "fedlight"
-RESULTS_FILE = "optimization_results.yaml"  # Hydra's sweeper's name for it
+from fedlight.tuned import RESULTS_FILE
 
 
 class StudySweep:

@@ -32,6 +32,7 @@ from omegaconf.errors import OmegaConfBaseException
 from fedlight import curves
 from fedlight.curves import Line, Panel
 from fedlight.loggers.base import MetricsRow, evaluated
+from fedlight.study_report import studies_markdown
 from fedlight.sweeps import job_order, job_state
 
 ERROR_PREFIX = "fedlight report: error: "
@@ -855,6 +856,7 @@ def write_markdown(
         lines += incomplete_markdown(jobs)
     if sections:
         lines += ["![curves](curves.png)", ""]
+    lines += studies_markdown(sweep_dirs, output_dir)
     path = output_dir / "report.md"
     path.write_text("\n".join(lines))
     return path

@@ -105,15 +105,26 @@ def finished_words(state: JobState) -> str:
     return f"{state.status} with this config ({result}): not run again"
 
 
-def resume_command(directory: Path) -> list[str]:
-    """`fedlight resume <dir>`: the arguments of the command that made the sweep (or run) in
-    `directory`, from Hydra's record of it, with `resume=auto` and the directory itself."""
+@dataclass(frozen=True)
+class RecordedCommand:
+    """The command that made a sweep (or run), from Hydra's record of it in its directory."""
+
+    multirun: bool
+    flags: list[str]  # -m, --config-name, --config-dir
+    own: list[str]  # Hydra's own overrides (hydra/launcher=joblib, ...), the directory's aside
+    task: list[str]  # the run's overrides
+    record: dict[str, Any]  # the record's `hydra` node
+
+
+def recorded_command(directory: Path, command: str = "resume") -> RecordedCommand:
+    """What `directory`'s multirun.yaml (a sweep's) or .hydra/hydra.yaml (a run's) says of the
+    command that made it; refused in one line where neither is there or readable."""
     sweep_record, run_record = directory / "multirun.yaml", directory / ".hydra" / "hydra.yaml"
     multirun = sweep_record.is_file()
     record = sweep_record if multirun else run_record
     if not record.is_file():
         raise ConfigError(
-            f"fedlight resume {directory}: neither {sweep_record} (a sweep's) nor {run_record} "
+            f"fedlight {command} {directory}: neither {sweep_record} (a sweep's) nor {run_record} "
             "(a run's) is there; give the directory a sweep or run wrote"
         )
     try:
@@ -121,8 +132,8 @@ def resume_command(directory: Path) -> list[str]:
         task, own = list(hydra["overrides"]["task"]), list(hydra["overrides"]["hydra"])
     except (OSError, yaml.YAMLError, KeyError, TypeError) as error:
         raise ConfigError(
-            f"fedlight resume {directory}: {record} is not Hydra's record of a command ({error}); "
-            "rerun the command with resume=auto instead"
+            f"fedlight {command} {directory}: {record} is not Hydra's record of a command "
+            f"({error}); rerun the command instead"
         ) from None
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     kept = [o for o in own if o.split("=")[0] not in ("hydra.mode", key)]
@@ -133,5 +144,13 @@ def resume_command(directory: Path) -> list[str]:
     for source in (hydra.get("runtime") or {}).get("config_sources") or []:
         if source.get("provider") == "command-line" and source.get("schema") == "file":
             flags += ["--config-dir", str(source["path"])]
-    arguments = [o for o in task if o.split("=")[0].lstrip("+~") != "resume"]
-    return [*flags, *kept, *arguments, f"{key}={directory}", f"resume={AUTO}"]
+    return RecordedCommand(multirun, flags, kept, task, hydra)
+
+
+def resume_command(directory: Path) -> list[str]:
+    """`fedlight resume <dir>`: the arguments of the command that made the sweep (or run) in
+    `directory`, from Hydra's record of it, with `resume=auto` and the directory itself."""
+    recorded = recorded_command(directory)
+    key = "hydra.sweep.dir" if recorded.multirun else "hydra.run.dir"
+    arguments = [o for o in recorded.task if o.split("=")[0].lstrip("+~") != "resume"]
+    return [*recorded.flags, *recorded.own, *arguments, f"{key}={directory}", f"resume={AUTO}"]

@@ -14,6 +14,8 @@ SUMMARY_NAME = "summary.json"
 LOCK_NAME = ".fedlight.lock"
 ERROR_NAME = "error.txt"  # the one line a run that fedlight ended with an error printed
 PREEMPTED_NAME = "preempted.json"  # a run stopped by a preemption signal, resumed on its own
+STUDY_FILE = "optuna.db"  # a sweep's Optuna study (hydra/sweeper=optuna), in its directory
+STUDY_NAME = "fedlight"
 
 
 def lock_holder(directory: Path) -> str | None:

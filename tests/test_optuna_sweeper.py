@@ -11,11 +11,14 @@ import optuna
 import pytest
 import yaml
 
+from fedlight.cli import group_options, validate_command_line
 from fedlight.errors import ConfigError
 from fedlight.optuna_sweeper import consecutive, directions, search_record, trial_overrides
+from fedlight.report import main as report_main
 from fedlight.sweeps import JobStatus, job_state, sweep_states
+from fedlight.tuned import tuned_command
 
-from .conftest import TINY, run_cli
+from .conftest import TINY, compose_config, run_cli
 from .test_sweep_resume import snapshot, started, wait_for
 
 SMALL = [o for o in TINY if not o.startswith("fl.rounds=")]
@@ -71,6 +74,14 @@ def test_a_killed_study_continues_where_it_stopped(tmp_path: Path) -> None:
     assert (results["trials"], results["completed"]) == (3, 3)
     assert results["best_value"] == max(t.value for t in after)
 
+    # the study's report: best parameters, every trial, the plot
+    assert report_main([str(sweep)]) == 0
+    report = (sweep / "report.md").read_text()
+    best = max(after, key=lambda t: t.value)
+    assert f"Best: **{best.value:.4f}** in trial {best.number} (job {best.number})" in report
+    assert report.count("\n| 1 | ") == 1 and "3 trials: 3 completed, 0 failed" in report
+    assert (sweep / "study.png").stat().st_size > 0
+
 
 def test_a_diverged_trial_gets_the_worst_value_and_the_study_goes_on(tmp_path: Path) -> None:
     """Every learning rate of this space diverges: each trial is given accuracy 0 (not an error
@@ -92,6 +103,36 @@ def test_a_diverged_trial_gets_the_worst_value_and_the_study_goes_on(tmp_path: P
         .startswith("fedlight: error: hydra/sweeper=optuna: ")
     )
     assert "holds a study of another search (optim.lr=UniformDistribution" in refused.stderr
+
+    # the second stage: the best trial's configuration with three seeds, the test set each round
+    best = yaml.safe_load((sweep / "optimization_results.yaml").read_text())["best_params"]
+    command = tuned_command(sweep)
+    assert f"optim.lr={best['optim.lr']}" in command and "seed=0,1,2" in command
+    assert f"hydra.sweep.dir={sweep / 'tested'}" in command
+    assert not any(
+        "interval(" in o or o.startswith(("hydra/sweeper", "hydra.sweeper")) for o in command
+    )
+    assert len(validate_command_line(command)) == 3
+
+
+@pytest.mark.parametrize("setting", ["niid_bench", "fedavg_vs_scaffold"])
+def test_the_tune_presets_compose_for_each_algorithm(setting: str) -> None:
+    """Each algorithm's study on each tuning setting: the algorithm, fedlight's Optuna sweeper, a
+    validation set that picks the best round, and the papers' search space checked at every
+    value it can take."""
+    algorithms = group_options("experiment/tune")
+    assert set(algorithms) == {"fedavg", "fedprox", "scaffold", "fednova", "fedadam", "fedyogi"}
+    for algorithm in algorithms:
+        command = ["-m", f"+experiment/tuning={setting}", f"+experiment/tune={algorithm}"]
+        probes = validate_command_line(command)
+        cfg = compose_config(probes[0])
+        assert cfg.hydra.runtime.choices.algo == algorithm
+        assert cfg.hydra.sweeper._target_.endswith("FedlightOptunaSweeper")
+        assert cfg.data.validation_fraction > 0 and cfg.eval.split == "validation"
+        assert cfg.objective == "best_accuracy" and cfg.eval.test == "final"
+        searched = {p.split("=")[0] for job in probes for p in job if "=" in p}
+        extra = {"fedprox": "algo.mu", "fedadam": "algo.server_lr", "fedyogi": "algo.server_lr"}
+        assert {"optim.lr", extra.get(algorithm, "optim.lr")} <= searched, algorithm
 
 
 def test_the_direction_is_the_objectives_unless_given() -> None:
