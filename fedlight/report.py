@@ -14,6 +14,7 @@ import argparse
 import csv
 import json
 import math
+import os
 import re
 import shlex
 import statistics
@@ -395,9 +396,27 @@ def is_finite_json(value: Any) -> bool:
     return True
 
 
+def portable(override: str, cwd: str | None) -> str:
+    """`key=/abs/path` as the path relative to the directory the command ran in (`cwd`, Hydra's
+    hydra.runtime.cwd), which is what its user typed there (`data.root=../shared/data`): a report
+    names no machine's absolute paths."""
+    key, sep, value = override.partition("=")
+    if not sep or not cwd or not value.startswith("/") or not Path(cwd).is_absolute():
+        return override
+    return f"{key}={os.path.relpath(value, cwd)}"
+
+
+def recorded_cwd(record: dict[str, Any] | None) -> str | None:
+    """hydra.runtime.cwd of a Hydra record (multirun.yaml, .hydra/hydra.yaml)."""
+    cwd = ((record or {}).get("hydra") or {}).get("runtime", {}).get("cwd")
+    return cwd if isinstance(cwd, str) else None
+
+
 def load_job(sweep_dir: Path, job_dir: Path) -> JobResult:
-    raw_overrides = read_overrides(job_dir / ".hydra" / "overrides.yaml")
     fix = f"restore Hydra's record of the job's config {REMOVE_JOB}"
+    cwd = recorded_cwd(load_mapping(job_dir / ".hydra" / "hydra.yaml", fix))
+    recorded = read_overrides(job_dir / ".hydra" / "overrides.yaml")
+    raw_overrides = [portable(o, cwd) for o in recorded]
     config = load_mapping(job_dir / ".hydra" / "config.yaml", fix) or {}
     return JobResult(
         name=job_dir.relative_to(sweep_dir).as_posix(),
@@ -805,7 +824,8 @@ def sweep_command(sweep_dir: Path) -> str | None:
         config = load_mapping(record, fix)
         if config is not None:
             overrides = (config.get("hydra") or {}).get("overrides", {}).get("task") or []
-            return " ".join([command, *(shlex.quote(str(o)) for o in overrides)])
+            cwd = recorded_cwd(config)
+            return " ".join([command, *(shlex.quote(portable(str(o), cwd)) for o in overrides)])
     return None
 
 
@@ -979,6 +999,13 @@ def select_jobs(args: argparse.Namespace) -> list[JobResult]:
     return [j for j in jobs if j.finished or j.directory.resolve() not in resumed]
 
 
+def shown_path(sweep_dir: Path, output_dir: Path) -> str:
+    """A sweep directory as a report names it: relative to the report's directory where it lies
+    inside it, else by its name (never a machine's absolute path)."""
+    relative = os.path.relpath(sweep_dir.resolve(), output_dir.resolve())
+    return sweep_dir.resolve().name if relative.startswith("..") or relative == "." else relative
+
+
 def output_dir_of(args: argparse.Namespace) -> Path:
     """Where the report goes, made if missing and checked writable before any work."""
     if args.output is None and len(args.sweep_dirs) > 1:
@@ -1098,12 +1125,7 @@ def report(args: argparse.Namespace) -> None:
     jobs = select_jobs(args)
     check_metrics(metrics, jobs)
     output_dir = output_dir_of(args)
-    names = [
-        # `.` or `..` would say nothing in a heading; any other path reads as the user typed it.
-        str(d.resolve() if d.name in ("", "..") else d)
-        for d in args.sweep_dirs
-    ]
-    display_name = " + ".join(names)
+    display_name = " + ".join(shown_path(d, output_dir) for d in args.sweep_dirs)
     title = args.title or "Sweep " + " + ".join(d.resolve().name for d in args.sweep_dirs)
     sections = build_sections(group_jobs(jobs), title, metrics, args.x)
     unclocked = [

@@ -55,7 +55,7 @@ def study_markdown(sweep_dir: Path, label: str, plot_name: str) -> list[str]:
         "",
         f"{len(trials)} trials: {counts[TrialState.COMPLETE]} completed, "
         f"{counts[TrialState.FAIL]} failed, {counts[TrialState.RUNNING]} interrupted "
-        f"(Optuna study `{study.study_name}` in {sweep_dir / STUDY_FILE}).",
+        f"(Optuna study `{study.study_name}` in `{label}/{STUDY_FILE}`).",
         "",
     ]
     if not completed:

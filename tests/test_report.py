@@ -159,7 +159,7 @@ def test_report_tables_mean_and_sample_std_over_seeds(
         "python -m fedlight -m +experiment=fedavg_vs_scaffold data.root=../shared/data "
         "algo=fedavg,scaffold seed=0,1,2,3"
     )
-    assert report.startswith(f"# Report: {comparison_sweep}\n\n```bash\n{command}\n```\n")
+    assert report.startswith(f"# Report: {comparison_sweep.name}\n\n```bash\n{command}\n```\n")
     lines = report.splitlines()
     assert "### FedAvg vs SCAFFOLD" in lines
     assert "mean ± std over seeds; n = 3 seeds per cell" in lines
@@ -911,3 +911,18 @@ def test_the_digit_for_digit_line_names_the_layout_and_threads_the_jobs_ran_with
     assert "add `fl.memory_format=channels_last fl.threads_per_worker=1` to the commands" in line
     mixed = reproduction_line([finished_job(channels_last), finished_job({"torch_threads": 2})])
     assert "their layouts vary" in mixed and "their torch threads vary" in mixed
+
+
+def test_a_report_names_no_machine_paths(tmp_path: Path) -> None:
+    """An absolute path given on the command line is shown as typed from where the command ran
+    (Hydra's hydra.runtime.cwd); a sweep outside the report's directory by its name."""
+    from fedlight.report import portable, shown_path
+
+    assert portable("data.root=/work/shared/data", "/work/main") == "data.root=../shared/data"
+    assert portable("data.root=../data", "/work/main") == "data.root=../data"
+    assert portable("algo=fedavg", "/work/main") == "algo=fedavg"
+    assert portable("data.root=/data", None) == "data.root=/data"
+    sweep = tmp_path / "runs" / "sweep"
+    assert shown_path(sweep, tmp_path / "docs") == "sweep"
+    assert shown_path(sweep, sweep) == "sweep"
+    assert shown_path(sweep, tmp_path) == "runs/sweep"
