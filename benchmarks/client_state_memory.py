@@ -16,7 +16,8 @@ clients holding state):
     OMP_NUM_THREADS=1 python benchmarks/client_state_memory.py --client-state memory
     OMP_NUM_THREADS=1 python benchmarks/client_state_memory.py --client-state disk
 
-A round's own memory (README "Memory of a round"): 6 rounds, B = 60, 10, 50 or 200 per round:
+A round's own memory (docs/concepts/client-state.md "Memory of a round"): 6 rounds, B = 60, 10, 50
+or 200 per round:
 
     OMP_NUM_THREADS=1 python benchmarks/client_state_memory.py --client-state disk --rounds 6 \
         --batch-size 60 --per-round 50

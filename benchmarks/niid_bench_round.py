@@ -11,7 +11,7 @@ each, on the same decoded tensors and the same client index sets:
   aggregation, evaluation, metrics, plots, checkpoint);
 - `fedlight_before`: the same with `fl.workers=1 fl.memory_format=contiguous`, the settings of
   fedlight before they became `auto` (one process, the contiguous layout; its numbers equal the
-  commit before, see README "Speed");
+  commit before, see docs/speed-and-memory.md);
 - `hand`: what a user would write: one process, this process's torch threads (2 on this
   project's machine), the contiguous layout; per client the global weights loaded, a fresh SGD,
   E shuffled epochs over its indices, a sample-weighted average; then the test set in batches of

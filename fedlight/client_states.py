@@ -197,8 +197,8 @@ class DiskClientStates(ClientStates):
 
     def write(self, client: int, round_index: int, state: StateDict) -> Written:
         """Write a new version atomically (a new file: nobody reads it before `commit`); its
-        record carries its SHA-256, read back from the page cache (cost: README "Many
-        clients")."""
+        record carries its SHA-256, read back from the page cache (cost:
+        docs/concepts/client-state.md, "Many clients")."""
         path = self.path(client, round_index)
         path.parent.mkdir(parents=True, exist_ok=True)
         save_checkpoint(path, state)

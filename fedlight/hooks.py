@@ -1,10 +1,11 @@
 """What fedlight does in place of a Lightning Trainer when it trains and evaluates a client module.
 
-No Trainer is built (one per client cost about 40% of the speed, README "Speed"): the engines and
-the evaluator call the module's hooks themselves, in a Trainer's order. A client's local training
-in a round is one `fit` of `local.epochs` epochs without validation; an evaluation is one `test`.
+No Trainer is built (one per client cost about 40% of the speed, docs/speed-and-memory.md): the
+engines and the evaluator call the module's hooks themselves, in a Trainer's order. A client's local
+training in a round is one `fit` of `local.epochs` epochs without validation; an evaluation is one
+`test`.
 
-Called, in this order (README "Your own model" has the same as a table):
+Called, in this order (docs/data-and-models.md "Your own model" has the same as a table):
 - once per module, when it is built: `setup("fit")`, `configure_model()`;
 - each local training (one client in one round): `configure_optimizers()`, `on_train_start()`,
   then per local epoch `on_train_epoch_start()`, its steps, `on_train_epoch_end()`, and at the end
@@ -72,7 +73,8 @@ def check_trainable(module: pl.LightningModule) -> None:
         if overrides(module, hook):
             raise ConfigError(
                 f"{name} overrides {hook}, which fedlight does not call (it runs loss.backward(), "
-                "optimizer.zero_grad() and optimizer.step() itself, see README 'Your own model'); "
+                "optimizer.zero_grad() and optimizer.step() itself, see docs/data-and-models.md "
+                "'Your own model'); "
                 "move that logic to on_before_backward, on_before_optimizer_step or "
                 "configure_gradient_clipping"
             )

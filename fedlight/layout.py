@@ -3,10 +3,10 @@
 Convolutions on the CPU run oneDNN's kernels, which prefer channels-last (NHWC) tensors: with the
 weights of every 2-D convolution and the image batches stored channels-last, NIID-Bench's LeNet
 (`simple_cnn`, B = 64) trains about 1.5× faster per thread here, McMahan's `cnn` and the CIFAR-10
-CNN less (README "Speed"). The layout changes no value an elementwise operation computes, but a
-convolution's kernel adds its products in another order, so the numbers differ in float rounding
-from the contiguous layout's: `fl.memory_format=contiguous` gives the numbers of fedlight before
-the layout became the default, digit for digit.
+CNN less (docs/speed-and-memory.md). The layout changes no value an elementwise operation computes,
+but a convolution's kernel adds its products in another order, so the numbers differ in float
+rounding from the contiguous layout's: `fl.memory_format=contiguous` gives the numbers of fedlight
+before the layout became the default, digit for digit.
 
 `auto` picks channels-last for a module with a 2-D convolution on the CPU and contiguous
 otherwise (a module without convolutions has nothing to gain; on CUDA fp32 the gain is unmeasured

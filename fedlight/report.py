@@ -728,7 +728,7 @@ def reproduction_line(jobs: list[JobResult]) -> str:
     """What to add to the page's commands to get its numbers digit for digit under today's
     defaults, which choose the layout and threads per machine (`fl.memory_format=auto`,
     `fl.workers=auto`): the layout and torch threads per worker the jobs ran with. The number of
-    workers changes no number at equal threads per worker (README "Several workers")."""
+    workers changes no number at equal threads per worker (docs/concepts/workers.md)."""
     finished = [job for job in jobs if job.finished]
     layouts = sorted({str(job.environment.get("memory_format", LAYOUT_BEFORE)) for job in finished})
     threads = sorted({str(job.environment.get("torch_threads", UNKNOWN)) for job in finished})
@@ -772,7 +772,7 @@ def environment_warning(section: Section) -> str | None:
         return None
     return (
         f"Warning, this table: {'; '.join(faults)}. Float rounding may differ between its jobs; "
-        "each reproduces bit for bit only under its own values (README, Reproducibility)."
+        "each reproduces bit for bit only under its own values (docs/reproducibility.md)."
     )
 
 

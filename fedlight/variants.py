@@ -3,8 +3,8 @@
 A module with variants declares a table `{variant: {switch: value}}`; its switches default to
 None ("the variant's"), and `fill_from_variant` fills each switch left None from the chosen row. A
 switch given explicitly wins over the variant, so `algo.variant=niid_bench
-algo.control_norm=momentum_steps` is NIID-Bench's SCAFFOLD with one choice changed. The README's
-"Variants" section lists each row with the files it was read from.
+algo.control_norm=momentum_steps` is NIID-Bench's SCAFFOLD with one choice changed.
+docs/configuration.md's "Reference variants" lists each row with the files it was read from.
 """
 
 from collections.abc import Mapping

@@ -6,10 +6,10 @@ one worker, which trains it, encodes its upload and writes its new client state;
 `Workers.gather` then brings every participant's outcome to every worker in participant order.
 With `fl.exchange=uploads` the outcomes carry the encoded uploads and every worker aggregates
 them all in the same order: the arithmetic of one worker, so a run's numbers do not depend on the
-number of workers (bit for bit with the sequential engine at equal threads per worker; see README
-"Several workers"). With `fl.exchange=sums` each worker aggregates its own share and one partial
-sum per worker is gathered (in rank order), which moves one model per worker instead of one per
-client and agrees with one worker to float rounding.
+number of workers (bit for bit with the sequential engine at equal threads per worker; see
+docs/concepts/workers.md). With `fl.exchange=sums` each worker aggregates its own share and one
+partial sum per worker is gathered (in rank order), which moves one model per worker instead of one
+per client and agrees with one worker to float rounding.
 
 How participants are shared: largest first (by number of training examples), each to the worker
 with the least work so far, ties to the lowest rank; clients of equal size thus go round-robin.
@@ -140,7 +140,7 @@ def auto_parallelism(
     OMP_NUM_THREADS or torch's default, its cores). `auto` uses them the fastest way measured
     here: one single-threaded worker per thread when a round has at least as many clients (two
     single-threaded processes train small models faster than one process with two threads:
-    README "Several workers"), else one worker with all the threads; one worker on a GPU, under
+    docs/concepts/workers.md), else one worker with all the threads; one worker on a GPU, under
     torchrun (the world size decides) and where the algorithm needs one process (`one_process`
     says why). With one thread per worker the numbers do not depend on the machine's cores."""
     if setting != "auto":

@@ -572,7 +572,7 @@ def test_the_data_target_a_user_writes_first_is_refused_with_exit_2(tmp_path: Pa
     assert result.stderr.strip() == (
         "fedlight: error: data._target_=torchvision.datasets.MNIST is not a fedlight data source "
         "(it has no load()); write data=torch_dataset data.dataset=torchvision.datasets.MNIST "
-        "data.root=<its folder> (README, 'Your own data')"
+        "data.root=<its folder> (docs/data-and-models.md, 'Your own data')"
     )
 
 

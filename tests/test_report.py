@@ -828,7 +828,7 @@ def test_jobs_of_a_table_that_differ_in_their_environment_are_warned_of(
         "Warning, this table: jobs ran under different torch_threads (2: jobs 0, 4, 5 and 1 "
         "more; 1: job 1; 1, then 2: job 2); job 3 recorded none (summary.json written before "
         "fedlight recorded it). Float rounding may differ between its jobs; each reproduces bit "
-        "for bit only under its own values (README, Reproducibility)."
+        "for bit only under its own values (docs/reproducibility.md)."
     )
     table = table_row("all", *["50.0 ± 0.0"] * 2, "—", "10.0 ± 0.0", "0.5 ± 0.0", "5.0 ± 0.0")
     assert lines.index(warning) == lines.index(table) + 2

@@ -25,10 +25,11 @@ control, S the sampled clients, N the federation size, η_g the server learning 
   set from `optim.momentum`) K is replaced by FedNova's ‖a‖₁ = [K − ρ(1 − ρ^K)/(1 − ρ)]/(1 − ρ),
   the number of plain-gradient steps K momentum steps amount to, so that (x − y_i)/(‖a‖₁ η_l) is
   again the average corrected gradient. Without it, (x − y_i)/(K η_l) is about 1/(1 − ρ) times too
-  large and the corrections diverge (README, "SCAFFOLD and local momentum"). A client that took
+  large and the corrections diverge (docs/tutorials/algorithms_fmnist.md). A client that took
   no step (no data) keeps its control, sends Δc_i = 0 and is left out of the server's means.
-- The above is `algo.variant=fedlight` (default). Reference variants (`VARIANTS`, README
-  "Reference variants") set the switches below at once; an explicit switch wins:
+- The above is `algo.variant=fedlight` (default). Reference variants (`VARIANTS`,
+  docs/configuration.md "Reference variants") set the switches below at once; an explicit switch
+  wins:
   `correction=weights` applies p −= η_l (c − c_i) after each optimizer step, outside momentum and
   weight decay, as NIID-Bench's `experiments.py`, Flower's niid_bench (`ScaffoldOptimizer.
   step_custom`) and NVFlare do (sequential engine); `control_norm=steps` divides option II by

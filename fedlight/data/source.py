@@ -9,7 +9,7 @@ from torch.utils.data import Dataset
 from fedlight.dotted import locate
 from fedlight.errors import ConfigError
 
-OWN_DATA = "README, 'Your own data'"
+OWN_DATA = "docs/data-and-models.md, 'Your own data'"
 
 
 def check_data_target(target: str) -> None:

@@ -1,7 +1,8 @@
 """A map-style torch Dataset of one's own (torchvision's, or any class or function returning one),
 converted once into fedlight's in-memory `TensorDataset`.
 
-The contract (README, "Your own data"): `len(dataset)` and `dataset[i]`, whose item is
+The contract (docs/data-and-models.md, "Your own data"): `len(dataset)` and `dataset[i]`, whose item
+is
 `(input, label)` (more elements are ignored) or, where the dataset has a `targets` attribute, the
 input alone. An input is a tensor, a numpy array or a PIL image (stored as uint8 (C, H, W) and
 standardized per channel with the training set's mean and std, as fedlight's own image datasets

@@ -7,9 +7,9 @@
   callbacks have a functional form (fedavg, fedprox, scaffold, fednova, the server optimizers,
   local, central). Same results to float rounding.
 - `auto` picks per device type from measurements (`benchmarks/engines.py`; the figures are in the
-  README, "Client engines"): sequential on CPUs, where the vectorized engine is not reliably
-  faster, and on CUDA until the benchmark has been run on a GPU and shows a clear gain; then the
-  "cuda" entry of `AUTO_ENGINE` changes, nothing else.
+  docs/speed-and-memory.md, "Client engines"): sequential on CPUs, where the vectorized engine is
+  not reliably faster, and on CUDA until the benchmark has been run on a GPU and shows a clear gain;
+  then the "cuda" entry of `AUTO_ENGINE` changes, nothing else.
 """
 
 import pytorch_lightning as pl

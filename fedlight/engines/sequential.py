@@ -4,8 +4,8 @@ Each participant loads its start weights into the module and trains with the mod
 `training_step` and `configure_optimizers` (its lr schedulers included), calling its hooks as a
 Lightning Trainer would (the table in `fedlight.hooks`; each algorithm callback before the
 module's hook of the same name, the order of Lightning's Trainer), with `self.log` collected into
-the result. No Trainer is built per client (README "Speed"), so hooks only ever fire on the
-client being trained. Any LightningModule and optimizer work here.
+the result. No Trainer is built per client (docs/speed-and-memory.md), so hooks only ever fire on
+the client being trained. Any LightningModule and optimizer work here.
 """
 
 from collections.abc import Iterable, Iterator, Sequence

@@ -5,8 +5,8 @@ client is `vmap(grad_and_value(loss))` over `functional_call` of the shared netw
 ensembling recipe, https://pytorch.org/tutorials/intermediate/ensembling.html), followed by
 `torch.optim.SGD`'s update written out functionally, operation for operation, on the stacked
 tensors. The per-client Python loop becomes one batched computation, which should pay off where
-kernel launches dominate (small models on a GPU); its measured speed is in the README, "Client
-engines".
+kernel launches dominate (small models on a GPU); its measured speed is in docs/speed-and-memory.md,
+"Client engines".
 
 Same training as the sequential engine:
 - Batches: each client's examples come from the same generator (seed, LOCAL_TRAINING, round,

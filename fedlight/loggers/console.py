@@ -3,10 +3,10 @@
 `bar` is rich's live `Progress`: round r/R, the clients trained this round k/K, the round's
 elapsed time, the run's ETA and the last evaluation. rich's own thread redraws it
 REFRESH_PER_SECOND times a second; the loop only sets numbers (a trained client: one counter),
-so the display costs training nothing measurable (README, Speed). With several workers only the
-main worker prints, and until the round's gather it knows only its own share of the round: the
-bar then counts that share and says so (`clients 2/5 (this worker; 10 in round)`). What the
-run prints meanwhile goes above the bar, and console.log gets the plain lines, not the frames.
+so the display costs training nothing measurable (docs/speed-and-memory.md). With several workers
+only the main worker prints, and until the round's gather it knows only its own share of the round:
+the bar then counts that share and says so (`clients 2/5 (this worker; 10 in round)`). What the run
+prints meanwhile goes above the bar, and console.log gets the plain lines, not the frames.
 
 `lines` is one plain line per round (`round 3: acc ...`, `round 4: train_loss ...`), for logs,
 CI and SLURM: `auto` picks it where stderr is not a terminal, and `off` where the job's logging

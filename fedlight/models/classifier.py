@@ -53,7 +53,7 @@ def conv_pool_layers(
     applying the ReLU to the pooled values give the same values and the same gradients, bit for
     bit (tested), with the ReLU on a quarter of the elements. (Not in place: a full backward hook
     on a layer, as DP and selection use, forbids modifying its output.) The blocks' parameters
-    are those of conv → ReLU → pool (README "Speed")."""
+    are those of conv → ReLU → pool (docs/speed-and-memory.md)."""
     in_channels, height, width = input_shape
     layers: list[nn.Module] = []
     for out_channels in channels:

@@ -23,7 +23,7 @@ class Natural(Partition):
             data.train_clients is not None,
             "partition=natural needs each training example's client id and the data gives none; "
             "use data=torch_dataset (or data=datamodule) with data.client_key=<your dataset's "
-            "attribute of client ids> (README, 'Your own data')",
+            "attribute of client ids> (docs/data-and-models.md, 'Your own data')",
         )
         return data.train_clients.cpu().numpy()  # type: ignore[union-attr]
 

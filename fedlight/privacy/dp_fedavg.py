@@ -21,7 +21,7 @@ model update (FedNova's per-step d_i) is clipped to C over the algorithm's `uplo
 that step count, so that C bounds a model update with every algorithm.
 
 Not covered by the guarantee, as in the paper's simulation: the training loss and counts the
-loop reports (README, "Differential privacy": the full list), and an empty round (no
+loop reports (docs/tutorials/privacy.md: the full list), and an empty round (no
 participant: the model is kept, no noise).
 """
 
