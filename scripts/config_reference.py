@@ -315,7 +315,8 @@ def settings_page(config: YamlFile) -> str:
     for key in config.data:
         if key in settings and isinstance(config.data[key], dict):
             comment = config.entries[(key,)].comment
-            lines += [f"## {key}", "", *([escape(comment, in_table=False), ""] if comment else [])]
+            intro = [escape(comment[:1].upper() + comment[1:], in_table=False), ""]
+            lines += [f"## {key}", "", *(intro if comment else [])]
             lines += key_table(_only(config, [key]), (), skip=())
     return "\n".join(lines)
 
@@ -372,6 +373,8 @@ def experiment_page() -> str:
     presets = sorted(folder.glob("*.yaml"))
     for path in presets:
         lines += preset_section(path, "##", f"python -m fedlight -m +experiment={path.stem}")
+        if (folder / path.stem).is_dir():
+            lines += [f"Its cells: [experiment/{path.stem}](#experiment{path.stem}).", ""]
     for sub in sorted(path for path in folder.iterdir() if path.is_dir()):
         options = sorted(sub.glob("*.yaml"))
         group = f"+experiment/{sub.name}"
