@@ -1,11 +1,15 @@
-# Quick start: `make demo` runs the default experiment, `make test` runs the test suite.
-# Both create .venv and install fedlight into it on first use (offline-capable where the
+# Quick start: `make demo` runs the default experiment, `make test` runs the test suite (and
+# builds the documentation site strictly), `make docs` builds the site into site/.
+# Each creates .venv and installs fedlight into it on first use (offline-capable where the
 # package index or its local mirror is reachable).
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
+# The documentation site, offline (nothing fetched), failing on any warning (a broken link, a page
+# mkdocstrings cannot render); open site/index.html or serve it with `mkdocs serve`.
+MKDOCS := NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 
-.PHONY: demo test lint bench
+.PHONY: demo test lint docs bench
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,9 +20,13 @@ demo: $(VENV)/.installed
 	$(PY) -m fedlight
 
 test: $(VENV)/.installed
-	$(PY) -m ruff check fedlight tests benchmarks
-	$(PY) -m ruff format --check fedlight tests benchmarks
+	$(PY) -m ruff check fedlight tests benchmarks scripts
+	$(PY) -m ruff format --check fedlight tests benchmarks scripts
 	$(PY) -m pytest -q -n auto
+	$(MKDOCS)
+
+docs: $(VENV)/.installed
+	$(MKDOCS)
 
 bench: $(VENV)/.installed
 	$(PY) benchmarks/w1.py --data-root ../shared/data

@@ -72,31 +72,58 @@ class Accumulator(ABC):
 
     @abstractmethod
     def add(self, update: StateDict, weight: float) -> None:
-        """One client's update with its weight (> 0), in participant order."""
+        """One client's update with its weight (> 0), in participant order.
+
+        Args:
+            update: the client's part, entry name → tensor.
+            weight: its weight under the part's weighting, > 0.
+        """
 
     @abstractmethod
     def result(self) -> StateDict | None:
-        """The aggregate; None if no client contributed. Raises `RoundRefused` when the
-        aggregator's assumption fails for the updates it holds."""
+        """The aggregate; None if no client contributed.
+
+        Returns:
+            The part's aggregate, entry name → tensor, or None.
+
+        Raises:
+            RoundRefused: the aggregator's assumption fails for the updates it holds.
+        """
 
     def reject(self, weight: float) -> None:
         """A client of weight `weight`, counted in the round's total weight, sent an update that
         is not added (not finite): means renormalize over the others; a rule over the rows it
-        holds has nothing to correct."""
+        holds has nothing to correct.
+
+        Args:
+            weight: the left-out client's weight.
+        """
         return None
 
     def partial(self) -> StateDict | None:
         """What this accumulator holds, to be combined with other workers' (`fl.exchange=sums`);
-        only linear aggregators have one."""
+        only linear aggregators have one.
+
+        Returns:
+            This worker's partial sum, or None where it holds nothing.
+        """
         raise NotImplementedError(f"{type(self).__name__} cannot be reduced per worker")
 
     def merge(self, partials: Sequence[StateDict | None]) -> None:
-        """Becomes the sum of every worker's `partial` (this one's included), in rank order."""
+        """Becomes the sum of every worker's `partial` (this one's included), in rank order.
+
+        Args:
+            partials: every worker's `partial`, in rank order.
+        """
         raise NotImplementedError(f"{type(self).__name__} cannot be reduced per worker")
 
     def add_sum(self, weighted_sum: StateDict) -> None:
         """The sum Σ w_i u_i of the accepted updates, formed elsewhere (secure aggregation), in
-        place of their `add`s; only linear aggregators take one."""
+        place of their `add`s; only linear aggregators take one.
+
+        Args:
+            weighted_sum: the weighted sum, entry name → tensor.
+        """
         raise NotImplementedError(f"{type(self).__name__} needs each update, not their sum")
 
 
@@ -123,18 +150,41 @@ class Aggregator(ABC):
         return type(self).__module__.rsplit(".", 1)[-1]
 
     def weighting_of(self, part: Part) -> str:
+        """The weighting this aggregator gives a part: the part's own under `algorithm`.
+
+        Args:
+            part: one of an algorithm's `parts`.
+
+        Returns:
+            "samples" or "uniform".
+        """
         return part.weighting if self.weighting == "algorithm" else self.weighting
 
     def check(self, clients_per_round: int) -> None:
         """Refuse (ConfigError) settings that cannot work with `clients_per_round` uploads a
         round, before any training; a later round with fewer updates is refused by `result`.
-        A mean works with any number."""
+        A mean works with any number.
+
+        Args:
+            clients_per_round: the uploads a round has at most (`fl.clients_per_round`).
+
+        Raises:
+            ConfigError: the rule cannot combine that many updates.
+        """
         return None
 
     @abstractmethod
     def accumulator(self, total_weight: float, count: int) -> Accumulator:
         """A fresh accumulation for a round of at most `count` updates whose weights sum to
-        `total_weight`."""
+        `total_weight`.
+
+        Args:
+            total_weight: the sum of the round's participants' weights, known before any upload.
+            count: the round's participants.
+
+        Returns:
+            The accumulator of one part for this round.
+        """
 
 
 def flatten(update: StateDict) -> Tensor:
@@ -203,20 +253,52 @@ class RobustAggregator(Aggregator):
         )
 
     def accumulator(self, total_weight: float, count: int) -> Accumulator:
+        """Holds the round's updates as rows of one matrix and `combine`s them in `result`.
+
+        Args:
+            total_weight: the sum of the round's weights (a rule over rows does not need it).
+            count: the round's participants: the matrix's rows.
+
+        Returns:
+            The accumulator of one part for this round.
+        """
         return HeldUpdates(self, count)
 
     def refusal(self, n: int) -> str | None:
-        """Why this rule cannot combine `n` updates, in one line; None when it can."""
+        """Why this rule cannot combine `n` updates, in one line; None when it can.
+
+        Args:
+            n: the number of updates.
+
+        Returns:
+            The reason, or None by default.
+        """
         return None
 
     def check(self, clients_per_round: int) -> None:
+        """Refuse, before any training, a `clients_per_round` that `refusal` refuses.
+
+        Args:
+            clients_per_round: the uploads a round has at most (`fl.clients_per_round`).
+
+        Raises:
+            ConfigError: the rule cannot combine that many updates.
+        """
         refusal = self.refusal(clients_per_round)
         require(refusal is None, f"fl.clients_per_round={clients_per_round}: {refusal}")
 
     @abstractmethod
     def combine(self, updates: Tensor, weights: Tensor) -> Tensor:
         """The aggregate of the rows of `updates` [n, d] (float32) with `weights` [n] (float64,
-        > 0): a [d] vector."""
+        > 0): a [d] vector.
+
+        Args:
+            updates: one flattened update per row, [n, d], float32.
+            weights: the clients' weights, [n], float64, each > 0.
+
+        Returns:
+            The aggregate, [d].
+        """
 
 
 class RoundAggregation:

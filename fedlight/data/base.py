@@ -93,15 +93,31 @@ class TensorDataset:
 
     def prepare(self, examples: Tensor) -> Tensor:
         """Model inputs from stored examples (a batch, or several clients' batches stacked), in
-        the run's layout."""
+        the run's layout.
+
+        Args:
+            examples: stored examples (uint8 images where there is a `normalization`).
+
+        Returns:
+            The model's inputs.
+        """
         inputs = examples if self.normalization is None else self.normalization(examples)
         return self.layout.inputs(inputs)
 
     @property
     def input_shape(self) -> tuple[int, ...]:
+        """The shape of one training example (what a model is built for)."""
         return tuple(self.train_x.shape[1:])
 
     def to(self, device: torch.device) -> "TensorDataset":
+        """The dataset with its tensors on `device` (`train_clients` stays on the CPU).
+
+        Args:
+            device: where the tensors go.
+
+        Returns:
+            A new dataset; this one is unchanged.
+        """
         return TensorDataset(
             self.train_x.to(device),
             self.train_y.to(device),
@@ -120,4 +136,12 @@ class TensorDataset:
 class DataSource(Protocol):
     """What `data._target_` names: a source whose `load()` gives the run its data."""
 
-    def load(self) -> TensorDataset: ...
+    def load(self) -> TensorDataset:
+        """The run's data, loaded once before the partition.
+
+        Returns:
+            The train and test sets as whole tensors, with the number of classes.
+
+        Raises:
+            DataError: the data cannot be loaded; the message says which files to put where.
+        """

@@ -62,15 +62,29 @@ class LocalCallback:
     ) -> None:
         """Called before the first local step, at the start weights, with the client's examples
         in batches (in order, without augmentation), for a callback that measures something
-        there (SCAFFOLD's option I gradient). The sequential engine only."""
+        there (SCAFFOLD's option I gradient). The sequential engine only.
+
+        Args:
+            module: the client module, at the start weights.
+            batches: the client's examples as (inputs, labels) batches.
+        """
 
     def measured(self) -> StateDict:
         """Tensors measured during local training, handed to the algorithm's upload in
-        `LocalResult.measured`."""
+        `LocalResult.measured`.
+
+        Returns:
+            Name → tensor; none by default.
+        """
         return {}
 
     def on_before_backward(self, module: pl.LightningModule, loss: Tensor) -> None:
-        """Called with the loss of a local step before backpropagation."""
+        """Called with the loss of a local step before backpropagation.
+
+        Args:
+            module: the client module.
+            loss: the step's loss.
+        """
 
     fills_missing_gradients: ClassVar[bool] = False  # correct parameters without a gradient too
 
@@ -78,7 +92,11 @@ class LocalCallback:
         """Called once gradients exist and before the optimizer sees them: `correct_gradients`
         applied to the trainable parameters that have a gradient (and, with
         `fills_missing_gradients`, to the others as a zero gradient); nothing for a callback
-        without `correct_gradients`."""
+        without `correct_gradients`.
+
+        Args:
+            module: the client module, its gradients computed.
+        """
         if type(self).correct_gradients is LocalCallback.correct_gradients:
             return
         params = {
@@ -102,24 +120,48 @@ class LocalCallback:
     def on_before_optimizer_step(
         self, module: pl.LightningModule, optimizer: torch.optim.Optimizer
     ) -> None:
-        """Called right before each optimizer step."""
+        """Called right before each optimizer step.
+
+        Args:
+            module: the client module.
+            optimizer: its optimizer.
+        """
 
     def on_train_batch_end(self, module: pl.LightningModule) -> None:
         """Called after each local step's optimizer step (sequential engine only: a callback
-        that acts here has no `correct_gradients`, so the vectorized engine refuses it)."""
+        that acts here has no `correct_gradients`, so the vectorized engine refuses it).
+
+        Args:
+            module: the client module, after the step.
+        """
 
     def correct_gradients(self, params: StateDict, grads: StateDict) -> StateDict:
         """The corrected gradients `grads` of the trainable parameters `params`, name → tensor
         (a new dict; tensors may be new or updated in place). Called on a `stack`ed callback,
         every tensor has a leading client dimension. Override it (and `stack`) only if it is the
-        callback's whole effect; a callback without it trains on the sequential engine only."""
+        callback's whole effect; a callback without it trains on the sequential engine only.
+
+        Args:
+            params: the trainable parameters' values, name → tensor.
+            grads: their gradients, name → tensor.
+
+        Returns:
+            The corrected gradients, name → tensor.
+        """
         raise NotImplementedError
 
     @classmethod
     def stack(cls: type["CallbackT"], callbacks: Sequence["CallbackT"]) -> "CallbackT":
         """One callback acting as `callbacks` (one per client, of this class) on tensors stacked
         along a new leading client dimension, in their order: the vectorized engine corrects all
-        clients' gradients in one call."""
+        clients' gradients in one call.
+
+        Args:
+            callbacks: one callback of this class per client, in order.
+
+        Returns:
+            The callback acting on the stacked tensors.
+        """
         raise NotImplementedError
 
 
@@ -175,15 +217,30 @@ class Engine(ABC):
         settings: RunSettings,
         stream: Stream = Stream.LOCAL_TRAINING,
     ) -> None:
-        """`stream`: the purpose whose generators draw the batches (evaluation-time fine-tuning
-        has its own)."""
+        """An engine for one client module's architecture and the run's data.
+
+        Args:
+            module: the client LightningModule (the architecture every client trains).
+            data: the run's data, on its device.
+            settings: the run's settings (local epochs, batch size, seed).
+            stream: the purpose whose generators draw the batches (evaluation-time fine-tuning
+                has its own).
+        """
         self.module = module
         self.data = data
         self.settings = settings
         self.stream = stream
 
     def seed_of(self, round_index: int, client: int) -> int:
-        """The seed of one client's local training in one round."""
+        """The seed of one client's local training in one round.
+
+        Args:
+            round_index: the round.
+            client: the client.
+
+        Returns:
+            The seed derived from (seed, the engine's stream, round, client).
+        """
         return derive_seed(self.settings.seed, self.stream, round_index, client)
 
     @abstractmethod
@@ -193,9 +250,18 @@ class Engine(ABC):
         """One result per task, in task order, with the optimizer's parameter groups at learning
         rates `lrs`. A result's weights are valid until the next result is requested. `tasks`
         may be lazy: an engine that trains one client at a time takes the next task only after
-        the previous result was used, so a round never holds every client's task at once."""
+        the previous result was used, so a round never holds every client's task at once.
+
+        Args:
+            tasks: the participants' local trainings, in order (possibly lazy).
+            round_index: the round.
+            lrs: the learning rate of each of the optimizer's parameter groups.
+
+        Returns:
+            One result per task, in task order, each valid until the next is requested.
+        """
 
     def close(self) -> None:
         """Undo what the engine did to the client module (hooks), before another engine trains
-        it."""
+        it; nothing by default."""
         return None

@@ -30,6 +30,9 @@ class ClientCount:
 
 @dataclass
 class Partition(ABC):
+    """The `partition` config group: how the training pool is split into client sets, and each
+    client's set into its training, local test and local validation parts."""
+
     client_test_fraction: float = 0.0  # share of each client's examples held out, per label
     # share of each client's examples held out, per label, as its local validation part
     client_validation_fraction: float = 0.0
@@ -55,22 +58,54 @@ class Partition(ABC):
         self, labels: np.ndarray, num_clients: int, rng: np.random.Generator
     ) -> list[np.ndarray]:
         """Each client's sorted indices into the training pool, split by `labels` (what `keys`
-        gives), drawing only from `rng`."""
+        gives), drawing only from `rng`.
+
+        Args:
+            labels: one key per training example (what `keys` gives: the labels by default).
+            num_clients: N.
+            rng: the generator of (seed, PARTITION), the only randomness to draw from.
+
+        Returns:
+            One sorted index array per client.
+        """
 
     def keys(self, data: TensorDataset) -> np.ndarray:
-        """What the scheme splits by, one value per training example: the labels."""
+        """What the scheme splits by, one value per training example: the labels.
+
+        Args:
+            data: the run's data.
+
+        Returns:
+            One key per training example.
+        """
         return data.train_y.cpu().numpy()
 
     def client_count(self, data: DataSource) -> ClientCount | None:
         """The number of clients the scheme itself gives, which `fl.num_clients` then takes;
-        None where `fl.num_clients` decides it (every scheme that splits by labels)."""
+        None where `fl.num_clients` decides it (every scheme that splits by labels).
+
+        Args:
+            data: the run's data source.
+
+        Returns:
+            The number and what was counted, or None by default.
+        """
         return None
 
     def hold_out(
         self, client_sets: list[np.ndarray], labels: np.ndarray, seed: int
     ) -> tuple[list[np.ndarray], list[np.ndarray] | None]:
         """Each client's training and local test indices (sorted, disjoint, together its set);
-        None for the test sets when `client_test_fraction` is 0."""
+        None for the test sets when `client_test_fraction` is 0.
+
+        Args:
+            client_sets: each client's indices, as the scheme split them.
+            labels: the training examples' labels (the hold-out is stratified by them).
+            seed: the run's seed.
+
+        Returns:
+            The clients' training parts and their local test sets (or None).
+        """
         if self.client_test_fraction == 0:
             return client_sets, None
         train, test = [], []
@@ -88,7 +123,16 @@ class Partition(ABC):
         label from its training part (what `hold_out` left) with a generator of its own, derived
         from (seed, LOCAL_VALIDATION, client): `client_validation_fraction` of the client's
         examples, about; None for the validation parts when it is 0. Model selection on a
-        client's own distribution without its local test set."""
+        client's own distribution without its local test set.
+
+        Args:
+            train_sets: each client's training part, as `hold_out` left it.
+            labels: the training examples' labels.
+            seed: the run's seed.
+
+        Returns:
+            The clients' training parts and their local validation parts (or None).
+        """
         if self.client_validation_fraction == 0:
             return train_sets, None
         share = self.client_validation_fraction / (1 - self.client_test_fraction)

@@ -137,54 +137,123 @@ class UploadStage:
     name: ClassVar[str] = ""
 
     def holds_uploads(self, federation: Federation) -> bool:
-        """Whether `gathered` needs every upload of a round at once."""
+        """Whether `gathered` needs every upload of a round at once.
+
+        Args:
+            federation: the run's fixed facts.
+
+        Returns:
+            True where the round may not stream its uploads; False by default.
+        """
         return False
 
     def initial_state(self, setup: StageSetup) -> StateDict:
-        """The stage's server state before round 1."""
+        """The stage's server state before round 1.
+
+        Args:
+            setup: the settings, the federation and every client's size.
+
+        Returns:
+            The initial server state, key → tensor; empty by default.
+        """
         return {}
 
     def check_run(self, plan: Plan) -> None:
-        """Refuse (ConfigError, one line) what the stage cannot run with, before any work."""
+        """Refuse (ConfigError, one line) what the stage cannot run with, before any work.
+
+        Args:
+            plan: the run's settings, choices, algorithm, selection and whole chain.
+
+        Raises:
+            ConfigError: a setting or another stage the stage cannot run with.
+        """
         return None
 
     def needs_each_upload(self) -> bool:
         """Whether the server side must see each client's decoded upload (an attack that forges
-        from the benign updates), which a stage that hides them (secure aggregation) refuses."""
+        from the benign updates), which a stage that hides them (secure aggregation) refuses.
+
+        Returns:
+            True where it must; False by default.
+        """
         return False
 
     def encodes_uploads(self) -> bool:
         """Whether `client_side` re-encodes the upload's tensors (a codec), which a stage whose
-        output must reach the server as it is (masked ring elements) refuses after it."""
+        output must reach the server as it is (masked ring elements) refuses after it.
+
+        Returns:
+            True where it does; False by default.
+        """
         return False
 
     def protocol_bytes(self, ctx: RoundContext, client: int) -> tuple[int, int]:
         """Bytes (up, down) of the stage's own messages for a participant this round, besides
-        the upload and the download (a key agreement); counted in bytes_up/bytes_down."""
+        the upload and the download (a key agreement); counted in bytes_up/bytes_down.
+
+        Args:
+            ctx: the round.
+            client: the participant.
+
+        Returns:
+            (bytes up, bytes down); (0, 0) by default.
+        """
         return 0, 0
 
     def asynchronous_refusal(self) -> str | None:
         """Why the stage cannot run under the asynchronous driver (one update per arrival or
-        buffer, clients dispatched as slots free up), in words; None: it can."""
+        buffer, clients dispatched as slots free up), in words; None: it can.
+
+        Returns:
+            The reason, in words, or None by default.
+        """
         return None
 
     def client_side(
         self, step: ClientStep, upload: "ClientUpload", state: StateDict | None
     ) -> tuple["ClientUpload", StateDict | None]:
         """The upload as the stage passes it on, and the client's new state of this stage (None:
-        none); numbers the client reports go in `upload.reports[self.name]`."""
+        none); numbers the client reports go in `upload.reports[self.name]`.
+
+        Args:
+            step: the participant, its round, local result, algorithm and the chain.
+            upload: the upload as the stages before this one left it.
+            state: the client's state of this stage; None where it has none yet.
+
+        Returns:
+            The upload passed on and the client's new state of this stage; by default both as
+            they came.
+        """
         return upload, state
 
     def server_side(
         self, ctx: RoundContext, upload: "ClientUpload", state: StateDict
     ) -> tuple["ClientUpload", StateDict]:
-        """One arrived upload as the stage's server side passes it on, and its new state."""
+        """One arrived upload as the stage's server side passes it on, and its new state.
+
+        Args:
+            ctx: the round.
+            upload: the upload as the later stages' server sides left it (reverse chain order).
+            state: the stage's server state.
+
+        Returns:
+            The upload passed on and the stage's new server state; by default as they came.
+        """
         return upload, state
 
     def gathered(
         self, ctx: RoundContext, uploads: Iterable["ClientUpload"], algorithm: "Algorithm"
     ) -> Iterable["ClientUpload"]:
-        """The round's decoded uploads, once all are in (lazily passed through by default)."""
+        """The round's decoded uploads, once all are in (lazily passed through by default).
+
+        Args:
+            ctx: the round.
+            uploads: the round's decoded uploads, in aggregation order.
+            algorithm: the run's algorithm.
+
+        Returns:
+            The uploads the round aggregates, in order.
+        """
         return uploads
 
     def start_aggregation(
@@ -194,18 +263,46 @@ class UploadStage:
         algorithm: "Algorithm",
         sample_counts: Sequence[int],
     ) -> "RoundAggregation | None":
-        """The round's aggregation when the stage replaces the algorithm's; None: it does not."""
+        """The round's aggregation when the stage replaces the algorithm's; None: it does not.
+
+        Args:
+            ctx: the round.
+            state: the stage's server state.
+            algorithm: the run's algorithm.
+            sample_counts: each participant's training examples, in aggregation order.
+
+        Returns:
+            The round's aggregation, or None by default.
+        """
         return None
 
     def adapt_aggregation(
         self, ctx: RoundContext, state: StateDict, aggregation: "RoundAggregation"
     ) -> "RoundAggregation":
-        """The round's aggregation as the stage changes it, once chosen (in chain order)."""
+        """The round's aggregation as the stage changes it, once chosen (in chain order).
+
+        Args:
+            ctx: the round.
+            state: the stage's server state.
+            aggregation: the round's aggregation as chosen and changed so far.
+
+        Returns:
+            The aggregation the round uses; by default as it came.
+        """
         return aggregation
 
     def finish_round(
         self, ctx: RoundContext, state: StateDict, delivered: Sequence[Delivered]
     ) -> StateDict:
         """The stage's server state after the round (`delivered`: its participants, in order,
-        with the numbers they reported to this stage)."""
+        with the numbers they reported to this stage).
+
+        Args:
+            ctx: the round.
+            state: the stage's server state.
+            delivered: the round's participants, in order, with their reports to this stage.
+
+        Returns:
+            The stage's new server state; by default as it came.
+        """
         return state

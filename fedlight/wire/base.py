@@ -72,13 +72,33 @@ class WireTransform(ABC):
         self, ctx: RoundContext, client: int, tensors: Payload, state: StateDict | None
     ) -> tuple[Payload, StateDict | None]:
         """What travels instead of `tensors`, and the sender's new state (None: none kept); the
-        entries `tensors.metadata` names pass unchanged and stay metadata."""
+        entries `tensors.metadata` names pass unchanged and stay metadata.
+
+        Args:
+            ctx: the round (its generators: stream WIRE).
+            client: the client that sends or receives the message.
+            tensors: the message as the previous transforms left it.
+            state: the sender's state of this transform; None where there is none yet.
+
+        Returns:
+            The payload that travels and the sender's new state.
+        """
 
     @abstractmethod
     def decode(
         self, ctx: RoundContext, client: int, payload: StateDict, state: StateDict | None
     ) -> tuple[StateDict, StateDict | None]:
-        """The tensors `payload` stands for, and the receiver's new state (None: none kept)."""
+        """The tensors `payload` stands for, and the receiver's new state (None: none kept).
+
+        Args:
+            ctx: the round.
+            client: the client that sent or receives the message.
+            payload: what arrived, as the later transforms' decoding left it.
+            state: the receiver's state of this transform; None where there is none yet.
+
+        Returns:
+            The decoded tensors and the receiver's new state.
+        """
 
 
 class LossyTransform(WireTransform):
@@ -97,15 +117,45 @@ class LossyTransform(WireTransform):
         return self.error_feedback
 
     def compresses(self, name: str, t: Tensor, tensors: Payload) -> bool:
+        """Whether the transform acts on one entry: float32 values, never metadata.
+
+        Args:
+            name: the entry's name.
+            t: the entry.
+            tensors: the whole message.
+
+        Returns:
+            True where it compresses the entry.
+        """
         return t.dtype == torch.float32 and name not in tensors.metadata
 
     @abstractmethod
     def encode_values(self, ctx: RoundContext, client: int, tensors: Payload) -> Payload:
-        """What travels instead of `tensors` (already corrected by the residual)."""
+        """What travels instead of `tensors` (already corrected by the residual).
+
+        Args:
+            ctx: the round.
+            client: the sending client.
+            tensors: the message, corrected by the residual where there is error feedback.
+
+        Returns:
+            The payload that travels.
+        """
 
     def encode(
         self, ctx: RoundContext, client: int, tensors: Payload, state: StateDict | None
     ) -> tuple[Payload, StateDict | None]:
+        """`encode_values` of the values corrected by last time's residual, and the new residual.
+
+        Args:
+            ctx: the round.
+            client: the sending client.
+            tensors: the message as the previous transforms left it.
+            state: the residual; None where there is none yet.
+
+        Returns:
+            The payload and the new residual (None without error feedback).
+        """
         if not self.error_feedback:
             return self.encode_values(ctx, client, tensors), None
         compressed = [name for name, t in tensors.items() if self.compresses(name, t, tensors)]

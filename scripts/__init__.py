@@ -1,0 +1,1 @@
+"""Maintenance scripts of the repository (documentation); not part of the fedlight package."""

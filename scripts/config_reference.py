@@ -1,0 +1,489 @@
+"""Write the configuration reference, docs/reference/config/, from fedlight/conf.
+
+The YAML files' `#` comments are the documentation: a key's comment is the one on its line plus
+the indented comment lines below it, an option's is the comment block above its first key. One
+page per config group (every option: its `_target_`, every key with its default, type and
+meaning), one for the run settings of conf/config.yaml (typed by fedlight.config's dataclasses)
+and one for the experiment presets. The pages are committed; tests/test_config_reference.py fails
+while they differ from what this writes. Run from the repository root after changing conf/:
+
+    python -m scripts.config_reference
+"""
+
+import argparse
+import re
+import textwrap
+import typing
+from dataclasses import dataclass, is_dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from fedlight.config import CONFIG_GROUPS, SETTING_KEYS, RunSettings
+
+ROOT = Path(__file__).resolve().parent.parent
+CONF = ROOT / "fedlight" / "conf"
+OUT = ROOT / "docs" / "reference" / "config"
+COMMAND = "python -m scripts.config_reference"
+GENERATED = (
+    f"<!-- Generated from fedlight/conf by scripts/config_reference.py: do not edit; run "
+    f"`{COMMAND}` -->"
+)
+EXPERIMENT = "experiment"
+# Folders of conf/ that hold options but are no group of fedlight.config.CONFIG_GROUPS.
+HYDRA_GROUPS = {
+    "hydra/launcher": (
+        "where a sweep's jobs run: without a choice Hydra's basic launcher runs them one after "
+        "another, `joblib` (Hydra's plugin) in parallel on one machine; fedlight's options below"
+    ),
+}
+# The top-level keys of conf/config.yaml that are neither run settings nor config groups.
+NOT_SETTINGS = ("defaults", "hydra")
+KEY_LINE = re.compile(r"^(?P<indent> *)(?P<key>[\w.@/+$-]+):(?: +(?P<rest>.*))?$")
+LIST_ITEM = re.compile(r"^ *- ")
+PACKAGE = re.compile(r"^# *@package +(?P<package>\S+)")
+INTERPOLATION = re.compile(r"\$\{(?P<path>[\w.]+)\}")
+VALUE_TYPES = {bool: "bool", int: "int", float: "float", str: "str", list: "list", dict: "dict"}
+NO_TYPE = "—"
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A key's value as written on its line ("" for a node) and its comment."""
+
+    raw: str
+    comment: str
+
+
+@dataclass(frozen=True)
+class YamlFile:
+    """One YAML file of conf/: its values, its keys' comments and its header."""
+
+    data: dict[str, Any]
+    entries: dict[tuple[str, ...], Entry]
+    header: list[str]  # the comment lines above the first key, `# @package` left out
+    package: str | None  # what its `# @package` line names, if it has one
+
+
+def split_comment(rest: str) -> tuple[str, str]:
+    """A key line's value and comment: the comment starts at a `#` that begins the rest or follows
+    a space, outside quotes."""
+    quote = ""
+    for position, char in enumerate(rest):
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        elif char == "#" and (position == 0 or rest[position - 1] == " "):
+            return rest[:position].strip(), rest[position + 1 :].strip()
+    return rest.strip(), ""
+
+
+def read_yaml(path: Path) -> YamlFile:
+    """Read `path`'s values with PyYAML and its comments line by line.
+
+    Args:
+        path: a YAML file of conf/.
+
+    Returns:
+        Its values, each key's raw value and comment (keyed by its path in the file), and the
+        header comment above its first key.
+    """
+    text = path.read_text(encoding="utf-8")
+    data = yaml.safe_load(text) or {}
+    entries: dict[tuple[str, ...], Entry] = {}
+    header: list[str] = []
+    package = None
+    stack: list[tuple[int, str]] = []
+    last: tuple[str, ...] | None = None  # the key that an indented comment line continues
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not stripped:
+            last = None
+        elif stripped.startswith("#"):
+            comment = stripped[1:].strip()
+            if last is not None and line.startswith(" "):
+                entry = entries[last]
+                entries[last] = Entry(entry.raw, f"{entry.comment} {comment}".strip())
+            elif not stack and (match := PACKAGE.match(stripped)):
+                package = match.group("package")
+            elif not stack:
+                header.append(stripped[1:].removeprefix(" "))
+        elif LIST_ITEM.match(line):
+            last = None
+        elif match := KEY_LINE.match(line):
+            indent = len(match.group("indent"))
+            while stack and stack[-1][0] >= indent:
+                stack.pop()
+            stack.append((indent, match.group("key")))
+            last = tuple(key for _, key in stack)
+            entries[last] = Entry(*split_comment(match.group("rest") or ""))
+        else:
+            last = None
+    return YamlFile(data, entries, header, package)
+
+
+def leaves(node: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
+    """Every value of a YAML node that is no non-empty mapping, with its key path."""
+    if isinstance(node, dict) and (node or not path):
+        return [item for key, value in node.items() for item in leaves(value, (*path, str(key)))]
+    return [(path, node)]
+
+
+def type_name(annotation: Any) -> str:
+    """A dataclass field's annotation as a reader writes it (`int | None`, `list[str]`)."""
+    if annotation is Any:
+        return "any"
+    if isinstance(annotation, type):
+        return annotation.__name__
+    return str(annotation).replace("typing.", "")
+
+
+def setting_annotation(path: tuple[str, ...]) -> Any:
+    """The annotation of the run setting at `path` (`("fl", "rounds")`), None where it is none."""
+    node: Any = RunSettings
+    for key in path:
+        if not is_dataclass(node):
+            return None
+        hints = typing.get_type_hints(node)
+        if key not in hints:
+            return None
+        node = hints[key]
+    return node
+
+
+def value_type(path: tuple[str, ...], value: Any) -> str:
+    """A key's type: the run setting's where it is one, the setting an interpolation names, else
+    what its YAML value is (NO_TYPE for null and Hydra's `???`)."""
+    annotation = setting_annotation(path)
+    if annotation is None and isinstance(value, str):
+        if match := INTERPOLATION.fullmatch(value):
+            annotation = setting_annotation(tuple(match.group("path").split(".")))
+    if annotation is not None:
+        return type_name(annotation)
+    if value is None or value == "???":
+        return NO_TYPE
+    return VALUE_TYPES.get(type(value), type(value).__name__)
+
+
+def escape(text: str, in_table: bool = True) -> str:
+    """Markdown text that renders as written, on GitHub and on the site: `<` is no tag, `*` no
+    emphasis, and in a table a pipe no cell border (escaped inside `code` too, as GFM wants)."""
+    pieces = re.split(r"(`[^`]*`)", text)
+    for index, piece in enumerate(pieces):
+        if index % 2 == 0:
+            piece = piece.replace("<", "&lt;").replace("*", "\\*")
+        pieces[index] = piece.replace("|", "\\|") if in_table else piece
+    return "".join(pieces)
+
+
+def code(text: str) -> str:
+    """`text` as a code span in a table cell."""
+    return f"`{text}`".replace("|", "\\|")
+
+
+def default_text(entry: Entry | None, value: Any) -> str:
+    """A key's default as its YAML file writes it (`1.0e-6`, `[SIGTERM, SIGUSR1]`)."""
+    if entry is not None and entry.raw:
+        return entry.raw
+    return yaml.safe_dump(value, default_flow_style=True, width=1000).strip().removesuffix("...")
+
+
+def paragraphs(lines: list[str]) -> list[str]:
+    """Header comment lines as Markdown: lines indented further (commands) as a code block, the
+    rest joined into paragraphs."""
+    blocks: list[tuple[bool, list[str]]] = []
+    for line in lines:
+        is_code = line.startswith("  ")
+        if not line.strip():
+            blocks.append((False, []))
+        elif blocks and blocks[-1][0] == is_code:
+            blocks[-1][1].append(line)
+        else:
+            blocks.append((is_code, [line]))
+    markdown = []
+    for is_code, block in blocks:
+        if is_code:
+            markdown += ["```bash", *textwrap.dedent("\n".join(block)).split("\n"), "```", ""]
+        elif block:
+            markdown += [escape(" ".join(line.strip() for line in block), in_table=False), ""]
+    return markdown
+
+
+def defaults_of(yaml_file: YamlFile, group: str) -> tuple[list[str], list[str]]:
+    """What an option's defaults list selects (`model=cifar_cnn`) and which options of its own
+    group it includes."""
+    selects, includes = [], []
+    for item in yaml_file.data.get("defaults", []):
+        if isinstance(item, str):
+            if item != "_self_":
+                includes.append(item.split("@")[0])
+            continue
+        for key, option in item.items():
+            target = key.removeprefix("override ").strip().lstrip("/").split("@")[0]
+            if target == group:
+                includes.append(str(option))
+                continue
+            chosen = f"[{','.join(option)}]" if isinstance(option, list) else option
+            selects.append(f"{target}={chosen}")
+    return selects, includes
+
+
+def listing(label: str, items: list[str]) -> list[str]:
+    """A sentence listing `items` as code, nothing when there are none."""
+    return [f"{label} {', '.join(code(item) for item in items)}.", ""] if items else []
+
+
+def key_table(yaml_file: YamlFile, prefix: tuple[str, ...], skip: tuple[str, ...]) -> list[str]:
+    """The table of a file's keys: full path, default, type, meaning; Hydra's `_x_` keys and the
+    top-level keys in `skip` left out."""
+    rows = []
+    for path, value in leaves(yaml_file.data):
+        if path[0] in skip or re.fullmatch(r"_\w+_", path[-1]):
+            continue
+        entry = yaml_file.entries.get(path)
+        full = (*prefix, *path)
+        meaning = escape(entry.comment) if entry else ""
+        cells = [code(".".join(full)), code(default_text(entry, value))]
+        rows.append(f"| {cells[0]} | {cells[1]} | {escape(value_type(full, value))} | {meaning} |")
+    if not rows:
+        return ["No keys of its own.", ""]
+    return ["| key | default | type | meaning |", "| --- | --- | --- | --- |", *rows, ""]
+
+
+def package_of(yaml_file: YamlFile, group: str) -> tuple[str, ...]:
+    """Where a group option's keys go: its `# @package`, else the group's own node."""
+    package = yaml_file.package or group.replace("/", ".")
+    return () if package == "_global_" else tuple(package.split("."))
+
+
+def chosen_defaults(config: YamlFile) -> dict[str, str]:
+    """Each group's default option from conf/config.yaml's defaults list (`[]`: none)."""
+    chosen = {}
+    for item in config.data["defaults"]:
+        if isinstance(item, dict):
+            for group, option in item.items():
+                chosen[group] = f"[{','.join(option)}]" if isinstance(option, list) else option
+    return chosen
+
+
+def group_page(group: str, description: str, default: str | None) -> str:
+    """The page of one config group: each option with its target and keys."""
+    options = sorted((CONF / group).glob("*.yaml"))
+    intro = escape(description[0].upper() + description[1:], in_table=False)
+    lines = [GENERATED, "", f"# {group}", "", f"{intro}.", ""]
+    if default is None:
+        lines += [f"Choose an option with `{group}=<option>`.", ""]
+    elif default.startswith("["):
+        lines += [
+            f"Choose a list of options with `{group}=[<option>,<option>]`, applied in list order; "
+            f"the default is `{default}`.",
+            "",
+        ]
+    else:
+        lines += [f"Choose an option with `{group}=<option>`; the default is `{default}`.", ""]
+    for path in options:
+        yaml_file = read_yaml(path)
+        targets = [value for key, value in leaves(yaml_file.data) if key[-1] == "_target_"]
+        selects, includes = defaults_of(yaml_file, group)
+        lines += [f"## {path.stem}", "", *paragraphs(yaml_file.header)]
+        lines += listing("Target:", targets)
+        lines += listing("Includes", includes)
+        lines += listing("Also selects", selects)
+        lines += key_table(yaml_file, package_of(yaml_file, group), skip=("defaults",))
+    return "\n".join(lines)
+
+
+def settings_page(config: YamlFile) -> str:
+    """The run settings: conf/config.yaml's plain keys, typed by fedlight.config.RunSettings."""
+    lines = [
+        GENERATED,
+        "",
+        "# Run settings",
+        "",
+        "The plain values of a run, in `fedlight/conf/config.yaml`; `fedlight.config.RunSettings` "
+        "types and checks them. Set one with `<key>=<value>` (`fl.rounds=100`).",
+        "",
+    ]
+    settings = [*SETTING_KEYS, "data"]
+    scalars = [
+        key for key in config.data if key in settings and not isinstance(config.data[key], dict)
+    ]
+    lines += ["## Top level", ""]
+    lines += key_table(_only(config, scalars), (), skip=())
+    for key in config.data:
+        if key in settings and isinstance(config.data[key], dict):
+            comment = config.entries[(key,)].comment
+            intro = [escape(comment[:1].upper() + comment[1:], in_table=False), ""]
+            lines += [f"## {key}", "", *(intro if comment else [])]
+            lines += key_table(_only(config, [key]), (), skip=())
+    return "\n".join(lines)
+
+
+def _only(config: YamlFile, keys: list[str]) -> YamlFile:
+    """`config` with only the top-level `keys`."""
+    data = {key: config.data[key] for key in keys}
+    return YamlFile(data, config.entries, [], None)
+
+
+def summary(yaml_file: YamlFile, with_sets: bool) -> list[str]:
+    """What a preset selects, sets (where `with_sets`) and sweeps, as sentences listing code."""
+    selects, _ = defaults_of(yaml_file, EXPERIMENT)
+    sets = [
+        f"{'.'.join(path)}={default_text(yaml_file.entries.get(path), value)}"
+        for path, value in leaves(yaml_file.data)
+        if path[0] not in ("defaults", "hydra", "report")
+    ]
+    params = yaml_file.data.get("hydra", {}).get("sweeper", {}).get("params", {})
+    sweeps = [f"{key}={value}" for key, value in params.items()]
+    return [
+        *listing("Selects", selects)[:1],
+        *(listing("Sets", sets)[:1] if with_sets else []),
+        *listing("Sweeps", sweeps)[:1],
+    ]
+
+
+def preset_section(path: Path, heading: str, command: str) -> list[str]:
+    """A preset under its own heading (`## niid_bench`, `### tune/fedavg`): how to run it, its
+    header comment, what it selects and sweeps."""
+    yaml_file = read_yaml(path)
+    title = str(path.relative_to(CONF / EXPERIMENT).with_suffix(""))
+    lines = [f"{heading} {title}", "", f"`{command}`", "", *paragraphs(yaml_file.header)]
+    for sentence in summary(yaml_file, with_sets=False):
+        lines += [sentence, ""]
+    return lines
+
+
+def experiment_page() -> str:
+    """The presets of conf/experiment/, each with its header comment and what it selects and
+    sweeps; a preset's cells (the group experiment/<preset>) in a table, other groups' presets
+    each under a heading of its own."""
+    folder = CONF / EXPERIMENT
+    lines = [
+        GENERATED,
+        "",
+        "# Experiment presets",
+        "",
+        "A preset sets up a whole experiment: `python -m fedlight -m +experiment=<preset>` runs "
+        "its sweep, `fedlight report <sweep dir>` tables it. The cells of a preset are the "
+        "options of the group `experiment/<preset>` it sweeps over.",
+        "",
+    ]
+    presets = sorted(folder.glob("*.yaml"))
+    for path in presets:
+        lines += preset_section(path, "##", f"python -m fedlight -m +experiment={path.stem}")
+        if (folder / path.stem).is_dir():
+            lines += [f"Its cells: [experiment/{path.stem}](#experiment{path.stem}).", ""]
+    for sub in sorted(path for path in folder.iterdir() if path.is_dir()):
+        options = sorted(sub.glob("*.yaml"))
+        group = f"+experiment/{sub.name}"
+        if sub.name not in {path.stem for path in presets}:
+            lines += [f"## experiment/{sub.name}", "", f"Chosen with `{group}=<option>`.", ""]
+            for path in options:
+                lines += preset_section(path, "###", f"{group}={path.stem}")
+            continue
+        lines += [f"## experiment/{sub.name}", "", f"The cells of [{sub.name}](#{sub.name}),"]
+        lines += [f"chosen with `{group}=<cell>`.", "", "| cell | what it does |", "| --- | --- |"]
+        for path in options:
+            yaml_file = read_yaml(path)
+            header = escape(" ".join(line.strip() for line in yaml_file.header))
+            said = " ".join([header, *summary(yaml_file, with_sets=True)]).strip()
+            lines.append(f"| `{path.stem}` | {said or 'Nothing beyond the preset.'} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def groups() -> dict[str, str]:
+    """Every folder of conf/ with options, and what it chooses; a folder fedlight.config does not
+    register (or a registered group without a folder) is refused."""
+    found = {
+        str(path.parent.relative_to(CONF))
+        for path in CONF.rglob("*.yaml")
+        if path.parent != CONF and path.relative_to(CONF).parts[0] != EXPERIMENT
+    }
+    known = {**CONFIG_GROUPS, **HYDRA_GROUPS}
+    if unknown := found - set(known):
+        raise SystemExit(
+            f"fedlight/conf/{sorted(unknown)[0]}/ is no config group: register it in "
+            "fedlight.config.CONFIG_GROUPS (or HYDRA_GROUPS of scripts/config_reference.py)"
+        )
+    if missing := set(known) - found:
+        raise SystemExit(f"config group {sorted(missing)[0]} has no folder fedlight/conf/<group>/")
+    return known
+
+
+def page_name(group: str) -> str:
+    """The page file of a group (`hydra/launcher` → hydra-launcher.md)."""
+    return f"{group.replace('/', '-')}.md"
+
+
+def index_page(known: dict[str, str], chosen: dict[str, str]) -> str:
+    """The reference's front page: every group with its default and options, then the others."""
+    lines = [
+        GENERATED,
+        "",
+        "# Configuration reference",
+        "",
+        "Everything a run can be told, generated from the YAML files of `fedlight/conf` and their "
+        "comments. A config group chooses a component (`algo=scaffold`), its keys tune it "
+        "(`algo.variant=paper`); the run settings are plain values (`fl.rounds=100`); a preset "
+        "sets up a whole experiment (`+experiment=niid_bench`).",
+        "",
+        "| group | default | options | chooses |",
+        "| --- | --- | --- | --- |",
+    ]
+    for group, description in known.items():
+        options = ", ".join(
+            f"[`{path.stem}`]({page_name(group)}#{path.stem})"
+            for path in sorted((CONF / group).glob("*.yaml"))
+        )
+        default = code(chosen[group]) if group in chosen else NO_TYPE
+        link = f"[`{group}`]({page_name(group)})"
+        lines.append(f"| {link} | {default} | {options} | {escape(description)} |")
+    lines += [
+        "",
+        "- [Run settings](settings.md): `seed`, `device`, `fl`, `local`, `optim`, `eval`, "
+        "`data`, `checkpoint`, `console`, `preemption` and the rest of `conf/config.yaml`.",
+        "- [Experiment presets](experiment.md): `+experiment=<preset>` and their cells.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def pages() -> dict[str, str]:
+    """Every page of the reference, by file name."""
+    config = read_yaml(CONF / "config.yaml")
+    known = groups()
+    if unknown := [k for k in config.data if k not in (*SETTING_KEYS, *known, *NOT_SETTINGS)]:
+        raise SystemExit(
+            f"conf/config.yaml's key {unknown[0]} is no run setting of fedlight.config "
+            "(SETTING_KEYS) nor a config group"
+        )
+    chosen = chosen_defaults(config)
+    written = {"index.md": index_page(known, chosen), "settings.md": settings_page(config)}
+    for group, description in known.items():
+        written[page_name(group)] = group_page(group, description, chosen.get(group))
+    written["experiment.md"] = experiment_page()
+    return {name: text.rstrip("\n") + "\n" for name, text in written.items()}
+
+
+def write(out: Path) -> None:
+    """Write every page into `out`, removing pages of groups that no longer exist."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = pages()
+    for stale in out.glob("*.md"):
+        if stale.name not in written:
+            stale.unlink()
+    for name, text in written.items():
+        (out / name).write_text(text, encoding="utf-8")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=OUT, help="folder of the pages")
+    write(parser.parse_args().out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,65 @@
+"""docs/reference/config/ says what fedlight/conf holds: an option or key added to conf/ and not
+documented, or a documented one removed, fails until the pages are written again."""
+
+from pathlib import Path
+
+from scripts import config_reference
+from scripts.config_reference import COMMAND, OUT, read_yaml, write
+
+
+def test_committed_pages_are_what_the_script_writes(tmp_path: Path) -> None:
+    write(tmp_path)
+    written = {path.name: path.read_text(encoding="utf-8") for path in tmp_path.glob("*.md")}
+    committed = {path.name: path.read_text(encoding="utf-8") for path in OUT.glob("*.md")}
+    stale = sorted(
+        name
+        for name in written.keys() | committed.keys()
+        if written.get(name) != committed.get(name)
+    )
+    assert not stale, (
+        f"docs/reference/config/ differs from fedlight/conf in {', '.join(stale)}; run `{COMMAND}` "
+        "from the repository root and commit the pages"
+    )
+
+
+def test_every_option_and_key_is_on_its_page() -> None:
+    pages = config_reference.pages()
+    algo = pages["algo.md"]
+    assert "## scaffold" in algo and "`fedlight.algorithms.scaffold.Scaffold`" in algo
+    assert (
+        "| `algo.variant` | `fedlight` | str | fedlight \\| paper \\| niid_bench \\| flower" in algo
+    )
+    assert "| `upload.topk.ratio` | `0.1` | float | share of entries sent" in pages["upload.md"]
+    # A @package _global_ option's keys at their global paths, typed by the run settings.
+    assert "| `eval.batch_size` | `100` | int | 1000 CIFAR images" in pages["data.md"]
+    assert "| `algo.momentum` | `${optim.momentum}` | float |" in algo
+    settings = pages["settings.md"]
+    assert (
+        "| `fl.threads_per_worker` | `null` | int \\| None | torch threads per worker" in settings
+    )
+    assert "| `preemption.signals` | `[SIGTERM, SIGUSR1, SIGUSR2]` | list[str] |" in settings
+    assert "### tune/fedavg" in pages["experiment.md"]
+
+
+def test_comments_continue_on_indented_lines_only(tmp_path: Path) -> None:
+    path = tmp_path / "option.yaml"
+    path.write_text(
+        "# @package _global_\n"
+        "# What the option does,\n"
+        "# in two lines.\n"
+        "node:                # the node\n"
+        "  key: 1             # the key, a | b,\n"
+        "                     # said on two lines\n"
+        "  other: 'a # b'\n"
+        "\n"
+        "# a comment of no key\n"
+        "last: [x, y]  # a list\n",
+        encoding="utf-8",
+    )
+    parsed = read_yaml(path)
+    assert parsed.package == "_global_"
+    assert parsed.header == ["What the option does,", "in two lines."]
+    assert parsed.entries[("node",)].comment == "the node"
+    assert parsed.entries[("node", "key")].comment == "the key, a | b, said on two lines"
+    assert parsed.entries[("node", "other")] == config_reference.Entry("'a # b'", "")
+    assert parsed.entries[("last",)] == config_reference.Entry("[x, y]", "a list")
