@@ -82,7 +82,7 @@ def study_markdown(sweep_dir: Path, label: str, plot_name: str) -> list[str]:
         if note.startswith(f"{objective} "):  # a value as any other: nothing to say
             note = ""
         cells = [str(trial.number), *(str(trial.params.get(n, "")) for n in names), value, note]
-        lines.append("| " + " | ".join(cells) + " |")
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return [*lines, "", f"![trials]({plot_name})", ""]
 
 
