@@ -16,8 +16,8 @@ demo: $(VENV)/.installed
 	$(PY) -m fedlight
 
 test: $(VENV)/.installed
-	$(PY) -m ruff check fedlight tests benchmarks
-	$(PY) -m ruff format --check fedlight tests benchmarks
+	$(PY) -m ruff check fedlight tests benchmarks examples
+	$(PY) -m ruff format --check fedlight tests benchmarks examples
 	$(PY) -m pytest -q -n auto
 
 bench: $(VENV)/.installed
