@@ -20,8 +20,8 @@ demo: $(VENV)/.installed
 	$(PY) -m fedlight
 
 test: $(VENV)/.installed
-	$(PY) -m ruff check fedlight tests benchmarks scripts hydra_plugins
-	$(PY) -m ruff format --check fedlight tests benchmarks scripts hydra_plugins
+	$(PY) -m ruff check fedlight tests benchmarks scripts hydra_plugins examples
+	$(PY) -m ruff format --check fedlight tests benchmarks scripts hydra_plugins examples
 	$(PY) -m pytest -q -n auto
 	$(MKDOCS)
 

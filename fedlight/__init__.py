@@ -1,11 +1,124 @@
-"""fedlight: reproducible federated-learning research on Lightning modules and Hydra configs."""
+"""fedlight: reproducible federated-learning research on Lightning modules and Hydra configs.
 
+The names in `__all__` are the public API, what code of one's own subclasses or calls (the
+how-to guides, docs/howto/): `from fedlight import Algorithm`. They are imported on first use
+(PEP 562), so `import fedlight` stays light: `fedlight report` and `fedlight --version` import
+neither torch nor Lightning.
+"""
+
+import importlib
 import os
 import time
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 STARTED = time.time()  # this process's start (as near as Python lets us see it)
 STARTED_VARIABLE = "FEDLIGHT_STARTED"  # the command's start, inherited by its workers
+
+# Each public name → the module that defines it.
+PUBLIC: dict[str, str] = {
+    # algorithms (`algo=`)
+    "Algorithm": "fedlight.algorithms.base",
+    "ClientUpload": "fedlight.algorithms.base",
+    "ServerState": "fedlight.algorithms.base",
+    "LocalCallback": "fedlight.engines.base",
+    "LocalResult": "fedlight.engines.base",
+    # aggregators (`aggregator=`)
+    "Accumulator": "fedlight.aggregation.base",
+    "Aggregator": "fedlight.aggregation.base",
+    "Part": "fedlight.aggregation.base",
+    "RobustAggregator": "fedlight.aggregation.base",
+    "Mean": "fedlight.aggregation.mean",
+    # server optimizers (`server_opt=`)
+    "ServerOptimizer": "fedlight.server_opt.base",
+    # upload stages and the round they see
+    "UploadStage": "fedlight.pipeline.stage",
+    "ClientStep": "fedlight.pipeline.stage",
+    "Delivered": "fedlight.pipeline.stage",
+    "Plan": "fedlight.pipeline.stage",
+    "Federation": "fedlight.context",
+    "RoundContext": "fedlight.context",
+    "Stream": "fedlight.rng",
+    # codecs (`upload=`, `download=`)
+    "WireTransform": "fedlight.wire.base",
+    "LossyTransform": "fedlight.wire.base",
+    "Payload": "fedlight.wire.base",
+    "Quantizer": "fedlight.compression.quantizer",
+    # selection and learning-rate schedules (`selection=`, `lr_schedule=`)
+    "Selection": "fedlight.selection.base",
+    "LRSchedule": "fedlight.lr_schedules.base",
+    # data and partitions (`data=`, `partition=`)
+    "DataSource": "fedlight.data.base",
+    "TensorDataset": "fedlight.data.base",
+    "Partition": "fedlight.partitions.base",
+    # models' state and settings' refusals
+    "StateDict": "fedlight.tensors",
+    "ConfigError": "fedlight.errors",
+    "require": "fedlight.errors",
+}
+__all__ = [
+    "Accumulator",
+    "Aggregator",
+    "Algorithm",
+    "ClientStep",
+    "ClientUpload",
+    "ConfigError",
+    "DataSource",
+    "Delivered",
+    "Federation",
+    "LRSchedule",
+    "LocalCallback",
+    "LocalResult",
+    "LossyTransform",
+    "Mean",
+    "Part",
+    "Partition",
+    "Payload",
+    "Plan",
+    "Quantizer",
+    "RobustAggregator",
+    "RoundContext",
+    "Selection",
+    "ServerOptimizer",
+    "ServerState",
+    "StateDict",
+    "Stream",
+    "TensorDataset",
+    "UploadStage",
+    "WireTransform",
+    "require",
+]  # PUBLIC's names, sorted (tests/test_examples.py checks)
+
+if TYPE_CHECKING:  # what type checkers see; at run time `__getattr__` imports each on first use
+    from fedlight.aggregation.base import Accumulator, Aggregator, Part, RobustAggregator
+    from fedlight.aggregation.mean import Mean
+    from fedlight.algorithms.base import Algorithm, ClientUpload, ServerState
+    from fedlight.compression.quantizer import Quantizer
+    from fedlight.context import Federation, RoundContext
+    from fedlight.data.base import DataSource, TensorDataset
+    from fedlight.engines.base import LocalCallback, LocalResult
+    from fedlight.errors import ConfigError, require
+    from fedlight.lr_schedules.base import LRSchedule
+    from fedlight.partitions.base import Partition
+    from fedlight.pipeline.stage import ClientStep, Delivered, Plan, UploadStage
+    from fedlight.rng import Stream
+    from fedlight.selection.base import Selection
+    from fedlight.server_opt.base import ServerOptimizer
+    from fedlight.tensors import StateDict
+    from fedlight.wire.base import LossyTransform, Payload, WireTransform
+
+
+def __getattr__(name: str) -> Any:
+    """A public name, imported from its module on first use (PEP 562) and kept."""
+    if name not in PUBLIC:
+        raise AttributeError(f"module 'fedlight' has no attribute {name!r}")
+    value = getattr(importlib.import_module(PUBLIC[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
 
 
 def command_seconds() -> float:

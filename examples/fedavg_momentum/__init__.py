@@ -1,0 +1,1 @@
+"""FedAvg with server momentum written against the Algorithm contract (docs/howto/)."""

@@ -1,0 +1,1 @@
+"""TernGrad as an upload codec (docs/howto/add-codec.md)."""

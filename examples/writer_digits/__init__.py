@@ -1,0 +1,1 @@
+"""Digits split by writer: a data source with clients of its own (docs/howto/)."""
