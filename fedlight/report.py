@@ -34,7 +34,7 @@ from fedlight import curves
 from fedlight.curves import Line, Panel
 from fedlight.loggers.base import MetricsRow, evaluated
 from fedlight.study_report import studies_markdown
-from fedlight.sweeps import job_order, job_state
+from fedlight.sweeps import command_flags, job_order, job_state
 
 ERROR_PREFIX = "fedlight report: error: "
 PASS_INSTEAD = "pass the sweep directory that `fedlight -m ...` wrote, e.g. multirun/<date>/<time>"
@@ -397,13 +397,13 @@ def is_finite_json(value: Any) -> bool:
 
 
 def portable(override: str, cwd: str | None) -> str:
-    """`key=/abs/path` as the path relative to the directory the command ran in (`cwd`, Hydra's
-    hydra.runtime.cwd), which is what its user typed there (`data.root=../shared/data`): a report
-    names no machine's absolute paths."""
-    key, sep, value = override.partition("=")
-    if not sep or not cwd or not value.startswith("/") or not Path(cwd).is_absolute():
+    """`key=/abs/path` (or a path alone) relative to the directory the command ran in (`cwd`,
+    Hydra's hydra.runtime.cwd), which is what its user typed there (`data.root=../shared/data`):
+    a report names no machine's absolute paths."""
+    key, sep, value = override.partition("=") if "=" in override else ("", "", override)
+    if not cwd or not value.startswith("/") or not Path(cwd).is_absolute():
         return override
-    return f"{key}={os.path.relpath(value, cwd)}"
+    return f"{key}{sep}{os.path.relpath(value, cwd)}"
 
 
 def recorded_cwd(record: dict[str, Any] | None) -> str | None:
@@ -823,9 +823,12 @@ def sweep_command(sweep_dir: Path) -> str | None:
         fix = "restore it, or delete it to report the command as unknown"
         config = load_mapping(record, fix)
         if config is not None:
-            overrides = (config.get("hydra") or {}).get("overrides", {}).get("task") or []
+            hydra = config.get("hydra") or {}
+            overrides = hydra.get("overrides", {}).get("task") or []
             cwd = recorded_cwd(config)
-            return " ".join([command, *(shlex.quote(portable(str(o), cwd)) for o in overrides)])
+            flags = [portable(f, cwd) for f in command_flags(hydra) if f != "-m"]
+            arguments = [*flags, *(portable(str(o), cwd) for o in overrides)]
+            return " ".join([command, *(shlex.quote(a) for a in arguments)])
     return None
 
 

@@ -25,7 +25,7 @@ from fedlight.checkpoint import load_checkpoint
 from fedlight.errors import ConfigError
 from fedlight.run_dir import results_in
 from fedlight.run_files import CHECKPOINT_NAME
-from fedlight.sweeps import JobState, job_state
+from fedlight.sweeps import JobState, command_flags, job_state
 
 AUTO = "auto"
 
@@ -138,12 +138,7 @@ def recorded_command(directory: Path, command: str = "resume") -> RecordedComman
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     kept = [o for o in own if o.split("=")[0] not in ("hydra.mode", key)]
     flags = ["-m"] if multirun else []
-    name = (hydra.get("job") or {}).get("config_name")
-    if name and name != "config":
-        flags += ["--config-name", str(name)]
-    for source in (hydra.get("runtime") or {}).get("config_sources") or []:
-        if source.get("provider") == "command-line" and source.get("schema") == "file":
-            flags += ["--config-dir", str(source["path"])]
+    flags += [f for f in command_flags(hydra) if f != "-m"]
     return RecordedCommand(multirun, flags, kept, task, hydra)
 
 

@@ -137,3 +137,16 @@ def read_json(path: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return value if isinstance(value, dict) else None
+
+
+def command_flags(hydra: dict[str, Any]) -> list[str]:
+    """The flags of the command Hydra recorded (the `hydra` node of multirun.yaml or
+    .hydra/hydra.yaml) that are not overrides: -m, --config-name, --config-dir."""
+    flags = ["-m"] if hydra.get("mode") in ("MULTIRUN", "RunMode.MULTIRUN") else []
+    name = (hydra.get("job") or {}).get("config_name")
+    if name and name != "config":
+        flags += ["--config-name", str(name)]
+    for source in (hydra.get("runtime") or {}).get("config_sources") or []:
+        if source.get("provider") == "command-line" and source.get("schema") == "file":
+            flags += ["--config-dir", str(source["path"])]
+    return flags

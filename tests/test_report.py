@@ -926,3 +926,29 @@ def test_a_report_names_no_machine_paths(tmp_path: Path) -> None:
     assert shown_path(sweep, tmp_path / "docs") == "sweep"
     assert shown_path(sweep, sweep) == "sweep"
     assert shown_path(sweep, tmp_path) == "runs/sweep"
+
+
+def test_the_reports_command_keeps_the_config_dir(tmp_path: Path) -> None:
+    """A sweep of one's own configs (`--config-dir`) is reported with the command that reruns it,
+    the folder relative to where it ran."""
+    import yaml
+
+    from fedlight.report import sweep_command
+
+    record = {
+        "hydra": {
+            "mode": "MULTIRUN",
+            "overrides": {"task": ["algo=my_fedprox", "seed=0,1"]},
+            "job": {"config_name": "config"},
+            "runtime": {
+                "cwd": "/work/main",
+                "config_sources": [
+                    {"provider": "command-line", "schema": "file", "path": "/work/main/configs"}
+                ],
+            },
+        }
+    }
+    (tmp_path / "multirun.yaml").write_text(yaml.safe_dump(record))
+    assert sweep_command(tmp_path) == (
+        "python -m fedlight -m --config-dir configs algo=my_fedprox seed=0,1"
+    )
