@@ -50,6 +50,8 @@ DEFAULT_METRICS = (
 METRIC_TITLES = {
     "final_accuracy": "Final accuracy (%)",
     "best_accuracy": "Best accuracy (%)",
+    "test_accuracy_at_best": "Test accuracy at the best round (%)",
+    "val_accuracy": "Validation accuracy, last round (%)",
     "comm_mb": "Communication (MB)",
     "comm_mb_per_round": "MB per round",
     "local_accuracy_mean": "Local accuracy, mean (%)",
@@ -509,7 +511,7 @@ def metric_values(group: Group, metric: str) -> list[float]:
 def is_accuracy(metric: str) -> bool:
     """Whether the metric is a fraction shown in percent."""
     return (
-        metric in ("final_accuracy", "best_accuracy")
+        metric in ("final_accuracy", "best_accuracy", "test_accuracy_at_best", "val_accuracy")
         or metric.startswith("local_accuracy_")
         or bool(ACCURACY_AT.fullmatch(metric))
     )

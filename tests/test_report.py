@@ -952,3 +952,10 @@ def test_the_reports_command_keeps_the_config_dir(tmp_path: Path) -> None:
     assert sweep_command(tmp_path) == (
         "python -m fedlight -m --config-dir configs algo=my_fedprox seed=0,1"
     )
+
+
+def test_the_test_accuracy_at_the_validation_best_round_is_a_percentage() -> None:
+    from fedlight.report import is_accuracy
+
+    assert is_accuracy("test_accuracy_at_best") and is_accuracy("val_accuracy")
+    assert not is_accuracy("best_round")
