@@ -1,11 +1,13 @@
 """Write the configuration reference, docs/reference/config/, from fedlight/conf.
 
 The YAML files' `#` comments are the documentation: a key's comment is the one on its line plus
-the indented comment lines below it, an option's is the comment block above its first key. One
-page per config group (every option: its `_target_`, every key with its default, type and
-meaning), one for the run settings of conf/config.yaml (typed by fedlight.config's dataclasses)
-and one for the experiment presets. The pages are committed; tests/test_config_reference.py fails
-while they differ from what this writes. Run from the repository root after changing conf/:
+the indented comment lines below it, an option's is the comment block above its first key. Every
+key of an option and every run setting must have one (its meaning): a key without it is refused,
+naming its file. One page per config group (every option: its `_target_`, every key with its
+default, type and meaning), one for the run settings of conf/config.yaml (typed by
+fedlight.config's dataclasses) and one for the experiment presets. The pages are committed;
+tests/test_config_reference.py fails while they differ from what this writes. Run from the
+repository root after changing conf/:
 
     python -m scripts.config_reference
 """
@@ -64,6 +66,7 @@ class YamlFile:
     entries: dict[tuple[str, ...], Entry]
     header: list[str]  # the comment lines above the first key, `# @package` left out
     package: str | None  # what its `# @package` line names, if it has one
+    path: Path | None = None  # the file it was read from
 
 
 def split_comment(rest: str) -> tuple[str, str]:
@@ -121,7 +124,7 @@ def read_yaml(path: Path) -> YamlFile:
             entries[last] = Entry(*split_comment(match.group("rest") or ""))
         else:
             last = None
-    return YamlFile(data, entries, header, package)
+    return YamlFile(data, entries, header, package, path)
 
 
 def leaves(node: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
@@ -235,18 +238,44 @@ def listing(label: str, items: list[str]) -> list[str]:
     return [f"{label} {', '.join(code(item) for item in items)}.", ""] if items else []
 
 
+def display_path(path: Path | None) -> str:
+    """A YAML file as a message names it: relative to the repository where it lies in it."""
+    if path is None:
+        return "a YAML file"
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
+def undocumented(yaml_file: YamlFile, keys: list[tuple[str, ...]], prefix: tuple[str, ...]) -> str:
+    """The refusal of a file's `keys` without a comment: which file, which keys, what to do."""
+    named = ", ".join(
+        f"{'.'.join(key)}" + (f" ({'.'.join((*prefix, *key))})" if prefix else "") for key in keys
+    )
+    example = f"`{keys[0][-1]}: <value>  # what it is: its unit, range, source`"
+    verb, whose = ("has", "its") if len(keys) == 1 else ("have", "each one's")
+    return (
+        f"{display_path(yaml_file.path)}: {named} {verb} no meaning for the configuration "
+        f"reference; add an inline comment on {whose} line ({example}), then run `{COMMAND}`"
+    )
+
+
 def key_table(yaml_file: YamlFile, prefix: tuple[str, ...], skip: tuple[str, ...]) -> list[str]:
     """The table of a file's keys: full path, default, type, meaning; Hydra's `_x_` keys and the
-    top-level keys in `skip` left out."""
-    rows = []
+    top-level keys in `skip` left out. A key without a comment (no meaning) is refused."""
+    rows: list[str] = []
+    missing: list[tuple[str, ...]] = []
     for path, value in leaves(yaml_file.data):
         if path[0] in skip or re.fullmatch(r"_\w+_", path[-1]):
             continue
         entry = yaml_file.entries.get(path)
+        if entry is None or not entry.comment:
+            missing.append(path)
+            continue
         full = (*prefix, *path)
-        meaning = escape(entry.comment) if entry else ""
+        meaning = escape(entry.comment)
         cells = [code(".".join(full)), code(default_text(entry, value))]
         rows.append(f"| {cells[0]} | {cells[1]} | {escape(value_type(full, value))} | {meaning} |")
+    if missing:
+        raise SystemExit(undocumented(yaml_file, missing, prefix))
     if not rows:
         return ["No keys of its own.", ""]
     return ["| key | default | type | meaning |", "| --- | --- | --- | --- |", *rows, ""]
@@ -324,7 +353,7 @@ def settings_page(config: YamlFile) -> str:
 def _only(config: YamlFile, keys: list[str]) -> YamlFile:
     """`config` with only the top-level `keys`."""
     data = {key: config.data[key] for key in keys}
-    return YamlFile(data, config.entries, [], None)
+    return YamlFile(data, config.entries, [], None, config.path)
 
 
 def summary(yaml_file: YamlFile, with_sets: bool) -> list[str]:

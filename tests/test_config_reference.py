@@ -3,8 +3,10 @@ documented, or a documented one removed, fails until the pages are written again
 
 from pathlib import Path
 
+import pytest
+
 from scripts import config_reference
-from scripts.config_reference import COMMAND, OUT, read_yaml, write
+from scripts.config_reference import COMMAND, OUT, key_table, read_yaml, write
 
 
 def test_committed_pages_are_what_the_script_writes(tmp_path: Path) -> None:
@@ -63,3 +65,37 @@ def test_comments_continue_on_indented_lines_only(tmp_path: Path) -> None:
     assert parsed.entries[("node", "key")].comment == "the key, a | b, said on two lines"
     assert parsed.entries[("node", "other")] == config_reference.Entry("'a # b'", "")
     assert parsed.entries[("last",)] == config_reference.Entry("[x, y]", "a list")
+
+
+def test_a_key_without_a_meaning_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "option.yaml"
+    path.write_text(
+        "# An option: its header is no key's meaning.\n"
+        "_target_: mypkg.Thing\n"
+        "documented: 1     # what it is\n"
+        "node:             # a node\n"
+        "  bare: 0.5\n"
+        "  continued: 2    # said\n"
+        "                  # on two lines\n"
+        "last: [x, y]\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(SystemExit) as refusal:
+        key_table(read_yaml(path), ("algo",), skip=("defaults",))
+    message = str(refusal.value)
+    assert message.startswith(f"{path}: node.bare (algo.node.bare), last (algo.last) have no ")
+    assert "add an inline comment on each one's line (`bare: <value>  # " in message
+    assert COMMAND in message
+    assert "documented" not in message and "continued" not in message
+
+    path.write_text("_target_: mypkg.Thing\nkey: 1  # what it is\n", encoding="utf-8")
+    assert "| `algo.key` | `1` | int | what it is |" in key_table(read_yaml(path), ("algo",), ())
+
+
+def test_a_file_of_the_repository_is_named_from_its_root() -> None:
+    yaml_file = read_yaml(config_reference.CONF / "algo" / "fedavg.yaml")
+    yaml_file.data["stray"] = 1  # a key PyYAML reads and no line documents
+    with pytest.raises(
+        SystemExit, match=r"^fedlight/conf/algo/fedavg\.yaml: stray \(algo\.stray\) "
+    ):
+        key_table(yaml_file, ("algo",), skip=("defaults",))
