@@ -34,7 +34,7 @@ from fedlight import curves
 from fedlight.curves import Line, Panel
 from fedlight.loggers.base import MetricsRow, evaluated
 from fedlight.study_report import studies_markdown
-from fedlight.sweeps import command_flags, job_order, job_state
+from fedlight.sweeps import command_flags, job_dirs, job_order, job_state
 
 ERROR_PREFIX = "fedlight report: error: "
 PASS_INSTEAD = "pass the sweep directory that `fedlight -m ...` wrote, e.g. multirun/<date>/<time>"
@@ -437,10 +437,10 @@ def load_jobs(sweep_dir: Path) -> list[JobResult]:
         raise ReportError(f"{sweep_dir} does not exist; {PASS_INSTEAD}")
     if not sweep_dir.is_dir():
         raise ReportError(f"{sweep_dir} is not a directory; {PASS_INSTEAD}")
-    job_dirs = [p.parent.parent for p in sweep_dir.glob("**/.hydra/overrides.yaml")]
-    if not job_dirs:
+    found = [d for d in job_dirs(sweep_dir) if (d / ".hydra" / "overrides.yaml").is_file()]
+    if not found:
         raise ReportError(f"{sweep_dir} has no jobs (no */.hydra/overrides.yaml); {PASS_INSTEAD}")
-    jobs = [load_job(sweep_dir, d) for d in job_dirs]
+    jobs = [load_job(sweep_dir, d) for d in found]
     return sorted(jobs, key=lambda job: job_order(job.name))
 
 

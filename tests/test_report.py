@@ -959,3 +959,14 @@ def test_the_test_accuracy_at_the_validation_best_round_is_a_percentage() -> Non
 
     assert is_accuracy("test_accuracy_at_best") and is_accuracy("val_accuracy")
     assert not is_accuracy("best_round")
+
+
+def test_a_sweep_inside_a_sweep_is_its_own(tmp_path: Path) -> None:
+    """A study's `tested` sweep lies in the study's directory; its jobs are not the study's."""
+    from fedlight.sweeps import job_dirs
+
+    for job in ("0", "1", "tested/0"):
+        (tmp_path / job / ".hydra").mkdir(parents=True)
+    (tmp_path / "tested" / "multirun.yaml").write_text("hydra: {}\n")
+    assert sorted(d.relative_to(tmp_path).as_posix() for d in job_dirs(tmp_path)) == ["0", "1"]
+    assert [d.name for d in job_dirs(tmp_path / "tested")] == ["0"]
