@@ -1130,7 +1130,10 @@ def report(args: argparse.Namespace) -> None:
     jobs = select_jobs(args)
     check_metrics(metrics, jobs)
     output_dir = output_dir_of(args)
-    display_name = " + ".join(shown_path(d, output_dir) for d in args.sweep_dirs)
+    shown = [shown_path(d, output_dir) for d in args.sweep_dirs]
+    if len(set(shown)) < len(shown):  # several `tested` sweeps: each with its study's name
+        shown = [f"{d.resolve().parent.name}/{name}" for d, name in zip(args.sweep_dirs, shown, strict=True)]
+    display_name = " + ".join(shown)
     title = args.title or "Sweep " + " + ".join(d.resolve().name for d in args.sweep_dirs)
     sections = build_sections(group_jobs(jobs), title, metrics, args.x)
     unclocked = [
