@@ -1132,7 +1132,10 @@ def report(args: argparse.Namespace) -> None:
     output_dir = output_dir_of(args)
     shown = [shown_path(d, output_dir) for d in args.sweep_dirs]
     if len(set(shown)) < len(shown):  # several `tested` sweeps: each with its study's name
-        shown = [f"{d.resolve().parent.name}/{name}" for d, name in zip(args.sweep_dirs, shown, strict=True)]
+        shown = [
+            f"{d.resolve().parent.name}/{name}"
+            for d, name in zip(args.sweep_dirs, shown, strict=True)
+        ]
     display_name = " + ".join(shown)
     title = args.title or "Sweep " + " + ".join(d.resolve().name for d in args.sweep_dirs)
     sections = build_sections(group_jobs(jobs), title, metrics, args.x)
