@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from hydra.core.plugins import Plugins
 from hydra.core.utils import JobReturn
 from hydra.core.utils import JobStatus as HydraJobStatus
 from hydra.types import HydraContext, TaskFunction
@@ -57,9 +56,7 @@ class StudySweep:
         optuna.logging.set_verbosity(optuna.logging.WARNING)  # fedlight says what it does
         self.impl = OptunaSweeperImpl(**settings)
         self.impl.setup(hydra_context=hydra_context, task_function=task_function, config=config)
-        self.launcher = Plugins.instance().instantiate_launcher(
-            config=config, hydra_context=hydra_context, task_function=task_function
-        )
+        self.launcher = self.impl.launcher  # the launcher Hydra's sweeper set up
         self.config = config
         self.sweep_dir = Path(config.hydra.sweep.dir)
         self.objective = str(config.objective)

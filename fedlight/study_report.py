@@ -40,11 +40,10 @@ def importance(study: Any, completed: list[Any]) -> dict[str, float]:
     return dict(optuna.importance.get_param_importances(study, evaluator=evaluator))
 
 
-def study_markdown(sweep_dir: Path, label: str, plot_name: str) -> list[str]:
+def study_markdown(study: Any, label: str, plot_name: str) -> list[str]:
     """The study's section of report.md; its plot is `plot_name` beside it."""
     from optuna.trial import TrialState
 
-    study = load_study(sweep_dir)
     trials = study.trials
     completed = [t for t in trials if t.state == TrialState.COMPLETE]
     objective = study.user_attrs.get("objective", "value")
@@ -86,12 +85,11 @@ def study_markdown(sweep_dir: Path, label: str, plot_name: str) -> list[str]:
     return [*lines, "", f"![trials]({plot_name})", ""]
 
 
-def write_study_plot(sweep_dir: Path, path: Path, label: str) -> None:
+def write_study_plot(study: Any, path: Path, label: str) -> None:
     """The objective against the trial (and the best so far), and against each parameter."""
     from matplotlib.ticker import MaxNLocator
     from optuna.trial import TrialState
 
-    study = load_study(sweep_dir)
     completed = [t for t in study.trials if t.state == TrialState.COMPLETE]
     if not completed:
         return
@@ -129,6 +127,7 @@ def studies_markdown(sweep_dirs: list[Path], output_dir: Path) -> list[str]:
     for sweep_dir in studies:
         label = sweep_dir.resolve().name
         plot = "study.png" if len(studies) == 1 else f"study_{label}.png"
-        lines += study_markdown(sweep_dir, label, plot)
-        write_study_plot(sweep_dir, output_dir / plot, label)
+        study = load_study(sweep_dir)
+        lines += study_markdown(study, label, plot)
+        write_study_plot(study, output_dir / plot, label)
     return lines
