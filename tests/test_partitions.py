@@ -1,6 +1,9 @@
 """Partition schemes: disjointness, sizes, label skew, determinism and one-line config errors."""
 
+import subprocess
+import sys
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -333,3 +336,36 @@ def test_label_quantity_classes_per_client_must_be_positive():
 
 def test_config_error_is_a_value_error():
     assert issubclass(ConfigError, ValueError)
+
+
+def test_flower_label_quantity_split_script_writes_a_from_file_split(tmp_path, labels):
+    """scripts/flower_label_quantity_split.py: #C=2 as Flower draws it, readable by from_file."""
+    from fedlight.partitions.from_file import read_client_sets
+    from scripts.flower_label_quantity_split import split
+
+    labels_file = tmp_path / "train-labels-idx1-ubyte"
+    header = np.array([2049, len(labels)], dtype=">i4").tobytes()
+    labels_file.write_bytes(header + labels.astype(np.uint8).tobytes())
+    output = tmp_path / "c2.json"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "scripts.flower_label_quantity_split",
+            str(labels_file),
+            str(output),
+        ],
+        check=True,
+        cwd=Path(__file__).parents[1],
+        capture_output=True,
+    )
+    sets = read_client_sets(output, "partition.path")
+    assert sets == split(labels, 10, 2, 42)  # the file holds the drawn split, seed 42 by default
+    parts = [np.sort(np.array(s)) for s in sets]
+    check_index_sets(parts, 10, len(labels))
+    for client, part in enumerate(parts):
+        assert client % 10 in labels[part] and len(np.unique(labels[part])) == 2
+    for label in range(10):  # each class cut into equal parts (within one) among its holders
+        sizes = [np.sum(labels[p] == label) for p in parts if label in labels[p]]
+        assert sum(sizes) == np.sum(labels == label) and max(sizes) - min(sizes) <= 1
+    assert split(labels, 10, 2, 42) != split(labels, 10, 2, 43)

@@ -20,6 +20,10 @@ run() {  # $1: sweep dir name, rest: overrides
 run seed0 '+experiment/niid_bench=fedavg,scaffold,scaffold_fedlight,fedprox,fednova' \
   partition=dirichlet,label_quantity seed=0
 run seeds12 '+experiment/niid_bench=fedavg,scaffold' partition=label_quantity seed=1,2
+# FedAvg on the very #C=2 split Flower's table trained on (seed 42, written by
+# scripts/flower_label_quantity_split.py): the partition's draw told apart from everything else
+run flower_split '+experiment/niid_bench=fedavg' partition=from_file \
+  partition.path=$OUT/flower_c2.json seed=0
 # Flower's own SCAFFOLD variant, the one its merged table ran
 run flower '+experiment/niid_bench=scaffold_flower' partition=dirichlet,label_quantity seed=0
 run flower12 '+experiment/niid_bench=scaffold_flower' partition=label_quantity seed=1,2
