@@ -1,10 +1,13 @@
 """Shared helpers: compose the real Hydra config into typed jobs, run the real CLI."""
 
 import csv
+import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -82,29 +85,78 @@ def rows_without_timings(run_dir: Path) -> list[dict[str, str]]:
         return without_timings(csv.DictReader(f))
 
 
+class CliServer:
+    """The test process's tests/cli_server.py, started on first use: each command a fork of a
+    process that has imported fedlight already (see there)."""
+
+    def __init__(self) -> None:
+        self.process: subprocess.Popen | None = None
+
+    def run(
+        self, args: Sequence[str], cwd: Path, env: dict[str, str]
+    ) -> subprocess.CompletedProcess:
+        if self.process is None or self.process.poll() is not None:
+            self.process = subprocess.Popen(
+                [sys.executable, str(REPO / "tests" / "cli_server.py")],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                env={**os.environ, "PYTHONPATH": env["PYTHONPATH"]},
+                text=True,
+            )
+        with tempfile.TemporaryDirectory() as out:
+            request = {"argv": list(args), "cwd": str(cwd), "env": env}
+            request |= {"stdout": f"{out}/stdout", "stderr": f"{out}/stderr"}
+            self.process.stdin.write(json.dumps(request) + "\n")
+            self.process.stdin.flush()
+            pid = json.loads(self.answer())["pid"]
+            timed_out = threading.Event()
+            watchdog = threading.Timer(300, lambda: (timed_out.set(), os.kill(pid, signal.SIGKILL)))
+            watchdog.start()
+            returncode = json.loads(self.answer())["returncode"]
+            watchdog.cancel()
+            if timed_out.is_set():
+                raise TimeoutError(f"fedlight {args} took more than 300 s")
+            texts = [Path(out, name).read_text(errors="replace") for name in ("stdout", "stderr")]
+        return subprocess.CompletedProcess(["fedlight", *args], returncode, *texts)
+
+    def answer(self) -> str:
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError("tests/cli_server.py died; its stderr is in the test's output")
+        return line
+
+
+CLI_SERVER = CliServer()
+
+
 def run_cli(
     *args: str,
     cwd: Path,
     check: bool = True,
     launcher: Sequence[str] = (),
     threads: int | None = None,
+    fresh: bool = False,
 ) -> subprocess.CompletedProcess:
     """`python [launcher] -m fedlight args`; `launcher` e.g. torchrun's module and its flags;
     `threads`: the process's torch threads (OMP_NUM_THREADS; None: this process's setting). The
     fedlight of this checkout, not whichever the environment has installed (a worktree shares
-    its virtual environment with the checkout it was added from)."""
+    its virtual environment with the checkout it was added from). Without a launcher the command
+    is a fork of tests/cli_server.py (fedlight imported once); `fresh`: a new interpreter."""
     path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
     env = {**os.environ, "WANDB_MODE": "disabled", "HYDRA_FULL_ERROR": "0", "PYTHONPATH": path}
     if threads is not None:
         env["OMP_NUM_THREADS"] = str(threads)
-    result = subprocess.run(
-        [sys.executable, *launcher, "-m", "fedlight", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    if launcher or fresh:
+        result = subprocess.run(
+            [sys.executable, *launcher, "-m", "fedlight", *args],
+            cwd=cwd,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    else:
+        result = CLI_SERVER.run(args, cwd, env)
     if check and result.returncode != 0:
         raise AssertionError(f"fedlight {args} failed:\n{result.stdout}\n{result.stderr}")
     return result
