@@ -29,9 +29,10 @@ def read_rows(run_dir: Path) -> list[dict[str, str]]:
 
 def test_cli_run_writes_the_output_contract(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    result = run_cli(
-        *TINY, "eval.every=2", "eval.target_accuracy=0.3", f"hydra.run.dir={run_dir}", cwd=tmp_path
-    )
+    # one worker: client_seconds sums the clients' training over all workers, so only with one
+    # is it a part of the round's wall time (without `pytest -n`, auto would take two)
+    overrides = ["eval.every=2", "eval.target_accuracy=0.3", "fl.workers=1"]
+    result = run_cli(*TINY, *overrides, f"hydra.run.dir={run_dir}", cwd=tmp_path)
     assert "fedlight: 4 rounds" in result.stdout + result.stderr
 
     all_rows = read_rows(run_dir)
