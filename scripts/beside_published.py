@@ -1,0 +1,103 @@
+"""Print fedlight's cells beside a published table, cell by cell, with a verdict per cell.
+
+The published numbers come from a YAML file: `metric` (the summary.json number they are, e.g.
+`best_accuracy` for a best-over-rounds table), `within` (points of accuracy that still count as
+reproduced), `keys` (the override keys whose values name a cell, in order) and `cells`, each
+`<value>/<value>: "88.09 ± 0.29"` (mean, optionally ± std, in percent). A cell of the sweeps is
+reproduced when its mean is within `within` points of the published mean, exceeded above that,
+missed below; a cell without a published number gets no verdict. Cells are the report's (mean ±
+std over the healthy seeds, diverged and collapsed seeds marked); `final_accuracy` is shown
+beside the compared metric. Run from the repository root:
+
+    python -m scripts.beside_published docs/results/niid_bench/flower_merged.yaml \\
+        multirun/niid_bench_50/seed0 multirun/niid_bench_50/seeds12
+"""
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from fedlight.report import (
+    MISSING,
+    Group,
+    cell,
+    group_jobs,
+    load_jobs,
+    markdown_table,
+    metric_values,
+)
+
+FINAL = "final_accuracy"
+
+
+@dataclass(frozen=True)
+class Published:
+    metric: str
+    within: float
+    keys: tuple[str, ...]
+    cells: dict[str, str]
+
+    @classmethod
+    def read(cls, path: Path) -> "Published":
+        content = yaml.safe_load(path.read_text())
+        return cls(
+            metric=content["metric"],
+            within=float(content["within"]),
+            keys=tuple(content["keys"]),
+            cells={str(k): str(v) for k, v in content["cells"].items()},
+        )
+
+    def key(self, group: Group) -> str:
+        return "/".join(str(group.setting(k)) for k in self.keys)
+
+
+def published_mean(text: str) -> float:
+    """The mean of `88.09 ± 0.29` (or of a bare `88.09`)."""
+    return float(text.split("±")[0])
+
+
+def verdict(difference: float, within: float) -> str:
+    if abs(difference) <= within:
+        return "reproduced"
+    return "exceeded" if difference > 0 else "missed"
+
+
+def comparison(group: Group, published: Published) -> list[str]:
+    """The cell's row: its key, fedlight's numbers, the published one, the difference, a verdict."""
+    reference = published.cells.get(published.key(group))
+    values = metric_values(group, published.metric)
+    ours = [cell(group, published.metric), cell(group, FINAL), reference or MISSING]
+    if reference is None or not values:
+        return [published.key(group), *ours, MISSING, MISSING]
+    difference = 100 * sum(values) / len(values) - published_mean(reference)
+    return [
+        published.key(group),
+        *ours,
+        f"{difference:+.1f}",
+        verdict(difference, published.within),
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("published", type=Path, help="the YAML file of published numbers")
+    parser.add_argument("sweeps", type=Path, nargs="+", help="sweep directories")
+    args = parser.parse_args()
+    published = Published.read(args.published)
+    groups = group_jobs([job for sweep in args.sweeps for job in load_jobs(sweep)])
+    header = [
+        "/".join(published.keys),
+        f"fedlight: {published.metric}",
+        f"fedlight: {FINAL}",
+        f"published: {published.metric}",
+        "Δ points",
+        f"verdict (±{published.within:g} points)",
+    ]
+    body = [comparison(g, published) for g in groups]
+    print("\n".join(markdown_table(header, body)))
+
+
+if __name__ == "__main__":
+    main()
