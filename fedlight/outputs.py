@@ -80,20 +80,37 @@ class Chance:
         return cls(share, max(COLLAPSE_MARGIN, noise))
 
 
-def collapsed_at_round(rows: list[MetricsRow], chance: Chance, split: str = "test") -> int | None:
-    """The round from which a run's accuracy on `split` stayed at chance (≤ chance + margin) for
-    at least its last COLLAPSE_EVALUATIONS evaluations, after an earlier evaluation above that;
-    None for a run that did not collapse. Only evaluations with a finite loss count: a collapse
-    is a failure with finite losses, a divergence is recorded on its own."""
+def chance_streak(
+    rows: list[MetricsRow], chance: Chance, split: str
+) -> tuple[int, list[MetricsRow]]:
+    """How many of the last evaluations on `split` were at chance (≤ chance + margin), and the
+    evaluations counted: those with a finite loss (a divergence is recorded on its own)."""
     accuracy, loss = SPLIT_ACCURACY[split], SPLIT_LOSS[split]
     finite = [r for r in evaluated(rows, split) if math.isfinite(r[loss])]
     streak = 0
     ceiling = chance.accuracy + chance.margin
     while streak < len(finite) and finite[-1 - streak][accuracy] <= ceiling:
         streak += 1
+    return streak, finite
+
+
+def collapsed_at_round(rows: list[MetricsRow], chance: Chance, split: str = "test") -> int | None:
+    """The round from which a run's accuracy on `split` stayed at chance (≤ chance + margin) for
+    at least its last COLLAPSE_EVALUATIONS evaluations, after an earlier evaluation above that;
+    None for a run that did not collapse. Only evaluations with a finite loss count: a collapse
+    is a failure with finite losses, a divergence is recorded on its own."""
+    streak, finite = chance_streak(rows, chance, split)
     if streak < COLLAPSE_EVALUATIONS or streak == len(finite):  # never above chance: no fall
         return None
     return int(finite[-streak]["round"])
+
+
+def never_left_chance(rows: list[MetricsRow], chance: Chance, split: str = "test") -> bool:
+    """True for a run whose every evaluation on `split` (at least COLLAPSE_EVALUATIONS of them,
+    with finite losses) was at chance: it never learned, which is no collapse (nothing fell) but
+    as much a failure (a learning rate that wrecks the first round, a dead network)."""
+    streak, finite = chance_streak(rows, chance, split)
+    return streak >= COLLAPSE_EVALUATIONS and streak == len(finite)
 
 
 # Where each of summary.json's evaluation numbers comes from: "test", or "split" for the split
@@ -103,6 +120,7 @@ NUMBER_SPLITS = {
     "best_accuracy": "split",
     "rounds_to_target": "split",
     "collapsed_at_round": "split",
+    "never_left_chance": "split",
     "mb_to_target": "split",
     "upload_mb_to_target": "split",
     "virtual_time_to_target": "split",
@@ -166,6 +184,7 @@ def summarize(
         "rounds_to_target": reached[0] if reached else None,
         "target_accuracy": target_accuracy,
         "collapsed_at_round": collapsed_at_round(rows, chance, split),
+        "never_left_chance": never_left_chance(rows, chance, split),
         "comm_mb": total_bytes / 1e6,
         "comm_mb_per_round": total_bytes / 1e6 / max(rounds, 1),
         "wall_seconds": wall_seconds,

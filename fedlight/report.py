@@ -90,6 +90,8 @@ MISSING = "—"
 DIVERGED_MARK = "†"
 DIVERGED_KEY = "diverged_at_round"
 COLLAPSED_MARK = "‡"
+NEVER_MARK = "§"
+NEVER_KEY = "never_left_chance"
 COLLAPSED_KEY = "collapsed_at_round"
 ROUND_KEYS = (DIVERGED_KEY, COLLAPSED_KEY)
 ENVIRONMENT_KEY = "environment"
@@ -185,6 +187,12 @@ class JobResult:
         return (self.summary or {}).get(COLLAPSED_KEY)
 
     @property
+    def never_left_chance(self) -> bool:
+        """Every evaluation at chance: it never learned (False for summaries older than the
+        key)."""
+        return (self.summary or {}).get(NEVER_KEY) is True
+
+    @property
     def environment(self) -> dict[str, Any]:
         """What decided its float results; empty for summaries older than the record."""
         environment = (self.summary or {}).get(ENVIRONMENT_KEY)
@@ -222,6 +230,11 @@ class Group:
     def collapsed(self) -> list[JobResult]:
         """The healthy seeds that collapsed: in its statistics, and marked."""
         return [job for job in self.healthy if job.collapsed_at_round is not None]
+
+    @property
+    def never_learned(self) -> list[JobResult]:
+        """The healthy seeds that never left chance: in its statistics, and marked."""
+        return [job for job in self.healthy if job.never_left_chance]
 
     def setting(self, key: str) -> str | None:
         return self.jobs[0].setting(key)
@@ -574,11 +587,20 @@ def collapsed_marker(group: Group) -> str:
     return f"{COLLAPSED_MARK} {len(group.collapsed)} of {group.n} collapsed"
 
 
+def never_marker(group: Group) -> str:
+    """`§ 1 of 3 never left chance`: how many of the seeds its cells average never learned."""
+    return f"{NEVER_MARK} {len(group.never_learned)} of {group.n} never left chance"
+
+
 def markers(group: Group) -> str:
-    """The group's diverged and collapsed markers, where it has such seeds."""
+    """The group's diverged, collapsed and never-learned markers, where it has such seeds."""
     return " ".join(
         marker(group)
-        for marker, jobs in ((diverged_marker, group.diverged), (collapsed_marker, group.collapsed))
+        for marker, jobs in (
+            (diverged_marker, group.diverged),
+            (collapsed_marker, group.collapsed),
+            (never_marker, group.never_learned),
+        )
         if jobs
     )
 
@@ -682,6 +704,17 @@ def collapsed_footnote(section: Section) -> list[str]:
         "stayed there to the end), kept in mean ± std:",
         lambda group: group.collapsed,
         lambda job: f"collapsed at round {job.collapsed_at_round}{final_accuracy_text(job)}",
+    )
+
+
+def never_footnote(section: Section) -> list[str]:
+    """Each job of the section that never left chance, with its final accuracy."""
+    return job_footnote(
+        section,
+        f"{NEVER_MARK} Never left chance (every evaluation at chance accuracy with finite losses: "
+        "it never learned), kept in mean ± std:",
+        lambda group: group.never_learned,
+        lambda job: f"never left chance{final_accuracy_text(job)}",
     )
 
 
@@ -810,6 +843,7 @@ def section_markdown(section: Section) -> list[str]:
     lines += [warning, ""] if warning else []
     lines += diverged_footnote(section)
     lines += collapsed_footnote(section)
+    lines += never_footnote(section)
     if layout.reference:
         lines += [f"Reference: {layout.reference}", ""]
     return lines
@@ -889,8 +923,9 @@ def write_markdown(
 
 def write_csv(output_dir: Path, sections: list[Section]) -> None:
     """One row per group: its overrides, n (the seeds its statistics are over), diverged (the
-    seeds left out because they diverged), collapsed (those of the n that collapsed), and
-    mean/std of every metric in raw units."""
+    seeds left out because they diverged), collapsed (those of the n that collapsed),
+    never_left_chance (those of the n that never learned), and mean/std of every metric in raw
+    units."""
     groups = [(s, g) for s in sections for g in s.groups]
     keys = list(dict.fromkeys(k for _, g in groups for k in g.overrides))
     metrics = list(
@@ -898,7 +933,7 @@ def write_csv(output_dir: Path, sections: list[Section]) -> None:
     )
     stats = [f"{m}_{part}" for m in metrics for part in ("mean", "std")]
     with (output_dir / "report.csv").open("w", newline="") as f:
-        fieldnames = ["group", *keys, "n", "diverged", "collapsed", *stats]
+        fieldnames = ["group", *keys, "n", "diverged", "collapsed", NEVER_KEY, *stats]
         writer = csv.DictWriter(f, fieldnames=fieldnames)
         writer.writeheader()
         for section, group in groups:
@@ -906,6 +941,7 @@ def write_csv(output_dir: Path, sections: list[Section]) -> None:
             row["n"] = len(group.healthy)
             row["diverged"] = len(group.diverged)
             row["collapsed"] = len(group.collapsed)
+            row[NEVER_KEY] = len(group.never_learned)
             for metric in metrics:
                 mean, std = mean_and_std(metric_values(group, metric))
                 row[f"{metric}_mean"] = "" if mean is None else mean
@@ -1164,6 +1200,7 @@ def report(args: argparse.Namespace) -> None:
     groups = [g for s in sections for g in s.groups]
     marked = [(sum(len(g.diverged) for g in groups), "diverged")]
     marked.append((sum(len(g.collapsed) for g in groups), "collapsed"))
+    marked.append((sum(len(g.never_learned) for g in groups), "never left chance"))
     print(path)
     print(
         f"{plural(finished, 'job')} in {plural(len(groups), 'group')}, "

@@ -762,6 +762,28 @@ def test_a_collapsed_seed_stays_in_mean_and_std_and_is_marked(
     assert (fedavg["n"], fedavg["diverged"], fedavg["collapsed"]) == ("2", "0", "0")
 
 
+def test_a_seed_that_never_left_chance_stays_in_and_is_marked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A seed at chance in every evaluation (a tuned learning rate that wrecked its first round)
+    is no collapse, yet no result to average unmarked: `§`, a footnote, a CSV count."""
+    sweep = tmp_path / "sweep"
+    for job, (seed, final, never) in enumerate(
+        [(0, 0.78, False), (1, 0.77, False), (2, 0.1, True)]
+    ):
+        summary = summary_of(final, algo="fedavg", seed=seed, never_left_chance=never)
+        write_job(sweep, str(job), ["algo=fedavg", f"seed={seed}"], None, summary, [0.1, final])
+    assert main([str(sweep)]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == (
+        "3 jobs in 1 group, 0 incomplete, 1 never left chance"
+    )
+    lines, rows = diverged_report(sweep)
+    report = "\n".join(lines)
+    assert "55.0 ± 39.0 § 1 of 3 never left chance" in report
+    assert "- 2 (all, seed 2): never left chance (final accuracy 10.0%)" in lines
+    assert rows["all"]["never_left_chance"] == "1"
+
+
 def environment_of(**changed: Any) -> dict[str, Any]:
     """summary.json's `environment` of a CPU run, with `changed` values."""
     environment = {
@@ -871,7 +893,15 @@ def test_a_collapse_and_the_environment_through_the_cli(tmp_path: Path) -> None:
     line."""
     sweep = tmp_path / "sweep"
     schedule = ["lr_schedule=cyclic", "lr_schedule.min_lr=0.1", "lr_schedule.max_lr=200"]
-    run_cli("-m", *TINY, *schedule, "fl.threads_per_worker=1", f"hydra.sweep.dir={sweep}", cwd=REPO)
+    run_cli(
+        "-m",
+        *TINY,
+        *schedule,
+        "fl.threads_per_worker=1",
+        "fl.workers=1",
+        f"hydra.sweep.dir={sweep}",
+        cwd=REPO,
+    )
     summary = json.loads((sweep / "0" / "summary.json").read_text())
     assert summary["collapsed_at_round"] == 2 and summary["diverged_at_round"] is None
     with (sweep / "0" / "metrics.csv").open() as f:

@@ -16,7 +16,7 @@ import fedlight
 from fedlight.checkpoint import CHECKPOINT_NAME, load_checkpoint, save_checkpoint
 from fedlight.experiment import Job, run_job
 from fedlight.loggers.base import MetricsRow
-from fedlight.outputs import Chance, collapsed_at_round
+from fedlight.outputs import Chance, collapsed_at_round, never_left_chance
 
 from .conftest import TINY, run_killed_in_round
 
@@ -49,6 +49,25 @@ def test_a_collapse_is_the_last_three_evaluations_at_chance_after_one_above(
     accuracies: list[float], collapsed: int | None
 ) -> None:
     assert collapsed_at_round(history(accuracies), CHANCE) == collapsed
+
+
+@pytest.mark.parametrize(
+    ("accuracies", "never"),
+    [
+        ([0.1, 0.12, 0.15, 0.11], True),  # the tuned FedAvg seed that blew up in round 1
+        ([0.1, 0.1, 0.1], True),
+        ([0.1, 0.1], False),  # two evaluations: too few to tell
+        ([0.1, 0.1, 0.1, 0.1501], False),  # learned at the end
+        ([0.5, 0.1, 0.1, 0.1], False),  # a collapse, not this
+        ([], False),
+    ],
+)
+def test_never_left_chance_is_every_evaluation_at_chance(
+    accuracies: list[float], never: bool
+) -> None:
+    assert never_left_chance(history(accuracies), CHANCE) is never
+    nan = math.nan  # a divergence is recorded on its own: its rows are no evidence
+    assert not never_left_chance(history([0.1, 0.1, 0.1], [2.3, nan, nan]), CHANCE)
 
 
 def test_a_collapse_counts_only_evaluations_with_a_finite_test_loss() -> None:
