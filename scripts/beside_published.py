@@ -26,6 +26,7 @@ from fedlight.report import (
     group_jobs,
     load_jobs,
     markdown_table,
+    mean_and_std,
     metric_values,
 )
 
@@ -67,11 +68,11 @@ def verdict(difference: float, within: float) -> str:
 def comparison(group: Group, published: Published) -> list[str]:
     """The cell's row: its key, fedlight's numbers, the published one, the difference, a verdict."""
     reference = published.cells.get(published.key(group))
-    values = metric_values(group, published.metric)
+    mean, _ = mean_and_std(metric_values(group, published.metric))
     ours = [cell(group, published.metric), cell(group, FINAL), reference or MISSING]
-    if reference is None or not values:
+    if reference is None or mean is None:
         return [published.key(group), *ours, MISSING, MISSING]
-    difference = 100 * sum(values) / len(values) - published_mean(reference)
+    difference = 100 * mean - published_mean(reference)
     return [
         published.key(group),
         *ours,

@@ -21,8 +21,10 @@ from fedlight.report import (
     group_jobs,
     load_jobs,
     markdown_table,
+    mean_and_std,
     metric_values,
 )
+from fedlight.resume import recorded_command
 from fedlight.tuned import RESULTS_FILE, TESTED_DIR, TUNE_PRESET, best_params
 
 LABELS = {
@@ -44,9 +46,8 @@ def only_group(sweep: Path) -> Group:
 
 
 def study_algorithm(study: Path) -> str:
-    """The study's `+experiment/tune=<algorithm>` from Hydra's record of its command."""
-    record = yaml.safe_load((study / "multirun.yaml").read_text())
-    for override in record["hydra"]["overrides"]["task"]:
+    """The study's `+experiment/tune=<algorithm>`, from Hydra's record of its command."""
+    for override in recorded_command(study, "tuned").task:
         key, _, value = override.partition("=")
         if key.lstrip("+") == TUNE_PRESET:
             return value
@@ -65,10 +66,12 @@ def parameters_text(study: Path) -> str:
 
 def delta(untuned: Group | None, tuned: Group) -> str:
     """Tuned minus untuned mean final test accuracy, in points."""
-    before, after = (metric_values(g, FINAL) if g else [] for g in (untuned, tuned))
-    if not before or not after:
+    before, after = (
+        mean_and_std(metric_values(g, FINAL) if g else [])[0] for g in (untuned, tuned)
+    )
+    if before is None or after is None:
         return MISSING
-    return f"{100 * (sum(after) / len(after) - sum(before) / len(before)):+.1f}"
+    return f"{100 * (after - before):+.1f}"
 
 
 def main() -> None:

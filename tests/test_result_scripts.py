@@ -30,7 +30,8 @@ def test_the_table_puts_each_tuned_algorithm_beside_its_untuned_seeds(
         job(untuned / str(index), [f"algo={algo}", f"seed={seed}"], summary)
     task = ["+experiment/tuning=x", "+experiment/tune=fedavg", "optim.momentum=choice(0.0,0.9)"]
     study.mkdir()
-    (study / "multirun.yaml").write_text(yaml.safe_dump({"hydra": {"overrides": {"task": task}}}))
+    record = {"hydra": {"overrides": {"task": task, "hydra": []}}}  # as Hydra writes it
+    (study / "multirun.yaml").write_text(yaml.safe_dump(record))
     results = {"best_params": {"optim.lr": 0.05912345, "optim.momentum": 0.5}, "best_value": 0.847}
     (study / "optimization_results.yaml").write_text(yaml.safe_dump(results))
     for seed, final in enumerate([0.84, 0.86]):
