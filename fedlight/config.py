@@ -13,6 +13,7 @@ import torch
 from hydra.core.config_store import ConfigStore
 from hydra.core.plugins import Plugins
 
+from fedlight.allocator import MAX_THRESHOLD_MB
 from fedlight.errors import ConfigError, require
 from fedlight.layout import MEMORY_FORMATS
 from fedlight.preemption import signal_number
@@ -82,6 +83,9 @@ class FLSettings:
     threads_per_worker: int | None = None  # None: the process's torch threads // local workers
     backend: str = "auto"  # auto: nccl on CUDA, gloo otherwise
     exchange: str = "uploads"  # uploads: bit-identical to 1 worker; sums: one model per worker
+    # Blocks of at least this many MB get their own memory mapping, returned to the system when
+    # freed (fedlight.allocator); None: the C library's own, rising threshold.
+    mmap_threshold_mb: float | None = 8.0
     on_divergence: str = "stop"  # stop: exit at the first non-finite round; continue: go on
     # Seconds a worker waits for the others at an exchange before it ends the run naming them
     # (a stopped or hung worker); torch's own default timeout of a gloo collective.
@@ -117,6 +121,11 @@ class FLSettings:
             "of fedlight before channels_last became the default)",
         )
         self.check_workers()
+        require(
+            self.mmap_threshold_mb is None or 0 < self.mmap_threshold_mb <= MAX_THRESHOLD_MB,
+            f"fl.mmap_threshold_mb={self.mmap_threshold_mb} must be in (0, {MAX_THRESHOLD_MB}] "
+            "(glibc's limit), or null to leave the C library's threshold as it is",
+        )
         require(
             self.on_divergence in ON_DIVERGENCE,
             f"fl.on_divergence={self.on_divergence} is not a choice; use stop (end the run at the "

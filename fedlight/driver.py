@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 
 from fedlight.algorithms.base import ServerState
+from fedlight.allocator import release_freed
 from fedlight.checkpoint import save_checkpoint
 from fedlight.client_states import ClientStates, MemoryClientStates
 from fedlight.config import RunSettings
@@ -292,6 +293,7 @@ class Driver(ABC):
                 break
             self.progress.round_started(round_index)
             stats = self.run_round(round_index)
+            release_freed(settings.fl.mmap_threshold_mb)  # what the round freed leaves the process
             history.add(round_index, stats, time.perf_counter() - started)
             if round_index < settings.fl.rounds:  # the next round must stay within the budget
                 history.stopped = self.privacy.budget_refusal(self.privacy_state(), round_index + 1)

@@ -22,6 +22,7 @@ import torch
 
 from fedlight import command_seconds
 from fedlight.algorithms.base import Algorithm
+from fedlight.allocator import fix_mmap_threshold
 from fedlight.asynchronous import AsynchronousLoop
 from fedlight.checkpoint import CHECKPOINT_NAME, load_checkpoint, resumable_checkpoint
 from fedlight.client_states import ClientStateLostError, check_state_files, client_state_store
@@ -92,6 +93,7 @@ RESUME_FREE_KEYS = (
     "fl.memory_format",
     "fl.backend",
     "fl.worker_timeout",
+    "fl.mmap_threshold_mb",  # where freed memory goes, not what is computed
     "fl.rounds",
     "checkpoint.every",
     "console",  # what the console shows, not what the run computes
@@ -296,6 +298,7 @@ def run_job(job: Job, output_dir: Path) -> dict[str, Any]:
     """Run the job into `output_dir` and return its summary: as one rank of this process's
     (or torchrun's) process group, on `fl.workers` new processes, or in this process alone."""
     warn_of_oversubscription(job.settings.fl)
+    fix_mmap_threshold(job.settings.fl.mmap_threshold_mb)  # before workers fork: theirs too
     if job.parallelism is not None and job.parallelism.chosen:
         print(f"fedlight: fl.workers=auto: {job.parallelism.chosen}", flush=True)
     if in_process_group():

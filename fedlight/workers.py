@@ -59,6 +59,7 @@ from torch import Tensor
 from torch.multiprocessing.spawn import ProcessException, ProcessRaisedException
 
 from fedlight import run_dir
+from fedlight.allocator import fix_mmap_threshold
 from fedlight.config import FLSettings, RunSettings, check_nccl
 from fedlight.errors import one_line, require
 from fedlight.preemption import (
@@ -684,6 +685,7 @@ def run_spawned(
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a forked worker had the parent's handler
     forget_inherited_watches()
     torch.set_num_threads(threads)
+    fix_mmap_threshold(settings.fl.mmap_threshold_mb)  # a spawned worker's C library is new
     with watched(settings.preemption.signals, insist=False):  # the parent insists, not workers
         try:
             run_in_group(rank, count, port, errors, passed_on, settings, target, args)
