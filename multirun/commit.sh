@@ -5,7 +5,7 @@
 set -euo pipefail
 cd /work/main
 files=$(find multirun -type f ! -name '*.png' ! -name 'model.ckpt' ! -name 'model.pt' \
-  ! -name 'checkpoint.pt' ! -name 'run.log' ! -name '*.tmp' ! -name '.fedlight.lock')
+  ! -name 'checkpoint.pt' ! -name 'run*.log' ! -name '*.tmp' ! -name '.fedlight.lock')
 unfinished=$(find multirun -name checkpoint.pt -printf '%h\n' | while read -r d; do
   [ -f "$d/summary.json" ] || echo "$d/checkpoint.pt"; done)
 git add -f $files $unfinished

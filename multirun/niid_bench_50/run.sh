@@ -16,14 +16,26 @@ run() {  # $1: sweep dir name, rest: overrides
     fl.workers=1 fl.threads_per_worker=1 hydra/launcher=joblib hydra.launcher.n_jobs=2 \
     resume=auto hydra.sweep.dir=$OUT/$d
 }
-# the 14 jobs of the issue: every cell seed 0; seeds 1,2 for FedAvg and SCAFFOLD (niid_bench) on #C=2
-run seed0 '+experiment/niid_bench=fedavg,scaffold,scaffold_fedlight,fedprox,fednova' \
-  partition=dirichlet,label_quantity seed=0
-run seeds12 '+experiment/niid_bench=fedavg,scaffold' partition=label_quantity seed=1,2
-# FedAvg on the very #C=2 split Flower's table trained on (seed 42, written by
-# scripts/flower_label_quantity_split.py): the partition's draw told apart from everything else
-run flower_split '+experiment/niid_bench=fedavg' partition=from_file \
-  partition.path=$OUT/flower_c2.json seed=0
-# Flower's own SCAFFOLD variant, the one its merged table ran
-run flower '+experiment/niid_bench=scaffold_flower' partition=dirichlet,label_quantity seed=0
-run flower12 '+experiment/niid_bench=scaffold_flower' partition=label_quantity seed=1,2
+# Two streams keep both cores busy: "main" (the issue's 14 jobs, then Flower's variant) and
+# "split" (one job). `bash run.sh` runs both one after the other; `bash run.sh main &
+# bash run.sh split &` runs them side by side.
+main() {
+  # the 14 jobs of the issue: every cell seed 0; seeds 1,2 for FedAvg and SCAFFOLD (niid_bench) on #C=2
+  run seed0 '+experiment/niid_bench=fedavg,scaffold,scaffold_fedlight,fedprox,fednova' \
+    partition=dirichlet,label_quantity seed=0
+  run seeds12 '+experiment/niid_bench=fedavg,scaffold' partition=label_quantity seed=1,2
+  # Flower's own SCAFFOLD variant, the one its merged table ran
+  run flower '+experiment/niid_bench=scaffold_flower' partition=dirichlet,label_quantity seed=0
+  run flower12 '+experiment/niid_bench=scaffold_flower' partition=label_quantity seed=1,2
+}
+split() {
+  # FedAvg on the very #C=2 split Flower's table trained on (seed 42, written by
+  # scripts/flower_label_quantity_split.py): the partition's draw told apart from everything else
+  run flower_split '+experiment/niid_bench=fedavg' partition=from_file \
+    partition.path=$OUT/flower_c2.json seed=0
+}
+case ${1:-all} in
+  main) main ;;
+  split) split ;;
+  *) main; split ;;
+esac
