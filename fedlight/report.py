@@ -868,6 +868,17 @@ def sweep_command(sweep_dir: Path) -> str | None:
     return None
 
 
+def resumes_line(jobs: list[JobResult]) -> str:
+    """How often each finished job was continued from a checkpoint (summary.json `resumes`): a
+    resumed job gives the uninterrupted run's numbers, and a page says so with the counts."""
+    counts = [(j.name, int(j.summary.get("resumes") or 0)) for j in jobs if j.summary is not None]
+    resumed = [f"{name} {plural(count, 'time')}" for name, count in counts if count]
+    if not resumed:
+        return f"Resumed: none of the {plural(len(counts), 'finished job')}."
+    rest = f"; the other {len(counts) - len(resumed)} never" if len(resumed) < len(counts) else ""
+    return f"Resumed from their checkpoints: {', '.join(resumed)}{rest}."
+
+
 def incomplete_markdown(jobs: list[JobResult]) -> list[str]:
     """Unfinished jobs with the overrides that set them apart and how far they got."""
     shared = set.intersection(*(set(j.raw_overrides) for j in jobs)) if len(jobs) > 1 else set()
@@ -906,7 +917,7 @@ def write_markdown(
         else:
             lines += ["```bash", command, "```", ""]
     if sections:
-        lines += [environment_line(jobs), "", reproduction_line(jobs), ""]
+        lines += [environment_line(jobs), "", reproduction_line(jobs), "", resumes_line(jobs), ""]
     for section in sections:
         lines += section_markdown(section)
     if not sections:

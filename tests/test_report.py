@@ -367,6 +367,20 @@ def test_a_resumed_job_replaces_the_killed_one(comparison_sweep: Path, tmp_path:
     assert scaffold.startswith(f"| SCAFFOLD | {statistics.fmean([80, 81, 85, 82]):.1f} ± ")
 
 
+def test_the_report_says_how_often_each_job_was_resumed(
+    comparison_sweep: Path, tmp_path: Path
+) -> None:
+    """summary.json `resumes` per finished job: named with its count, the others counted."""
+    assert main([str(comparison_sweep), "-o", str(tmp_path / "none")]) == 0
+    assert "Resumed: none of the 6 finished jobs." in (tmp_path / "none" / "report.md").read_text()
+    for name, resumes in (("8", 2), ("11", 1)):
+        path = comparison_sweep / name / "summary.json"
+        path.write_text(json.dumps(json.loads(path.read_text()) | {"resumes": resumes}))
+    assert main([str(comparison_sweep), "-o", str(tmp_path / "some")]) == 0
+    text = (tmp_path / "some" / "report.md").read_text()
+    assert "Resumed from their checkpoints: 8 2 times, 11 1 time; the other 4 never." in text
+
+
 def test_several_sweeps_need_an_output_and_where_must_match(
     comparison_sweep: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
