@@ -15,6 +15,7 @@ import pytest
 import torch
 import torch.nn.functional as F  # noqa: N812
 import torchvision.datasets.cifar
+import torchvision.transforms
 from torchvision.io import encode_jpeg, write_jpeg, write_png
 
 from fedlight.data import cifar10, fmnist, mnist
@@ -226,6 +227,19 @@ def test_idx_fixture_loads_and_normalizes(tmp_path, network, source, folder, mea
     assert torch.allclose(inputs[1], torch.full((1, 28, 28), (1 - mean) / std), atol=1e-5)
     # a file that is present is used as is, even with download=True
     assert network == []
+
+
+@pytest.mark.parametrize(("source", "folder", "mean", "std"), IDX_SOURCES)
+def test_idx_normalize_false_gives_totensor_pixels_bit_for_bit(tmp_path, source, folder, mean, std):
+    """`data.normalize=false`: the [0, 1] pixels of torchvision's ToTensor (Flower's niid_bench)."""
+    train, test = write_mnist_tree(tmp_path, folder)
+    data = source(root=str(tmp_path), download=False, normalize=False).load()
+    to_tensor = torchvision.transforms.ToTensor()
+    expected = torch.stack([to_tensor(image) for image in train])
+    assert torch.equal(data.prepare(data.train_x), expected)
+    assert torch.equal(data.prepare(data.test_x)[:, 0], torch.from_numpy(test).float() / 255)
+    standardized = source(root=str(tmp_path), download=False).load().prepare(data.train_x)
+    assert torch.allclose(standardized, (expected - mean) / std, atol=1e-5)
 
 
 def test_idx_module_constants():
@@ -712,6 +726,9 @@ def test_cifar_augment_setting(tmp_path):
     black = Normalization(cifar10.MEAN, cifar10.STD)(torch.zeros(1, 3, 1, 1, dtype=torch.uint8))
     assert torch.allclose(torch.tensor(augmented.augment.fill), black.flatten(), atol=1e-6)
     assert CIFAR10(root=str(tmp_path), augment=False).load().augment is None
+    raw = CIFAR10(root=str(tmp_path), normalize=False).load()
+    assert raw.augment.fill == (0.0, 0.0, 0.0)  # black is 0 without standardization
+    assert torch.equal(raw.prepare(raw.train_x), raw.train_x.float() / 255)
 
 
 # ---------------------------------------------------------------- CropFlip

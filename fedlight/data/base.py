@@ -68,6 +68,17 @@ class Normalization:
         return (images.float() / 255.0 - mean).div_(std)
 
 
+def image_normalization(
+    mean: tuple[float, ...], std: tuple[float, ...], normalize: bool
+) -> Normalization:
+    """The dataset's per-channel standardization, or with `normalize=False` only the scaling to
+    [0, 1] that torchvision's `ToTensor` gives: what NIID-Bench and Flower's niid_bench baseline
+    train on (their transforms stop at `ToTensor`), bit for bit."""
+    if normalize:
+        return Normalization(mean, std)
+    return Normalization(tuple(0.0 for _ in mean), tuple(1.0 for _ in std))
+
+
 @dataclass
 class TensorDataset:
     """Train and test sets as whole tensors: batches are formed by indexing, never per sample.

@@ -21,7 +21,12 @@ from torchvision import datasets
 from torchvision.io import ImageReadMode, decode_image, read_file
 
 from fedlight.data.augment import CropFlip
-from fedlight.data.base import DataError, Normalization, TensorDataset, require_regular_files
+from fedlight.data.base import (
+    DataError,
+    TensorDataset,
+    image_normalization,
+    require_regular_files,
+)
 from fedlight.data.torchvision_source import open_torchvision
 
 MEAN, STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
@@ -163,6 +168,7 @@ class CIFAR10:
     root: str = "data"
     download: bool = True
     augment: bool = True
+    normalize: bool = True  # False: pixels in [0, 1], not standardized
     cache_dir: str | None = None  # decoded ImageFolder images; None: the user's cache folder
 
     def load(self) -> TensorDataset:
@@ -186,7 +192,8 @@ class CIFAR10:
             test_images = torch.from_numpy(test.data).permute(0, 3, 1, 2)
             train_labels = torch.tensor(train.targets, dtype=torch.int64)
             test_labels = torch.tensor(test.targets, dtype=torch.int64)
-        black = tuple(-m / s for m, s in zip(MEAN, STD, strict=True))
+        normalization = image_normalization(MEAN, STD, self.normalize)
+        black = tuple(-m / s for m, s in zip(normalization.mean, normalization.std, strict=True))
         return TensorDataset(
             train_images,
             train_labels,
@@ -194,5 +201,5 @@ class CIFAR10:
             test_labels,
             10,
             CropFlip(padding=4, fill=black) if self.augment else None,
-            Normalization(MEAN, STD),
+            normalization,
         )

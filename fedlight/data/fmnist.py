@@ -4,7 +4,7 @@ from dataclasses import dataclass
 
 from torchvision import datasets
 
-from fedlight.data.base import TensorDataset
+from fedlight.data.base import TensorDataset, image_normalization
 from fedlight.data.mnist import load_idx_dataset
 
 MEAN, STD = (0.2860,), (0.3530,)
@@ -14,8 +14,10 @@ MEAN, STD = (0.2860,), (0.3530,)
 class FashionMNIST:
     root: str = "data"
     download: bool = True
+    normalize: bool = True  # False: pixels in [0, 1], not standardized
 
     def load(self) -> TensorDataset:
+        normalization = image_normalization(MEAN, STD, self.normalize)
         return load_idx_dataset(
-            datasets.FashionMNIST, self.root, self.download, "data=fmnist", MEAN, STD
+            datasets.FashionMNIST, self.root, self.download, "data=fmnist", normalization
         )

@@ -7,7 +7,12 @@ from typing import Any
 
 from torchvision import datasets
 
-from fedlight.data.base import Normalization, TensorDataset, require_regular_files
+from fedlight.data.base import (
+    Normalization,
+    TensorDataset,
+    image_normalization,
+    require_regular_files,
+)
 from fedlight.data.idx import NUM_CLASSES, SPLITS, read_idx_split, split_files
 from fedlight.data.torchvision_source import open_torchvision
 
@@ -19,8 +24,7 @@ def load_idx_dataset(
     root: str,
     download: bool,
     setting: str,
-    mean: tuple[float, ...],
-    std: tuple[float, ...],
+    normalization: Normalization,
 ) -> TensorDataset:
     """A 28×28 grey 10-class dataset in MNIST's IDX layout (`<root>/<ClassName>/raw/`).
 
@@ -43,7 +47,7 @@ def load_idx_dataset(
         test_x.unsqueeze(1),
         test_y,
         NUM_CLASSES,
-        normalization=Normalization(mean, std),
+        normalization=normalization,
     )
 
 
@@ -51,6 +55,10 @@ def load_idx_dataset(
 class MNIST:
     root: str = "data"
     download: bool = True
+    normalize: bool = True  # False: pixels in [0, 1], not standardized
 
     def load(self) -> TensorDataset:
-        return load_idx_dataset(datasets.MNIST, self.root, self.download, "data=mnist", MEAN, STD)
+        normalization = image_normalization(MEAN, STD, self.normalize)
+        return load_idx_dataset(
+            datasets.MNIST, self.root, self.download, "data=mnist", normalization
+        )
