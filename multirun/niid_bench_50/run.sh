@@ -16,8 +16,12 @@ run() {  # $1: sweep dir name, rest: overrides
     fl.workers=1 fl.threads_per_worker=1 hydra/launcher=joblib hydra.launcher.n_jobs=2 \
     resume=auto hydra.sweep.dir=$OUT/$d
 }
-# Two streams keep both cores busy: "main" (the issue's 14 jobs, then Flower's variant) and
-# "split" (one job). `bash run.sh` runs both one after the other; `bash run.sh main &
+# Flower's setup exactly: its split and its [0, 1] pixels (data.normalize, added after COMMIT, so
+# from a second frozen checkout)
+EXACT_COMMIT=0742c01
+EXACT_WT=/work/wt_exact
+# Streams keep both cores busy: "main" (the issue's 14 jobs, then Flower's variant), "split" (one
+# job) and "exact" (two jobs). `bash run.sh` runs them one after the other; `bash run.sh main &
 # bash run.sh split &` runs them side by side.
 main() {
   # the 14 jobs of the issue: every cell seed 0; seeds 1,2 for FedAvg and SCAFFOLD (niid_bench) on #C=2
@@ -34,8 +38,15 @@ split() {
   run flower_split '+experiment/niid_bench=fedavg' partition=from_file \
     partition.path=$OUT/flower_c2.json seed=0
 }
+exact() {
+  [ -d $EXACT_WT ] || git -C /work/main worktree add --detach $EXACT_WT $EXACT_COMMIT
+  cd $EXACT_WT
+  run flower_exact '+experiment/niid_bench=fedavg,scaffold_flower' partition=from_file \
+    partition.path=$OUT/flower_c2.json data.normalize=false seed=0
+}
 case ${1:-all} in
   main) main ;;
   split) split ;;
-  *) main; split ;;
+  exact) exact ;;
+  *) main; split; exact ;;
 esac
