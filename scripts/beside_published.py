@@ -65,16 +65,30 @@ def verdict(difference: float, within: float) -> str:
     return "exceeded" if difference > 0 else "missed"
 
 
-def comparison(group: Group, published: Published) -> list[str]:
+def distinct_overrides(groups: list[Group], keys: tuple[str, ...]) -> set[str]:
+    """The overrides outside the published keys whose values differ between the cells (e.g.
+    `data.normalize`): a row names them, so two cells with the same key stay told apart."""
+    names = {name for group in groups for name in group.overrides if name not in keys}
+    values = {name: {group.overrides.get(name) for group in groups} for name in names}
+    return {name for name in names if len(values[name]) > 1}
+
+
+def row_name(group: Group, published: Published, distinct: set[str]) -> str:
+    extra = [f"{k}={v}" for k, v in sorted(group.overrides.items()) if k in distinct]
+    return " ".join([published.key(group), *extra])
+
+
+def comparison(group: Group, published: Published, distinct: set[str]) -> list[str]:
     """The cell's row: its key, fedlight's numbers, the published one, the difference, a verdict."""
     reference = published.cells.get(published.key(group))
     mean, _ = mean_and_std(metric_values(group, published.metric))
     ours = [cell(group, published.metric), cell(group, FINAL), reference or MISSING]
+    name = row_name(group, published, distinct)
     if reference is None or mean is None:
-        return [published.key(group), *ours, MISSING, MISSING]
+        return [name, *ours, MISSING, MISSING]
     difference = 100 * mean - published_mean(reference)
     return [
-        published.key(group),
+        name,
         *ours,
         f"{difference:+.1f}",
         verdict(difference, published.within),
@@ -96,7 +110,8 @@ def main() -> None:
         "Δ points",
         f"verdict (±{published.within:g} points)",
     ]
-    body = [comparison(g, published) for g in groups]
+    distinct = distinct_overrides(groups, published.keys) - {"partition.path"}
+    body = [comparison(g, published, distinct) for g in groups]
     print("\n".join(markdown_table(header, body)))
 
 
