@@ -110,6 +110,7 @@ def main() -> None:
         "Δ points",
         f"verdict (±{published.within:g} points)",
     ]
+    # a file path is no name for a cell: `partition=from_file` already says whose split it is
     distinct = distinct_overrides(groups, published.keys) - {"partition.path"}
     body = [comparison(g, published, distinct) for g in groups]
     print("\n".join(markdown_table(header, body)))

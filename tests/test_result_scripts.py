@@ -92,3 +92,34 @@ def test_each_cell_is_said_reproduced_exceeded_or_missed_beside_the_published_nu
     assert rows[1][4:] == ["+2.8", "exceeded |"]
     assert rows[2][1:] == ["74.0 ± 2.8", "71.0 ± 5.7", "78.10 ± 2.51", "-4.1", "missed |"]
     assert rows[3][3:] == ["—", "—", "— |"]
+
+
+def test_two_cells_of_one_published_key_are_told_apart_by_the_override_between_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Flower's split with standardized and with [0, 1] pixels: one key, two rows."""
+    sweep = tmp_path / "split"
+    base = ["+experiment/niid_bench=fedavg", "partition=from_file", "seed=0"]
+    job(sweep / "0", base, {"best_accuracy": 0.8126, "final_accuracy": 0.8126})
+    job(
+        sweep / "1",
+        [*base, "data.normalize=false"],
+        {"best_accuracy": 0.8108, "final_accuracy": 0.7771},
+    )
+    published = tmp_path / "published.yaml"
+    table = {
+        "metric": "best_accuracy",
+        "within": 2.0,
+        "keys": ["partition", "experiment/niid_bench"],
+        "cells": {"from_file/fedavg": "78.10 ± 2.51"},
+    }
+    published.write_text(yaml.safe_dump(table, allow_unicode=True))
+    monkeypatch.setattr(sys, "argv", ["beside_published", str(published), str(sweep)])
+    beside_published.main()
+    rows = [line.split(" | ") for line in capsys.readouterr().out.splitlines()[2:]]
+    assert [r[0].strip("| ") for r in rows] == [
+        "from_file/fedavg",
+        "from_file/fedavg data.normalize=false",
+    ]
+    assert rows[0][1:] == ["81.3", "81.3", "78.10 ± 2.51", "+3.2", "exceeded |"]
+    assert rows[1][1:] == ["81.1", "77.7", "78.10 ± 2.51", "+3.0", "exceeded |"]
