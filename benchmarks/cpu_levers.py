@@ -6,7 +6,11 @@ one torch thread, in a plain loop, each lever alternating with the default after
 
 - `bf16`: `torch.autocast("cpu", torch.bfloat16)` around forward and loss (mixed precision; uses
   AMX or AVX-512 BF16 where the CPU has them; changes the numbers);
-- `inplace_relu`: every ReLU in place (the same values and gradients bit for bit).
+- `inplace_relu`: every ReLU in place (the same values and gradients bit for bit);
+- `flush_denormal`: `torch.set_flush_denormal(True)` (denormal floats read as zero: a CPU slows
+  down on them; changes numbers only where they occur);
+- `compile`: `torch.compile` (inductor: C++ kernels for the pointwise and pooling parts; the
+  convolutions stay oneDNN's), timed after its warm-up epoch compiled it.
 
 Reported per lever: the default's seconds over the lever's, per repeat (above 1 means faster),
 and whether the trained parameters equal the default's bit for bit.
@@ -36,17 +40,39 @@ EXAMPLES, BATCH = 6000, 64
 LR, MOMENTUM, WEIGHT_DECAY = 0.01, 0.9, 1e-5
 
 
-def relu_in_place(net: nn.Module) -> contextlib.AbstractContextManager[None]:
+Context = contextlib.AbstractContextManager[None]
+# What a lever changes: the model called, a context around forward and loss, one around the epoch.
+Lever = tuple[Callable[[torch.Tensor], torch.Tensor], Context, Context]
+
+
+def plain(net: nn.Module, forward: Context | None = None, epoch: Context | None = None) -> Lever:
+    return net, forward or contextlib.nullcontext(), epoch or contextlib.nullcontext()
+
+
+def relu_in_place(net: nn.Module) -> Lever:
     for layer in net.modules():
         if isinstance(layer, nn.ReLU):
             layer.inplace = True
-    return contextlib.nullcontext()
+    return plain(net)
 
 
-LEVERS: dict[str, Callable[[nn.Module], contextlib.AbstractContextManager[None]]] = {
-    "default": lambda net: contextlib.nullcontext(),
-    "bf16": lambda net: torch.autocast("cpu", dtype=torch.bfloat16),
+class FlushDenormal(contextlib.AbstractContextManager[None]):
+    """Denormals flushed to zero inside the block, torch's default (kept) outside."""
+
+    def __enter__(self) -> None:
+        torch.set_flush_denormal(True)
+
+    def __exit__(self, *exc: object) -> None:
+        torch.set_flush_denormal(False)
+
+
+LEVERS: dict[str, Callable[[nn.Module], Lever]] = {
+    "default": plain,
+    "bf16": lambda net: plain(net, forward=torch.autocast("cpu", dtype=torch.bfloat16)),
     "inplace_relu": relu_in_place,
+    "flush_denormal": lambda net: plain(net, epoch=FlushDenormal()),
+    # a new module of the same class reuses the code compiled in the warm-up epoch
+    "compile": lambda net: plain(torch.compile(net, dynamic=False)),
 }
 
 
@@ -57,18 +83,20 @@ def train(data: TensorDataset, lever: str) -> tuple[float, list[torch.Tensor]]:
         SimpleCNN(data.input_shape, data.num_classes, LR, MOMENTUM, WEIGHT_DECAY)
     )
     net = module.net
-    context = LEVERS[lever](net)
+    model, forward, epoch = LEVERS[lever](net)
     optimizer = torch.optim.SGD(
         net.parameters(), lr=LR, momentum=MOMENTUM, weight_decay=WEIGHT_DECAY
     )
     order = torch.randperm(EXAMPLES, generator=torch.Generator().manual_seed(0))
     started = time.perf_counter()
-    for indices in order.split(BATCH):
-        with context:
-            loss = F.cross_entropy(net(data.prepare(data.train_x[indices])), data.train_y[indices])
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
+    with epoch:
+        for indices in order.split(BATCH):
+            with forward:
+                x, y = data.prepare(data.train_x[indices]), data.train_y[indices]
+                loss = F.cross_entropy(model(x), y)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
     return time.perf_counter() - started, [p.detach().clone() for p in net.parameters()]
 
 
