@@ -34,6 +34,7 @@ from fedlight.client_states import ClientStateLostError
 from fedlight.config import (
     CONFIG_GROUPS,
     DATA_SETTING_KEYS,
+    PLUGIN_STAGE_DEFAULTS,
     SETTING_KEYS,
     RunSettings,
     register_schema,
@@ -208,11 +209,11 @@ def interpolated_keys(config: Any, path: str = "") -> Iterator[str]:
 def group_choices(cfg: DictConfig, runtime_choices: DictConfig) -> dict[str, str]:
     """Each group's option; a group given several options (`logger=[csv,wandb]`,
     `upload=[topk,fp16]`), which Hydra records no choice for, as their names joined by '+', and
-    none for an empty list (`upload=[]`, the default)."""
+    none for an empty list (`upload=[]`, the default) or a plugged-in stage kind's default."""
     return {
         group: str(runtime_choices[group])
         if group in runtime_choices
-        else "+".join(cfg[group]) or "none"
+        else "+".join(cfg[group] or []) or "none"
         for group in CONFIG_GROUPS
     }
 
@@ -459,6 +460,13 @@ def composition_message(failed: JobCompositionError) -> str:
             f"pip install 'fedlight[{extra}]' ({one_line(error)})"
         )
     missing = re.search(r"Could not override '([^']+)'", text)
+    if missing and missing.group(1) in PLUGIN_STAGE_DEFAULTS:
+        given = [o for o in failed.overrides if o.split("=")[0] == missing.group(1)]
+        return (
+            f"{given[0] if given else missing.group(1)}: {missing.group(1)} is a stage kind of "
+            f"another package, not in fedlight's defaults list; choose its option with a +: "
+            f"+{given[0] if given else missing.group(1) + '=<option>'}"
+        )
     if missing and re.search(r"Key '[^']+' (is )?not in", text):
         groups = [o for o in failed.overrides if o.split("=")[0] in CONFIG_GROUPS]
         return unknown_key_message(missing.group(1), groups)
@@ -587,10 +595,11 @@ def non_default_settings(
     default = hydra.compose(config_name, overrides=search_path, return_hydra_config=True)
     default_choices = group_choices(default, default.hydra.runtime.choices)
     changed = {g: c for g, c in choices.items() if default_choices.get(g) != c}
+    listed = {*default.hydra.runtime.choices, *LIST_GROUPS}  # the defaults list's groups
     options = [
         f"{g}={list_text([] if c == 'none' else c.split('+'))}"
         if g in LIST_GROUPS or "+" in c  # several options (logger=[csv,wandb]): a list
-        else f"{g}={c}"
+        else f"{'' if g in listed else '+'}{g}={c}"  # `+`: a plugged-in kind's option
         for g, c in changed.items()
     ]
     chosen = OmegaConf.to_container(

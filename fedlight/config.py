@@ -7,6 +7,7 @@ the objects the config groups instantiate.
 import math
 import re
 from dataclasses import dataclass, field, fields, make_dataclass
+from importlib.metadata import entry_points
 from typing import Any
 
 import torch
@@ -404,16 +405,24 @@ def check_device_available(device: str) -> None:
 
 # Upload stages that no driver asks for by name, in the order a client applies them (after
 # privacy, before the wire; `fedlight.stages` builds them, `fedlight.pipeline.stage` says what a
-# stage is): a new stage kind is its package, its YAMLs, its default in conf/config.yaml and one
-# entry here.
-CHAINED_GROUPS: dict[str, str] = {
+# stage is): a new stage kind in fedlight is its package, its YAMLs, its default in
+# conf/config.yaml and one entry here; one of another package is an entry point (below).
+BUILT_IN_CHAINED_GROUPS: dict[str, str] = {
     "secure_aggregation": "masks that hide each upload in the sum (fedlight/secure_aggregation)",
 }
+# Stage kinds of other packages: entry points of this group in their pyproject.toml, each
+# `<kind> = "<module>:<class>"`, the class being the kind's default stage (what a run without an
+# option of the group runs, usually one that does nothing). They come before fedlight's own
+# chained kinds (secure aggregation masks the uploads: a stage after it would see ring elements),
+# in the order of their names; their options' YAMLs come from the package's config directory.
+STAGE_KINDS_ENTRY_POINTS = "fedlight.stage_kinds"
+CHAINED_GROUPS: dict[str, str] = {}  # every chained kind in chain order (`register_stage_kinds`)
+PLUGIN_STAGE_DEFAULTS: dict[str, str] = {}  # a plugged-in kind -> its default class, dotted
 
 # Every config group, registered here and only here: its folder conf/<group>/ holds one YAML per
 # option and its package fedlight/<package>/ one module per option (see fedlight.stages for what
 # each one builds). The schema, the command-line checks and the run's choices derive from it.
-CONFIG_GROUPS: dict[str, str] = {
+GROUPS_BEFORE_CHAIN: dict[str, str] = {
     "algo": "the federated algorithm (fedlight/algorithms)",
     "data": "the dataset (fedlight/data)",
     "model": "the client LightningModule (fedlight/models)",
@@ -426,10 +435,12 @@ CONFIG_GROUPS: dict[str, str] = {
     "upload": "the uploads' codec: transforms in list order (fedlight/compression, wire)",
     "download": "the broadcast's codec: transforms in list order (fedlight/compression, wire)",
     "privacy": "differential privacy: clipping, noise, accounting (fedlight/privacy)",
-    **CHAINED_GROUPS,
+}
+GROUPS_AFTER_CHAIN: dict[str, str] = {
     "system": "client speeds on a virtual clock, deadlines, dropouts (fedlight/system)",
     "logger": "where metrics go besides metrics.csv (fedlight/loggers)",
 }
+CONFIG_GROUPS: dict[str, str] = {}  # filled by `register_stage_kinds`, in this order
 SETTING_KEYS = (
     "seed",
     "fl",
@@ -463,21 +474,48 @@ class FLSchema(FLSettings):
             super().check_workers()
 
 
-# The schema of `conf/config.yaml`: plain settings plus one node per config group, and the table
-# layout `fedlight report` uses for an experiment preset (see conf/experiment/).
-ConfigSchema = make_dataclass(
-    "ConfigSchema",
-    [
-        ("fl", FLSchema, field(default_factory=FLSchema)),
-        *[(group, Any, None) for group in [*CONFIG_GROUPS, "report"]],
-    ],
-    bases=(RunSettings,),
-)
+def config_schema() -> type:
+    """The schema of `conf/config.yaml`: plain settings plus one node per config group, and the
+    table layout `fedlight report` uses for an experiment preset (see conf/experiment/)."""
+    return make_dataclass(
+        "ConfigSchema",
+        [
+            ("fl", FLSchema, field(default_factory=FLSchema)),
+            *[(group, Any, None) for group in [*CONFIG_GROUPS, "report"]],
+        ],
+        bases=(RunSettings,),
+    )
+
+
+def register_stage_kinds(plugins: dict[str, str] | None = None) -> None:
+    """Fill `CHAINED_GROUPS` and `CONFIG_GROUPS` (in place: other modules hold them) with the
+    stage kinds `plugins` names (kind -> "module:Class"; None: the installed packages' entry
+    points); a kind named like a key fedlight has is refused in one line."""
+    if plugins is None:
+        plugins = {e.name: e.value for e in entry_points(group=STAGE_KINDS_ENTRY_POINTS)}
+    own = {*GROUPS_BEFORE_CHAIN, *BUILT_IN_CHAINED_GROUPS, *GROUPS_AFTER_CHAIN, *SETTING_KEYS}
+    for kind, target in plugins.items():
+        require(
+            kind not in {*own, "report", "hydra"},
+            f"the stage kind {kind} ({target}, entry point of {STAGE_KINDS_ENTRY_POINTS}) is "
+            f"named like fedlight's own {kind}; rename it in its package's pyproject.toml",
+        )
+    PLUGIN_STAGE_DEFAULTS.clear()
+    PLUGIN_STAGE_DEFAULTS.update({k: t.replace(":", ".") for k, t in plugins.items()})
+    CHAINED_GROUPS.clear()
+    for kind, target in sorted(plugins.items()):
+        CHAINED_GROUPS[kind] = f"a stage kind of {target} (an entry point)"
+    CHAINED_GROUPS.update(BUILT_IN_CHAINED_GROUPS)
+    CONFIG_GROUPS.clear()
+    CONFIG_GROUPS.update({**GROUPS_BEFORE_CHAIN, **CHAINED_GROUPS, **GROUPS_AFTER_CHAIN})
 
 
 def register_schema() -> None:
     """fedlight's schema, and its Hydra plugins' configs over Hydra's (after Hydra's plugin
     scan, which runs once per process and stores theirs)."""
-    ConfigStore.instance().store(name="fedlight_schema", node=ConfigSchema)
+    ConfigStore.instance().store(name="fedlight_schema", node=config_schema())
     Plugins.instance()
     register_optuna_config()
+
+
+register_stage_kinds()

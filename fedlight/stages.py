@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from fedlight.algorithms.base import Algorithm
 from fedlight.attacks.base import Attack
-from fedlight.config import CHAINED_GROUPS
+from fedlight.config import CHAINED_GROUPS, PLUGIN_STAGE_DEFAULTS
 from fedlight.errors import ConfigError, require
 from fedlight.lr_schedules.base import LRSchedule
 from fedlight.pipeline.stage import UploadStage
@@ -139,11 +139,30 @@ def build_stages(cfg: DictConfig, choices: dict[str, str]) -> Stages:
         attack=attack,
         privacy=instantiate_group(cfg, "privacy"),
         system=system,
-        chained=tuple(instantiate_group(cfg, group) for group in CHAINED_GROUPS),
+        chained=tuple(build_chained(cfg, group) for group in CHAINED_GROUPS),
     )
     if algorithm.asynchronous:
         check_asynchronous(cfg, choices, stages)
     return stages
+
+
+def build_chained(cfg: DictConfig, group: str) -> UploadStage:
+    """A chained stage kind's stage: its chosen option, or for a kind another package plugs in
+    with none chosen, its default class (the entry point's)."""
+    if OmegaConf.select(cfg, group) is None and group in PLUGIN_STAGE_DEFAULTS:
+        target = PLUGIN_STAGE_DEFAULTS[group]
+        try:
+            stage = hydra.utils.get_class(target)()
+        except ImportError as error:
+            raise ConfigError(f"{group}: its entry point's class {target}: {error}") from None
+    else:
+        stage = instantiate_group(cfg, group)
+    require(
+        isinstance(stage, UploadStage) and stage.name == group,
+        f"{group}: {type(stage).__qualname__} is no UploadStage named {group!r} (a stage kind's "
+        f"stages subclass fedlight.UploadStage and set name = {group!r})",
+    )
+    return stage
 
 
 def build_chain(cfg: DictConfig, direction: str) -> dict[str, WireTransform]:

@@ -9,7 +9,6 @@ import math
 import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import make_dataclass
 from importlib import import_module
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ from fedlight.data.digits import Digits
 from fedlight.experiment import run_job
 from fedlight.models.mlp import MLP
 from fedlight.rng import Stream, numpy_generator
-from tests.conftest import REPO, TINY, rows_without_timings, run_cli
+from tests.conftest import REPO, TINY, rows_without_timings, run_cli, without_timings
 
 EXAMPLES = REPO / "examples"
 TWO_ROUNDS = [*(o for o in TINY if not o.startswith("fl.rounds=")), "fl.rounds=2"]
@@ -157,30 +156,24 @@ def test_quantity_skew_is_the_functions_split_from_the_seeds_generator(
 # ------------------------------------------------------------------ add-stage
 
 STAGE = "update_norm"
+ENTRY_POINT = "examples.update_norm.stage:UpdateNormStage"
 
 
 @pytest.fixture
-def update_norm_registered(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """What docs/howto/add-stage.md adds to fedlight, for this test only: the group's entry in
-    `CHAINED_GROUPS` (first: before secure aggregation, which masks the uploads) and so in
-    `CONFIG_GROUPS` and the schema. The default in conf/config.yaml becomes `+update_norm=...`."""
-    chained = dict(config.CHAINED_GROUPS)
-    config.CHAINED_GROUPS.clear()
-    config.CHAINED_GROUPS.update({STAGE: "the clients' update norms (examples/update_norm)"})
-    config.CHAINED_GROUPS.update(chained)
-    monkeypatch.setitem(config.CONFIG_GROUPS, STAGE, config.CHAINED_GROUPS[STAGE])
-    schema = make_dataclass("ConfigSchema", [(STAGE, Any, None)], bases=(config.ConfigSchema,))
-    monkeypatch.setattr(config, "ConfigSchema", schema)
+def update_norm_registered() -> Iterator[None]:
+    """What the entry point of docs/howto/add-stage.md registers, in this process only: the
+    kind, first in the chain (before secure aggregation, which masks the uploads), a group of
+    the schema; the installed packages' kinds again afterwards."""
+    config.register_stage_kinds({STAGE: ENTRY_POINT})
     config.register_schema()
     yield
-    config.CHAINED_GROUPS.clear()
-    config.CHAINED_GROUPS.update(chained)
-    monkeypatch.undo()
+    config.register_stage_kinds()
     config.register_schema()
 
 
 @pytest.mark.usefixtures("update_norm_registered")
 def test_the_update_norm_stage_reports_clips_and_pays_its_bytes(make_job, tmp_path: Path) -> None:
+    assert list(config.CHAINED_GROUPS) == [STAGE, "secure_aggregation"]
     overrides = ["+update_norm=log", "update_norm.max_norm=0.001"]
     rows = run_two_rounds(make_job, tmp_path, search_path("update_norm"), *overrides)
     assert summary(tmp_path)[STAGE] == "log"
@@ -192,6 +185,63 @@ def test_the_update_norm_stage_reports_clips_and_pays_its_bytes(make_job, tmp_pa
         assert int(row["bytes_up"]) == 4 * (model_bytes + 4)  # each client's norm: 4 bytes
     # clipped to 0.001, the model hardly moves (unclipped, round 2's test loss is 0.09 lower)
     assert abs(float(rows[1]["test_loss"]) - float(rows[0]["test_loss"])) < 0.005
+
+
+@pytest.mark.usefixtures("update_norm_registered")
+def test_a_plugged_in_kind_without_an_option_runs_its_default_and_changes_nothing(
+    make_job, tmp_path: Path
+) -> None:
+    rows = run_two_rounds(make_job, tmp_path / "plugged")
+    assert summary(tmp_path / "plugged")[STAGE] == "none"
+    assert not any(column.startswith(STAGE) for column in rows[0])
+    config.register_stage_kinds()
+    config.register_schema()
+    alone = run_two_rounds(make_job, tmp_path / "alone")
+    assert without_timings(rows) == without_timings(alone)
+
+
+def test_a_kind_that_clashes_or_is_no_stage_is_refused(make_job) -> None:
+    with pytest.raises(config.ConfigError, match="named like fedlight's own privacy; rename"):
+        config.register_stage_kinds({"privacy": ENTRY_POINT})
+    config.register_stage_kinds({"norms": ENTRY_POINT})  # its class is named update_norm
+    config.register_schema()
+    try:
+        with pytest.raises(config.ConfigError, match="no UploadStage named 'norms'"):
+            make_job(TWO_ROUNDS)
+    finally:
+        config.register_stage_kinds()
+        config.register_schema()
+
+
+def test_a_packages_entry_point_plugs_the_kind_into_the_cli(tmp_path: Path, monkeypatch) -> None:
+    """The guide's one registry line, as an installed package declares it: an entry point in
+    its distribution's metadata (what `pip install` writes from its pyproject.toml)."""
+    info = tmp_path / "site" / "update_norm_example-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: update-norm-example\nVersion: 1.0\n"
+    )
+    (info / "entry_points.txt").write_text(f"[fedlight.stage_kinds]\n{STAGE} = {ENTRY_POINT}\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site"))
+    run_dir = tmp_path / "run"
+    run_cli(
+        *TWO_ROUNDS,
+        "--config-dir",
+        str(EXAMPLES / "update_norm" / "conf"),
+        "+update_norm=log",
+        f"hydra.run.dir={run_dir}",
+        cwd=REPO,
+        fresh=True,
+    )
+    assert summary(run_dir)[STAGE] == "log"
+    assert all(float(row["update_norm.mean"]) > 0 for row in metrics(run_dir))
+    # fedlight's defaults list has no entry for the group: without the `+`, the fix is named
+    refused = run_cli(
+        "--config-dir", str(EXAMPLES / "update_norm" / "conf"), "update_norm=log",
+        f"hydra.run.dir={tmp_path / 'refused'}", cwd=REPO, check=False, fresh=True,
+    )  # fmt: skip
+    assert refused.returncode == 2
+    assert "choose its option with a +: +update_norm=log" in refused.stderr.splitlines()[-1]
 
 
 # ------------------------------------------------------------------ own-model
