@@ -10,6 +10,9 @@ study. Run by fedlight's plugin (`hydra_plugins.fedlight_optuna`), the study:
 - has `n_trials` trials in all: run again (`fedlight resume <sweep dir>`, or the command with
   `resume=auto`), it runs only those it lacks, and an interrupted trial again in its own job
   directory (numbered by the trial), where `resume=auto` continues it from its checkpoint;
+- keeps its sampler, pickled after each draw in `<sweep dir>/optuna_sampler.pkl` (as Optuna's FAQ
+  advises for a reproducible resume), so that a continued study draws what the uninterrupted one
+  would have (one trial at a time; with `n_jobs` > 1 the batches after a kill may differ);
 - gives a trial whose job diverged, or has no value for the objective, the worst value the
   objective can take (0 for an accuracy: the sampler ranks it last), or records it as failed where
   the objective has no worst (bytes, seconds), and goes on; only a job that ended in an error counts
@@ -19,6 +22,8 @@ study. Run by fedlight's plugin (`hydra_plugins.fedlight_optuna`), the study:
   search space in the same storage.
 """
 
+import os
+import pickle
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -38,7 +43,7 @@ from optuna.trial import FrozenTrial, Trial, TrialState
 
 from fedlight.errors import ConfigError
 from fedlight.experiment import RESUME_FREE_KEYS
-from fedlight.run_files import STUDY_FILE, STUDY_NAME
+from fedlight.run_files import SAMPLER_FILE, STUDY_FILE, STUDY_NAME
 from fedlight.sweeps import OBJECTIVES, JobStatus, job_state
 from fedlight.tuned import RESULTS_FILE
 
@@ -79,7 +84,9 @@ class StudySweep:
         self.run_interrupted(study, fixed)
         while (left := impl.n_trials - len(study.trials)) > 0:
             trials = [study.ask() for _ in range(min(left, impl.n_jobs))]
-            self.run(study, trials, impl._configure_trials(trials, space, fixed))
+            overrides = impl._configure_trials(trials, space, fixed)  # the sampler draws here
+            keep_sampler(study.sampler, self.sweep_dir / SAMPLER_FILE)
+            self.run(study, trials, overrides)
         write_results(study, self.sweep_dir / RESULTS_FILE)
 
     def open_study(self, space: dict[str, BaseDistribution], fixed: dict[str, Any]) -> Any:
@@ -106,8 +113,8 @@ class StudySweep:
                 f"hydra/sweeper=optuna: {storage} holds a study of another search "
                 f"({' '.join(recorded)}); give another hydra.sweep.dir, or search as it did"
             )
-        if study.trials:  # a continued study: not the draws its first command made again
-            study.sampler.reseed_rng()
+        if study.trials:  # a continued study: its sampler as its latest draw left it
+            study.sampler = continued_sampler(study.sampler, self.sweep_dir / SAMPLER_FILE)
         done = sum(t.state != TrialState.RUNNING for t in study.trials)
         say(
             f"optuna study {study.study_name} in {storage}: {done} of {self.impl.n_trials} trials "
@@ -151,6 +158,29 @@ class StudySweep:
         if worst is None:
             return TrialState.FAIL, None, f"{why} (a failed trial: {self.objective} has no worst)"
         return TrialState.COMPLETE, worst, f"{why}: given the worst {self.objective}, {worst}"
+
+
+def keep_sampler(sampler: optuna.samplers.BaseSampler, path: Path) -> None:
+    """The sampler after a draw, pickled whole (its random state with it), written atomically."""
+    partial = path.with_name(path.name + ".partial")
+    partial.write_bytes(pickle.dumps(sampler))
+    os.replace(partial, path)
+
+
+def continued_sampler(
+    configured: optuna.samplers.BaseSampler, path: Path
+) -> optuna.samplers.BaseSampler:
+    """The sampler a continued study draws with: the one its latest draw left in `path` (the
+    sweep's own file), if it is of the configured kind; else the configured one, reseeded, so
+    that it does not repeat the first command's draws."""
+    kept = pickle.loads(path.read_bytes()) if path.is_file() else None
+    if type(kept) is type(configured):
+        say("optuna: the sampler continues from its state after the latest draw")
+        return kept
+    configured.reseed_rng()
+    why = "none was kept" if kept is None else f"it was a {type(kept).__name__}"
+    say(f"optuna: the sampler draws afresh ({why}), not as an uninterrupted study would")
+    return configured
 
 
 def directions(given: Any, objective: str) -> list[str]:

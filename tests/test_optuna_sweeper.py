@@ -13,7 +13,14 @@ import yaml
 
 from fedlight.cli import group_options, validate_command_line
 from fedlight.errors import ConfigError
-from fedlight.optuna_sweeper import consecutive, directions, search_record, trial_overrides
+from fedlight.optuna_sweeper import (
+    consecutive,
+    continued_sampler,
+    directions,
+    keep_sampler,
+    search_record,
+    trial_overrides,
+)
 from fedlight.report import main as report_main
 from fedlight.sweeps import JobStatus, job_state, sweep_states
 from fedlight.tuned import tuned_command
@@ -42,7 +49,8 @@ def trials(sweep: Path) -> list[optuna.trial.FrozenTrial]:
 def test_a_killed_study_continues_where_it_stopped(tmp_path: Path) -> None:
     """SIGKILL once trial 0 finished and trial 1 is half-way: `fedlight resume` leaves trial 0's
     files as they are, continues trial 1 in its own directory from its checkpoint (its drawn
-    learning rate kept) and runs trial 2 only: three trials, each with its job's value."""
+    learning rate kept) and runs trial 2 only: three trials, each with its job's value, and the
+    same draws and values as the study run without a kill."""
     sweep = tmp_path / "study"
     process = started([*STUDY, "fl.rounds=16", f"hydra.sweep.dir={sweep}"], tmp_path)
 
@@ -60,6 +68,7 @@ def test_a_killed_study_continues_where_it_stopped(tmp_path: Path) -> None:
     resumed = run_cli("resume", str(sweep), cwd=tmp_path)
 
     assert "trials 1 were interrupted" in resumed.stderr
+    assert "the sampler continues from its state after the latest draw" in resumed.stderr
     assert snapshot(sweep / "0") == first
     after = trials(sweep)
     assert [t.state.name for t in after] == ["COMPLETE"] * 3
@@ -81,6 +90,12 @@ def test_a_killed_study_continues_where_it_stopped(tmp_path: Path) -> None:
     assert f"Best: **{best.value:.4f}** in trial {best.number} (job {best.number})" in report
     assert report.count("\n| 1 | ") == 1 and "3 trials: 3 completed, 0 failed" in report
     assert (sweep / "study.png").stat().st_size > 0
+
+    whole = tmp_path / "whole"
+    run_cli(*STUDY, "fl.rounds=16", f"hydra.sweep.dir={whole}", cwd=tmp_path)
+    uninterrupted = trials(whole)
+    assert [t.params for t in after] == [t.params for t in uninterrupted]
+    assert [t.value for t in after] == [t.value for t in uninterrupted]
 
 
 def test_a_diverged_trial_gets_the_worst_value_and_the_study_goes_on(tmp_path: Path) -> None:
@@ -159,3 +174,37 @@ def test_the_search_record_leaves_out_what_a_resume_may_change() -> None:
     trial = SimpleNamespace(params={"optim.lr": 0.05})
     continued = trial_overrides(trial, {"algo": "fedprox", "resume": "auto"})  # type: ignore[arg-type]
     assert continued == ["optim.lr=0.05", "algo=fedprox", "resume=auto"]
+
+
+def test_a_continued_study_draws_what_the_uninterrupted_one_draws(tmp_path: Path) -> None:
+    """The sampler kept after each draw, then restored in a new study object (a new process's):
+    the four trials equal an uninterrupted study's; without the kept sampler, they do not."""
+
+    def study(name: str) -> optuna.Study:
+        storage = f"sqlite:///{tmp_path / name}.db"
+        sampler = optuna.samplers.TPESampler(seed=0, n_startup_trials=2)
+        return optuna.create_study(
+            study_name="fedlight", storage=storage, sampler=sampler, load_if_exists=True
+        )
+
+    def draw(study: optuna.Study, kept: Path) -> None:
+        trial = study.ask()
+        lr = trial.suggest_float("lr", 1e-3, 1.0, log=True)
+        keep_sampler(study.sampler, kept)
+        study.tell(trial, -((lr - 0.05) ** 2))
+
+    whole = study("whole")
+    for _ in range(4):
+        draw(whole, tmp_path / "whole.pkl")
+    for name, kept in (("killed", tmp_path / "killed.pkl"), ("lost", tmp_path / "lost.pkl")):
+        first = study(name)
+        for _ in range(2):
+            draw(first, kept)
+        if name == "lost":
+            kept.unlink()
+        continued = study(name)
+        continued.sampler = continued_sampler(continued.sampler, kept)
+        for _ in range(2):
+            draw(continued, kept)
+        same = [t.params for t in continued.trials] == [t.params for t in whole.trials]
+        assert same is (name == "killed")

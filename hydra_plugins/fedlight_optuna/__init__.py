@@ -63,7 +63,7 @@ def register_config() -> None:
         """Hydra's settings with fedlight's defaults: see fedlight/optuna_sweeper.py."""
 
         _target_: str = "hydra_plugins.fedlight_optuna.FedlightOptunaSweeper"
-        # TPE's (or another sampler's) draws; a continued study draws afresh
+        # TPE's (or another sampler's) draws; a continued study continues its pickled sampler
         sampler: Any = field(default_factory=lambda: {"seed": 0})
         direction: Any = None  # maximize | minimize; None: the objective's
         storage: Any = None  # an Optuna storage URL; None: sqlite:///<sweep dir>/optuna.db
