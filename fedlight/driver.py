@@ -184,15 +184,19 @@ class Driver(ABC):
         )
         self.saved_round = 0  # the rounds the last checkpoint holds
         self.engine = self.build_engine()
-        self.client = ClientPipeline(
-            algorithm,
+        self.client = self.build_client(stages)
+        self.evaluation = self.build_evaluation()
+        self.client_pool = ClientPool(clients.train, self.evaluation.quality_on)
+
+    def build_client(self, stages: Stages) -> ClientPipeline:
+        """What each selected client runs: decode, train, upload through the chain."""
+        return ClientPipeline(
+            self.algorithm,
             self.stages,
             stages.wire,
             stages.attack.label_map(self.data.num_classes, self.data.train_y.device),
-            self.side_engine(algorithm.personal_epochs, Stream.PERSONAL_TRAINING),
+            self.side_engine(self.algorithm.personal_epochs, Stream.PERSONAL_TRAINING),
         )
-        self.evaluation = self.build_evaluation()
-        self.client_pool = ClientPool(clients.train, self.evaluation.quality_on)
 
     def build_evaluation(self) -> RunEvaluation:
         """The run's evaluations; with local test sets (or validation parts) and
@@ -278,16 +282,8 @@ class Driver(ABC):
         others go on to the next round and meet it at its gather.
         """
         history, settings = self.history, self.settings
-        for row in history.rows:
-            for logger in loggers:
-                logger.log_round(row)
         started = time.perf_counter() - history.wall_seconds
-        first_round = history.completed_rounds + 1
-        described = self.privacy.describe(self.privacy_state())
-        if described is not None and first_round <= settings.fl.rounds:
-            self.tell_once("privacy", described)
-        if first_round <= settings.fl.rounds:
-            history.stopped = self.privacy.budget_refusal(self.privacy_state(), first_round)
+        first_round = self.start_rounds(loggers)
         for round_index in range(first_round, settings.fl.rounds + 1):
             if history.stopped:
                 break
@@ -329,6 +325,21 @@ class Driver(ABC):
         if history.stopped:
             self.tell_once("stopped", history.stopped)
         return history
+
+    def start_rounds(self, loggers: Sequence[RoundLogger]) -> int:
+        """The first round to run; the rows of those a resume replays go to the loggers, and a
+        privacy budget that allows no more rounds stops the run before it."""
+        history, rounds = self.history, self.settings.fl.rounds
+        for row in history.rows:
+            for logger in loggers:
+                logger.log_round(row)
+        first_round = history.completed_rounds + 1
+        described = self.privacy.describe(self.privacy_state())
+        if described is not None and first_round <= rounds:
+            self.tell_once("privacy", described)
+        if first_round <= rounds:
+            history.stopped = self.privacy.budget_refusal(self.privacy_state(), first_round)
+        return first_round
 
     def stops_at(self, diverged: str | None) -> bool:
         """Whether a round that `diverged` (None: did not) ends the run (`fl.on_divergence`)."""

@@ -81,7 +81,9 @@ def at_default(cfg: DictConfig, group: str) -> bool:
     return OmegaConf.to_container(cfg[group], resolve=True) == OmegaConf.to_container(default)
 
 
-def build_stages(cfg: DictConfig, choices: dict[str, str]) -> Stages:
+def build_algorithm(cfg: DictConfig, choices: dict[str, str]) -> Algorithm:
+    """The algorithm with the aggregator and server optimizer it accepts passed in; one it does
+    not accept must be at its default (it would do nothing)."""
     algo_class = hydra.utils.get_class(cfg.algo._target_)
     accepted = {f.name for f in dataclasses.fields(algo_class) if f.init}
     injected = {}
@@ -98,6 +100,11 @@ def build_stages(cfg: DictConfig, choices: dict[str, str]) -> Stages:
     algorithm = instantiate_group(cfg, "algo", **injected)
     if "aggregator" in injected:
         algorithm.aggregator.check(cfg.fl.clients_per_round)
+    return algorithm
+
+
+def build_stages(cfg: DictConfig, choices: dict[str, str]) -> Stages:
+    algorithm = build_algorithm(cfg, choices)
     exchange = OmegaConf.select(cfg, "fl.exchange")
     require(
         exchange != "sums" or not algorithm.aggregator.holds_updates,
