@@ -3,6 +3,7 @@ curves.png. A run's own curves (`fedlight.outputs`) and a sweep's report (`fedli
 draw through it. matplotlib is imported when a figure is drawn, at the end of a run, so that a
 run's start does not pay for it."""
 
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -30,6 +31,11 @@ class Panel:
     xlabel: str = "round"  # "round" draws integer ticks
 
 
+LEGEND_INSIDE = 6  # a panel with more labelled lines has its legend below its axes
+LEGEND_ROW = 0.22  # inches per legend entry below the axes
+TITLE_WIDTH = 70  # characters per line of a panel's title
+
+
 def figure(width: float, height: float) -> "Figure":
     from matplotlib.figure import Figure
 
@@ -39,15 +45,19 @@ def figure(width: float, height: float) -> "Figure":
 def save(fig: "Figure", path: Path, dpi: int) -> None:
     """`fig` as a PNG at `path`, written whole or not at all and never through a link."""
     with replaced(path) as file:
-        fig.savefig(file, format="png", dpi=dpi)
+        fig.savefig(file, format="png", dpi=dpi, bbox_inches="tight")  # nothing cut off
 
 
 def write_curves(path: Path, panels: list[Panel], width: float, dpi: int) -> None:
+    from matplotlib import colormaps
     from matplotlib.ticker import MaxNLocator
 
-    fig = figure(width, 4.5 if len(panels) == 1 else 4)
+    below = max((labelled(panel) for panel in panels if labelled(panel) > LEGEND_INSIDE), default=0)
+    fig = figure(width, (4.5 if len(panels) == 1 else 4) + LEGEND_ROW * below)
     axes = fig.subplots(1, len(panels), squeeze=False)[0]
     for ax, panel in zip(axes, panels, strict=True):
+        if len(panel.lines) > 10:  # matplotlib's default cycle repeats after 10 colours
+            ax.set_prop_cycle(color=colormaps["tab20"].colors)
         for line in panel.lines:
             (drawn,) = ax.plot(line.rounds, line.values, marker=".", label=line.label)
             if line.band is not None:
@@ -60,9 +70,16 @@ def write_curves(path: Path, panels: list[Panel], width: float, dpi: int) -> Non
         ax.set_xlabel(panel.xlabel)
         ax.set_ylabel(panel.ylabel)
         if panel.title:
-            ax.set_title(panel.title)
+            ax.set_title("\n".join(textwrap.wrap(panel.title, TITLE_WIDTH)))
         ax.grid(alpha=0.3)
-        if any(line.label for line in panel.lines):
+        if labelled(panel) > LEGEND_INSIDE:  # many lines: a list under the axes, none hidden
+            where = {"loc": "upper center", "bbox_to_anchor": (0.5, -0.12)}
+            ax.legend(title=panel.legend_title, fontsize="small", **where)
+        elif labelled(panel):
             ax.legend(title=panel.legend_title, fontsize="small")
     fig.tight_layout()
     save(fig, path, dpi)
+
+
+def labelled(panel: Panel) -> int:
+    return sum(bool(line.label) for line in panel.lines)

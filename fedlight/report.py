@@ -268,17 +268,21 @@ class Section:
         if not self.row_keys:
             return "all"
         named = ", ".join(self.display(group, k) for k in self.layout.rows or ())
-        extra = ", ".join(f"{k}={group.setting(k) or MISSING}" for k in self.extra_keys)
+        # a key the row's jobs were not given (the config's default) is left out of its label
+        given = [(k, group.setting(k)) for k in self.extra_keys]
+        extra = ", ".join(f"{k}={value}" for k, value in given if value is not None)
         if named and extra:
             return f"{named} ({extra})"
-        return named or extra
+        return named or extra or "defaults"
 
     def column_label(self, group: Group) -> str:
         return ", ".join(self.described(group, k) for k in self.layout.columns)
 
     def group_label(self, group: Group) -> str:
+        """The cell in words, leaving out the keys its jobs were not given."""
         keys = [*self.row_keys, *self.layout.columns]
-        return ", ".join(self.described(group, k) for k in keys) or "all"
+        given = [self.described(group, k) for k in keys if group.setting(k) is not None]
+        return ", ".join(given) or ("all" if not keys else "defaults")
 
 
 def normalize_override(override: str) -> tuple[str, str]:

@@ -352,6 +352,29 @@ def test_several_sweeps_filtered_into_one_report(comparison_sweep: Path, tmp_pat
     assert (out / "curves.png").exists() and (out / "report.csv").exists()
 
 
+def test_a_row_label_names_only_the_extra_settings_its_jobs_were_given(
+    comparison_sweep: Path, tmp_path: Path
+) -> None:
+    """A sweep with one more override joins the comparison: its row says the override, the
+    others' rows say nothing of a setting they were not given (no `data.normalize=—`)."""
+    extra = tmp_path / "pixels_sweep"
+    extra.mkdir()
+    write_multirun(extra, [*PRESET, "algo=fedavg", "data.normalize=false"])
+    summary = summary_of(0.8, algo="fedavg", partition="iid", target_accuracy=0.7)
+    overrides = [*PRESET, "algo=fedavg", "data.normalize=false", "seed=0"]
+    write_job(extra, "0", overrides, COMPARISON_LAYOUT, summary, [0.8])
+    out = tmp_path / "combined"
+    args = [str(extra), str(comparison_sweep), "-o", str(out), "--where", "partition=iid"]
+    assert main([*args, "--metrics", "final_accuracy"]) == 0
+    lines = (out / "report.md").read_text().splitlines()
+    first = lines.index(table_row("algo, data.normalize", "Final accuracy (%)"))
+    assert lines[first + 2 : first + 5] == [
+        table_row("FedAvg (data.normalize=false)", "80.0"),
+        table_row("FedAvg", "72.0 ± 6.0"),
+        table_row("SCAFFOLD", "82.0 ± 2.6"),
+    ]
+
+
 def test_a_resumed_job_replaces_the_killed_one(comparison_sweep: Path, tmp_path: Path) -> None:
     """Job 13 was killed; `resume=<job 13>` finished it in a run directory of its own."""
     killed = comparison_sweep / "13"
