@@ -15,7 +15,11 @@ each, on the same decoded tensors and the same client index sets:
 - `hand`: what a user would write: one process, this process's torch threads (2 on this
   project's machine), the contiguous layout; per client the global weights loaded, a fresh SGD,
   E shuffled epochs over its indices, a sample-weighted average; then the test set in batches of
-  1,000 under `torch.no_grad`.
+  1,000 under `torch.no_grad`;
+- `ceiling`: the same loop as fedlight's defaults would run it with nothing else: channels-last,
+  one forked single-threaded process per torch thread, each with its share of the clients
+  (balanced by size), their weighted sums added by the parent, which evaluates: the most two
+  single-threaded workers can do on this machine, fork, transfer and evaluation included.
 
 Reported: samples per second of each (the best repeat: noise on a shared machine only adds time)
 and the ratios, measured in this run; the evaluation's seconds and share of a round in the
@@ -23,18 +27,20 @@ and the ratios, measured in this run; the evaluation's seconds and share of a ro
 the 50-round job estimated from each contender's round (50 times the round as metrics.csv times it,
 plus once what the one-round job spent outside it: start, summary, figures).
 
-    python benchmarks/niid_bench_round.py --data-root ../shared/data               # ~8 minutes
+    python benchmarks/niid_bench_round.py --data-root ../shared/data               # ~11 minutes
     python benchmarks/niid_bench_round.py --data-root ../shared/data --repeats 1 --epochs 2
 """
 
 import argparse
 import csv
+import multiprocessing
 import statistics
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 import hydra
@@ -62,7 +68,7 @@ BATCH_SIZE = 64
 LR, MOMENTUM, WEIGHT_DECAY = 0.01, 0.9, 1e-5
 EVAL_BATCH_SIZE = 1000
 FULL_ROUNDS = 50
-CONTENDERS = ("fedlight", "fedlight_before", "hand")
+CONTENDERS = ("fedlight", "fedlight_before", "hand", "ceiling")
 BEFORE = ("fl.workers=1", "fl.memory_format=contiguous")
 
 
@@ -140,13 +146,33 @@ def simple_cnn(num_classes: int) -> nn.Module:
 def run_hand(data: TensorDataset, clients: list[Tensor], epochs: int) -> Result:
     """The plain eager FedAvg round; the whole function body is timed."""
     started = time.perf_counter()
+    net, global_weights = initial_model(data)
+    averaged, samples = train_clients(net, global_weights, data, clients, range(CLIENTS), epochs)
+    accuracy = evaluate(net, averaged, data)
+    return Result(time.perf_counter() - started, samples, accuracy)
+
+
+def initial_model(data: TensorDataset) -> tuple[nn.Module, dict[str, Tensor]]:
     torch.manual_seed(derive_seed(SEED, Stream.MODEL_INIT))
     net = simple_cnn(data.num_classes)
-    global_weights = {k: v.detach().clone() for k, v in net.state_dict().items()}
+    return net, {k: v.detach().clone() for k, v in net.state_dict().items()}
+
+
+def train_clients(
+    net: nn.Module,
+    global_weights: dict[str, Tensor],
+    data: TensorDataset,
+    clients: list[Tensor],
+    chosen: Sequence[int],
+    epochs: int,
+) -> tuple[dict[str, Tensor], int]:
+    """The `chosen` clients' local training: their sample-weighted sum of weights (weights by
+    the round's total) and the samples trained."""
     total = sum(len(indices) for indices in clients)
     averaged = {k: torch.zeros_like(v) for k, v in global_weights.items()}
     samples = 0
-    for client, indices in enumerate(clients):
+    for client in chosen:
+        indices = clients[client]
         net.load_state_dict(global_weights)
         net.train()
         optimizer = torch.optim.SGD(
@@ -166,8 +192,46 @@ def run_hand(data: TensorDataset, clients: list[Tensor], epochs: int) -> Result:
                 samples += len(batch)
         for name, value in net.state_dict().items():
             averaged[name].add_(value, alpha=len(indices) / total)
+    return averaged, samples
+
+
+def ceiling_share(
+    args: tuple[TensorDataset, list[Tensor], list[int], int], pipe: Connection
+) -> None:
+    """A forked process's share of the `ceiling` round: one thread, channels-last."""
+    data, clients, chosen, epochs = args
+    torch.set_num_threads(1)
+    layout = LAYOUTS["channels_last"]
+    net, global_weights = initial_model(data)
+    net = net.to(memory_format=torch.channels_last)
+    prepared = TensorDataset(**{**data.__dict__, "layout": layout})
+    summed, samples = train_clients(net, global_weights, prepared, clients, chosen, epochs)
+    pipe.send(({k: v.numpy() for k, v in summed.items()}, samples))  # arrays: sent by value
+
+
+def run_ceiling(data: TensorDataset, clients: list[Tensor], epochs: int) -> Result:
+    """Two (one per torch thread) single-threaded channels-last shares of the plain round."""
+    started = time.perf_counter()
+    shares: list[list[int]] = [[] for _ in range(torch.get_num_threads())]
+    for client in sorted(range(CLIENTS), key=lambda c: -len(clients[c])):  # largest first
+        min(shares, key=lambda share: sum(len(clients[c]) for c in share)).append(client)
+    context = multiprocessing.get_context("fork")
+    pipes, processes = [], []
+    for share in shares:
+        receiver, sender = context.Pipe(duplex=False)
+        process = context.Process(
+            target=ceiling_share, args=((data, clients, share, epochs), sender)
+        )
+        process.start()
+        pipes.append(receiver)
+        processes.append(process)
+    results = [pipe.recv() for pipe in pipes]
+    for process in processes:
+        process.join()
+    net, _ = initial_model(data)
+    averaged = {k: torch.from_numpy(sum(summed[k] for summed, _ in results)) for k in results[0][0]}
     accuracy = evaluate(net, averaged, data)
-    return Result(time.perf_counter() - started, samples, accuracy)
+    return Result(time.perf_counter() - started, sum(n for _, n in results), accuracy)
 
 
 @torch.no_grad()
@@ -227,6 +291,7 @@ def main() -> None:
         for name in overrides
     }
     runners["hand"] = lambda epochs: run_hand(data, clients, epochs)
+    runners["ceiling"] = lambda epochs: run_ceiling(data, clients, epochs)
     for name in args.contenders:  # untimed warm-up: imports, first allocations
         runners[name](1)
     results: dict[str, list[Result]] = {name: [] for name in args.contenders}
