@@ -7,7 +7,6 @@ the objects the config groups instantiate.
 import math
 import re
 from dataclasses import dataclass, field, fields, make_dataclass
-from importlib.metadata import entry_points
 from typing import Any
 
 import torch
@@ -20,6 +19,8 @@ from fedlight.layout import MEMORY_FORMATS
 from fedlight.preemption import signal_number
 from fedlight.sweeps import OBJECTIVES
 from hydra_plugins.fedlight_optuna import register_config as register_optuna_config
+from hydra_plugins.fedlight_stage_kinds import ENTRY_POINTS as STAGE_KINDS_ENTRY_POINTS
+from hydra_plugins.fedlight_stage_kinds import plugged_kinds
 
 # The largest float32: torch trains in it, so a larger setting overflows where it is used
 # (optim.lr=1e300 in the optimizer's step, fl.client_state_memory_mb=1e308 once in bytes).
@@ -410,12 +411,12 @@ def check_device_available(device: str) -> None:
 BUILT_IN_CHAINED_GROUPS: dict[str, str] = {
     "secure_aggregation": "masks that hide each upload in the sum (fedlight/secure_aggregation)",
 }
-# Stage kinds of other packages: entry points of this group in their pyproject.toml, each
-# `<kind> = "<module>:<class>"`, the class being the kind's default stage (what a run without an
-# option of the group runs, usually one that does nothing). They come before fedlight's own
-# chained kinds (secure aggregation masks the uploads: a stage after it would see ring elements),
-# in the order of their names; their options' YAMLs come from the package's config directory.
-STAGE_KINDS_ENTRY_POINTS = "fedlight.stage_kinds"
+# Stage kinds of other packages: entry points of group `fedlight.stage_kinds` in their
+# pyproject.toml, each `<kind> = "<module>:<class>"`, the class being the kind's default stage
+# (what a run without an option of the group runs, usually one that does nothing). They come
+# before fedlight's own chained kinds (secure aggregation masks the uploads: a stage after it
+# would see ring elements), in the order of their names; their options' YAMLs are in `conf/<kind>/`
+# beside the module (hydra_plugins.fedlight_stage_kinds puts it on Hydra's search path).
 CHAINED_GROUPS: dict[str, str] = {}  # every chained kind in chain order (`register_stage_kinds`)
 PLUGIN_STAGE_DEFAULTS: dict[str, str] = {}  # a plugged-in kind -> its default class, dotted
 
@@ -492,7 +493,7 @@ def register_stage_kinds(plugins: dict[str, str] | None = None) -> None:
     stage kinds `plugins` names (kind -> "module:Class"; None: the installed packages' entry
     points); a kind named like a key fedlight has is refused in one line."""
     if plugins is None:
-        plugins = {e.name: e.value for e in entry_points(group=STAGE_KINDS_ENTRY_POINTS)}
+        plugins = plugged_kinds()
     own = {*GROUPS_BEFORE_CHAIN, *BUILT_IN_CHAINED_GROUPS, *GROUPS_AFTER_CHAIN, *SETTING_KEYS}
     for kind, target in plugins.items():
         require(

@@ -224,22 +224,13 @@ def test_a_packages_entry_point_plugs_the_kind_into_the_cli(tmp_path: Path, monk
     (info / "entry_points.txt").write_text(f"[fedlight.stage_kinds]\n{STAGE} = {ENTRY_POINT}\n")
     monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site"))
     run_dir = tmp_path / "run"
-    run_cli(
-        *TWO_ROUNDS,
-        "--config-dir",
-        str(EXAMPLES / "update_norm" / "conf"),
-        "+update_norm=log",
-        f"hydra.run.dir={run_dir}",
-        cwd=REPO,
-        fresh=True,
-    )
+    # its YAMLs found in conf/update_norm/ beside the module (hydra_plugins.fedlight_stage_kinds)
+    run_cli(*TWO_ROUNDS, "+update_norm=log", f"hydra.run.dir={run_dir}", cwd=REPO, fresh=True)
     assert summary(run_dir)[STAGE] == "log"
     assert all(float(row["update_norm.mean"]) > 0 for row in metrics(run_dir))
     # fedlight's defaults list has no entry for the group: without the `+`, the fix is named
-    refused = run_cli(
-        "--config-dir", str(EXAMPLES / "update_norm" / "conf"), "update_norm=log",
-        f"hydra.run.dir={tmp_path / 'refused'}", cwd=REPO, check=False, fresh=True,
-    )  # fmt: skip
+    elsewhere = f"hydra.run.dir={tmp_path / 'refused'}"
+    refused = run_cli("update_norm=log", elsewhere, cwd=REPO, check=False, fresh=True)
     assert refused.returncode == 2
     assert "choose its option with a +: +update_norm=log" in refused.stderr.splitlines()[-1]
 
