@@ -58,10 +58,21 @@ def rerun(name: str, command_of: Callable[[Path], list[str]], usage: str, args: 
         f"fedlight: {name}: python -m fedlight {' '.join([*command, *args[1:]])}", file=sys.stderr
     )
     sys.argv = [sys.argv[0], *command, *args[1:]]
-    from fedlight.cli import main as run_main
-
-    run_main()
+    run_cli()
     return 0
+
+
+def run_cli() -> None:
+    """fedlight's Hydra command line; an installed package's stage kind that fedlight refuses
+    as it loads (fedlight.config) is a one-line error, exit code 2."""
+    from fedlight.errors import ConfigError
+
+    try:
+        from fedlight.cli import main as run_main
+    except ConfigError as error:
+        print(f"fedlight: error: {error}", file=sys.stderr)
+        sys.exit(2)
+    run_main()
 
 
 def main() -> None:
@@ -80,6 +91,4 @@ def main() -> None:
     if args == ["--version"]:
         print(version_line())
         sys.exit(0)
-    from fedlight.cli import main as run_main
-
-    run_main()
+    run_cli()

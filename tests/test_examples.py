@@ -213,16 +213,22 @@ def test_a_kind_that_clashes_or_is_no_stage_is_refused(make_job) -> None:
         config.register_schema()
 
 
-def test_a_packages_entry_point_plugs_the_kind_into_the_cli(tmp_path: Path, monkeypatch) -> None:
-    """The guide's one registry line, as an installed package declares it: an entry point in
-    its distribution's metadata (what `pip install` writes from its pyproject.toml)."""
-    info = tmp_path / "site" / "update_norm_example-1.0.dist-info"
+def installed(site: Path, kinds: dict[str, str]) -> Path:
+    """A distribution in `site` whose metadata declares `kinds` as fedlight stage kinds (what
+    `pip install` writes from a pyproject.toml's entry points)."""
+    info = site / "stage_kinds_example-1.0.dist-info"
     info.mkdir(parents=True)
     (info / "METADATA").write_text(
-        "Metadata-Version: 2.1\nName: update-norm-example\nVersion: 1.0\n"
+        "Metadata-Version: 2.1\nName: stage-kinds-example\nVersion: 1.0\n"
     )
-    (info / "entry_points.txt").write_text(f"[fedlight.stage_kinds]\n{STAGE} = {ENTRY_POINT}\n")
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site"))
+    lines = "".join(f"{kind} = {target}\n" for kind, target in kinds.items())
+    (info / "entry_points.txt").write_text(f"[fedlight.stage_kinds]\n{lines}")
+    return site
+
+
+def test_a_packages_entry_point_plugs_the_kind_into_the_cli(tmp_path: Path, monkeypatch) -> None:
+    """The guide's one registry line, as an installed package declares it."""
+    monkeypatch.setenv("PYTHONPATH", str(installed(tmp_path / "site", {STAGE: ENTRY_POINT})))
     run_dir = tmp_path / "run"
     # its YAMLs found in conf/update_norm/ beside the module (hydra_plugins.fedlight_stage_kinds)
     run_cli(*TWO_ROUNDS, "+update_norm=log", f"hydra.run.dir={run_dir}", cwd=REPO, fresh=True)
@@ -233,6 +239,15 @@ def test_a_packages_entry_point_plugs_the_kind_into_the_cli(tmp_path: Path, monk
     refused = run_cli("update_norm=log", elsewhere, cwd=REPO, check=False, fresh=True)
     assert refused.returncode == 2
     assert "choose its option with a +: +update_norm=log" in refused.stderr.splitlines()[-1]
+    # a package's kind named like fedlight's own group: refused as fedlight starts, in one line
+    monkeypatch.setenv("PYTHONPATH", str(installed(tmp_path / "clash", {"privacy": ENTRY_POINT})))
+    clash = run_cli(*TWO_ROUNDS, elsewhere, cwd=REPO, check=False, fresh=True)
+    assert clash.returncode == 2
+    assert clash.stderr.strip().splitlines() == [
+        f"fedlight: error: the stage kind privacy ({ENTRY_POINT}, entry point of "
+        "fedlight.stage_kinds) is named like fedlight's own privacy; rename it in its "
+        "package's pyproject.toml"
+    ]
 
 
 # ------------------------------------------------------------------ own-model
