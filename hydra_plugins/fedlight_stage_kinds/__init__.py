@@ -28,7 +28,7 @@ def conf_dir(kind: str, target: str) -> Path | None:
     none or the module cannot be found (fedlight says so when it builds the stage)."""
     try:
         spec = find_spec(target.partition(":")[0])
-    except (ImportError, ValueError):
+    except Exception:  # noqa: BLE001  a parent package that fails to import must not stop Hydra
         return None
     if spec is None or spec.origin is None:
         return None
