@@ -460,12 +460,11 @@ def composition_message(failed: JobCompositionError) -> str:
             f"pip install 'fedlight[{extra}]' ({one_line(error)})"
         )
     missing = re.search(r"Could not override '([^']+)'", text)
-    if missing and missing.group(1) in PLUGIN_STAGE_DEFAULTS:
-        given = [o for o in failed.overrides if o.split("=")[0] == missing.group(1)]
+    if missing and (kind := missing.group(1)) in PLUGIN_STAGE_DEFAULTS:
+        given = [o for o in failed.overrides if o.split("=")[0] == kind] or [f"{kind}=<option>"]
         return (
-            f"{given[0] if given else missing.group(1)}: {missing.group(1)} is a stage kind of "
-            f"another package, not in fedlight's defaults list; choose its option with a +: "
-            f"+{given[0] if given else missing.group(1) + '=<option>'}"
+            f"{given[0]}: {kind} is a stage kind of another package, not in fedlight's defaults "
+            f"list; choose its option with a +: +{given[0]}"
         )
     if missing and re.search(r"Key '[^']+' (is )?not in", text):
         groups = [o for o in failed.overrides if o.split("=")[0] in CONFIG_GROUPS]

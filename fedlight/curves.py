@@ -72,11 +72,10 @@ def write_curves(path: Path, panels: list[Panel], width: float, dpi: int) -> Non
         if panel.title:
             ax.set_title("\n".join(textwrap.wrap(panel.title, TITLE_WIDTH)))
         ax.grid(alpha=0.3)
-        if labelled(panel) > LEGEND_INSIDE:  # many lines: a list under the axes, none hidden
-            where = {"loc": "upper center", "bbox_to_anchor": (0.5, -0.12)}
+        if labelled(panel):  # many lines: a list under the axes, none hidden
+            below_axes = {"loc": "upper center", "bbox_to_anchor": (0.5, -0.12)}
+            where = below_axes if labelled(panel) > LEGEND_INSIDE else {}
             ax.legend(title=panel.legend_title, fontsize="small", **where)
-        elif labelled(panel):
-            ax.legend(title=panel.legend_title, fontsize="small")
     fig.tight_layout()
     save(fig, path, dpi)
 
