@@ -229,6 +229,11 @@ class EvalSettings:
     # selection should (NIID-Bench: Li et al. 2022 ICDE; FedOpt: Reddi et al. 2021 ICLR).
     split: str = "test"
     test: str = "every_round"  # every_round | final: the test set in the last round's row alone
+    # Each client's model (the global one, or its own for local, FedPer, Ditto) on the global test
+    # examples of the labels its training part holds: local_accuracy_own_labels_{mean,p10,std}.
+    # How a personalized or local model is judged where it is used without shrinking its
+    # training data (partition.client_test_fraction does that); the SCAFFOLD tutorial's Local row.
+    own_labels: bool = False
 
     def __post_init__(self) -> None:
         require(

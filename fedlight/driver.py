@@ -199,9 +199,13 @@ class Driver(ABC):
         )
 
     def build_evaluation(self) -> RunEvaluation:
-        """The run's evaluations; with local test sets (or validation parts) and
+        """The run's evaluations; with local test sets (validation parts, own labels) and
         `eval.finetune_epochs`, a side engine fine-tunes a copy of each client's model first."""
-        local = self.client_test_indices is not None or self.client_validation_indices is not None
+        local = (
+            self.client_test_indices is not None
+            or self.client_validation_indices is not None
+            or self.settings.eval.own_labels
+        )
         epochs = self.settings.eval.finetune_epochs if local else 0
         return RunEvaluation(
             self.module,
@@ -214,7 +218,16 @@ class Driver(ABC):
             self.side_engine(epochs, Stream.FINE_TUNING),
             self.base_lrs,
             self.client_validation_indices,
+            self.own_label_indices() if self.settings.eval.own_labels else None,
         )
+
+    def own_label_indices(self) -> list[Tensor]:
+        """Each client's global test examples of the labels its training part holds."""
+        test_y, train_y = self.data.test_y, self.data.train_y
+        return [
+            torch.isin(test_y, train_y[indices].unique()).nonzero().flatten()
+            for indices in self.client_indices
+        ]
 
     def refuse_two_lr_schedules(self, optimization: Optimization) -> None:
         """A module's lr schedulers restart with each local training (a client's local training

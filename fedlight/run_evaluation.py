@@ -38,6 +38,8 @@ class RunEvaluation:
     finetune_engine: Engine | None
     base_lrs: list[float]
     client_validation_indices: Sequence[Tensor] | None = None
+    # each client's global test examples of the labels its training part holds (eval.own_labels)
+    own_label_indices: Sequence[Tensor] | None = None
 
     def __post_init__(self) -> None:
         self.evaluator = Evaluator(self.module, self.batch_size, self.data.prepare)
@@ -60,7 +62,9 @@ class RunEvaluation:
         own for `local`, evaluated as they stream in, one at a time) on the test set (`test`) and
         on the validation set (where the run has one), averaged over the models, with the
         population std of their accuracies (`test_accuracy_std`, `val_accuracy_std`); and with
-        `test`, each client's local test accuracy (None without local test sets)."""
+        `test`, each client's local test accuracy (None without local test sets) and, with
+        `eval.own_labels`, each client's model on the global test examples of its own labels
+        (`local_accuracy_own_labels_*`)."""
         states = AlgorithmStates(client_states)
         models = self.algorithm.evaluated_models(self.federation, server, states)
         splits = self.splits(test)
@@ -70,18 +74,25 @@ class RunEvaluation:
         parts = self.local_parts(test)
         local = self.local_accuracies(server, states, completed_rounds, parts) if parts else {}
         tested |= local_accuracy_summary(local.get("test", []))
+        tested |= local_accuracy_summary(local.get("own_labels", []), "local_accuracy_own_labels")
         validated |= local_accuracy_summary(local.get("validation", []))
         validated = {validation_name(name): value for name, value in validated.items()}
         return Evaluated(tested, validated, local.get("test"))
 
-    def local_parts(self, test: bool) -> dict[str, Sequence[Tensor]]:
+    def local_parts(self, test: bool) -> dict[str, "LocalPart"]:
         """The clients' local sets a round's evaluation covers: their test sets if `test`, their
-        validation parts, where the run has them."""
-        parts = {"test": self.client_test_indices, "validation": self.client_validation_indices}
+        validation parts, where the run has them, and with `test` the global test examples of
+        each client's own labels (`eval.own_labels`)."""
+        data = self.data
+        parts = {
+            "test": LocalPart(data.train_x, data.train_y, self.client_test_indices),
+            "validation": LocalPart(data.train_x, data.train_y, self.client_validation_indices),
+            "own_labels": LocalPart(data.test_x, data.test_y, self.own_label_indices),
+        }
         return {
-            name: indices
-            for name, indices in parts.items()
-            if indices is not None and (test or name != "test")
+            name: part
+            for name, part in parts.items()
+            if part.indices is not None and (test or name == "validation")
         }
 
     def splits(self, test: bool) -> dict[str, tuple[Tensor, Tensor]]:
@@ -108,24 +119,24 @@ class RunEvaluation:
         server: ServerState,
         states: "AlgorithmStates",
         completed_rounds: int,
-        parts: dict[str, Sequence[Tensor]],
+        parts: dict[str, "LocalPart"],
     ) -> dict[str, list[float]]:
         """Each client's accuracy, with the model it would use (fine-tuned on its training part
         for `eval.finetune_epochs` first, if set, once for all its parts), on each of its local
-        `parts` (each client's indices by name; nan for a client without data there); one
-        client's model at a time, so a disk store streams."""
-        data = self.data
+        `parts` (by name; nan for a client without data there); one client's model at a time, so
+        a disk store streams."""
         accuracies: dict[str, list[float]] = {name: [] for name in parts}
         for client in range(len(self.client_indices)):
-            held = {name: indices[client] for name, indices in parts.items()}
             weights = None
-            for name, indices in held.items():
+            for name, part in parts.items():
+                assert part.indices is not None
+                indices = part.indices[client]
                 if len(indices) == 0:
                     accuracies[name].append(math.nan)
                     continue
                 if weights is None:
                     weights = self.model_to_test(server, states, client, completed_rounds)
-                x, y = data.train_x[indices], data.train_y[indices]
+                x, y = part.x[indices], part.y[indices]
                 accuracies[name].append(self.evaluator.evaluate(weights, x, y)[ACCURACY])
         return accuracies
 
@@ -160,6 +171,16 @@ class RunEvaluation:
         """Accuracy and mean cross-entropy of one model on the whole test set."""
         metrics = self.evaluate_weights(weights)
         return metrics[ACCURACY], metrics[LOSS]
+
+
+@dataclass(frozen=True)
+class LocalPart:
+    """Examples a client's model is evaluated on: `indices[client]` into `x`, `y` (the training
+    pool for the clients' local test and validation parts, the test set for their own labels)."""
+
+    x: Tensor
+    y: Tensor
+    indices: Sequence[Tensor] | None
 
 
 @dataclass(frozen=True)
@@ -210,14 +231,16 @@ class AlgorithmStates(Mapping[int, StateDict]):
         return sum(1 for _ in self)
 
 
-def local_accuracy_summary(accuracies: Sequence[float]) -> dict[str, float]:
+def local_accuracy_summary(
+    accuracies: Sequence[float], prefix: str = "local_accuracy"
+) -> dict[str, float]:
     """Mean, 10th percentile (linear interpolation) and population std of the clients' local test
-    accuracies, over the clients that have local test data."""
+    accuracies, over the clients that have local test data, named `<prefix>_mean` etc."""
     tested = torch.tensor([a for a in accuracies if not math.isnan(a)], dtype=torch.float64)
     if not len(tested):
         return {}
     return {
-        "local_accuracy_mean": tested.mean().item(),
-        "local_accuracy_p10": torch.quantile(tested, 0.1).item(),
-        "local_accuracy_std": tested.std(correction=0).item(),
+        f"{prefix}_mean": tested.mean().item(),
+        f"{prefix}_p10": torch.quantile(tested, 0.1).item(),
+        f"{prefix}_std": tested.std(correction=0).item(),
     }

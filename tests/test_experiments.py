@@ -25,6 +25,7 @@ PRESETS = [
     "async",
     "niid_bench",
     "scaffold_stability",
+    "scaffold_tutorial",
 ]
 
 

@@ -53,6 +53,7 @@ SCAFFOLD_SWITCHES = (
         ("paper", ("gradient", "steps", "option2", "uniform", "uniform", "zero")),
         ("niid_bench", ("weights", "steps", "option2", "samples", "uniform", "zero")),
         ("flower", ("weights", "steps", "option2", "samples", "samples", "model")),
+        ("tutorial", ("gradient", "steps", "tutorial", "uniform", "uniform", "zero")),
     ],
 )
 def test_each_scaffold_variant_sets_what_it_says(
@@ -96,6 +97,28 @@ def run_variant_round(algorithm: Scaffold, num_clients: int, momentum: float) ->
     loop.run_round(1)
     algorithm.loop = loop  # type: ignore[attr-defined]
     return algorithm
+
+
+def test_the_tutorial_variant_is_the_tutorials_code_by_hand() -> None:
+    """The SCAFFOLD tutorial's §2.1–2.2 as written, 2 of N = 4 sampled, plain SGD: its c_i is never
+    stored (0 in every step: y ← y − η (g − 0 + c)), Δc_i = (x − y_i)/(K η) without the paper's
+    −c, x⁺ = x + mean Δy and c⁺ = c + mean Δc_i without the paper's |S|/N."""
+    algorithm = RecordingScaffold(variant="tutorial")
+    loop = least_squares_loop(
+        algorithm, HAND_CLIENTS * 2, LR, K, num_clients=4, selection=FixedSelection([0, 1])
+    )
+    loop.server = ServerState(
+        {"w": X.clone(), "seen": torch.zeros((), dtype=F64)}, {CONTROL + "w": C.clone()}
+    )
+    loop.run_round(1)
+    y = [hand_local_training(i, torch.zeros(2, dtype=F64)) for i in (0, 1)]
+    delta_c = [(X - y[i]) / (K * LR) for i in (0, 1)]
+    for i in (0, 1):
+        assert torch.allclose(algorithm.uploads[i].tensors[DELTA_C + "w"], delta_c[i], atol=1e-12)
+    assert torch.allclose(loop.server.weights["w"], X + (y[0] + y[1] - 2 * X) / 2, atol=1e-12)
+    c_new = loop.server.extras[CONTROL + "w"]
+    assert torch.allclose(c_new, C + (delta_c[0] + delta_c[1]) / 2, atol=1e-12)
+    assert 0 not in loop.client_states and 1 not in loop.client_states
 
 
 @pytest.mark.parametrize("variant", ["niid_bench", "flower"])
@@ -295,6 +318,7 @@ def test_summary_records_the_switches_each_variant_ran_with(
         "update_weighting": "samples",
         "control_weighting": "uniform",
         "control_init": "zero",
+        "control_scaling": "participation",
     }
     assert summary["variants"]["server_opt"] == {
         "variant": "flower",

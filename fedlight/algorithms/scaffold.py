@@ -40,6 +40,23 @@ control, S the sampled clients, N the federation size, η_g the server learning 
   x₀ and a new client's c_i at the x it receives (Flower). `paper` is gradient + steps, which
   diverges under momentum and is refused there unless `algo.force=true`; `niid_bench` is weights
   + steps with Δy by samples; `flower` adds Δc by samples and control_init=model.
+  `tutorial` is the SCAFFOLD tutorial's code (../shared/seeds/000_…, §2.1–2.2) as written, line by
+  line against the paper (the tutorial's names; Algorithm 1's lines 10–13 and 16–17):
+  `param.data -= lr * (grad - c + gc)`, c the client's `self.control`, gc the global control: the
+  paper's y ← y − η_l (g − c_i + c) (`correction=gradient`; a plain SGD step, so the preset's run
+  of it has no momentum). `self.control` is built as zeros and never assigned again, so the c_i
+  in that step is 0 in every round (`control_update=tutorial` never stores c_i).
+  `new_delta_control = -1/(lr*epochs*len(train_loader)) * delta_model`, i.e. (x − y_i)/(K η_l),
+  returned minus the never-updated zeros: Δc_i = (x − y_i)/(K η_l), where the paper's option II
+  gives Δc_i = −c + (x − y_i)/(K η_l) (c_i⁺ = c_i − c + …; `control_update=tutorial`,
+  `control_norm=steps`). The server's `controls.mean(dim=0)` added to the global control: c ← c +
+  mean Δc_i, without the paper's |S|/N (`control_scaling=none`; the same under full
+  participation); `params.mean(dim=0)` over the uploads: the uniform mean of Δy (the code
+  returns that mean as the new model, and its clients never load the global model they are
+  given; both read here as the paper's x ← x + mean Δy with the client starting at x, since
+  neither can train as written). Since (x − y_i)/(K η_l) is the mean of g + c over the steps,
+  the tutorial's c grows as c ← 2c + mean g each round: it diverges (docs/results/
+  scaffold_tutorial).
 - Upload: Δy_i = y_i − x for every state entry (parameters and buffers, as FedAvg) and
   Δc_i = c_i⁺ − c_i for trainable parameters; both are counted in bytes_up.
 - Server: x ← x + η_g · (1/|S|) Σ_{i∈S} Δy_i for parameters, the paper's plain (unweighted) mean
@@ -87,6 +104,7 @@ VARIANTS: VariantTable = {
         "update_weighting": "uniform",
         "control_weighting": "uniform",
         "control_init": "zero",
+        "control_scaling": "participation",
     },
     "paper": {  # Algorithm 1 as written (also FL-bench's src/{client,server}/scaffold.py)
         "correction": "gradient",
@@ -95,6 +113,7 @@ VARIANTS: VariantTable = {
         "update_weighting": "uniform",
         "control_weighting": "uniform",
         "control_init": "zero",
+        "control_scaling": "participation",
     },
     "niid_bench": {  # Li et al. 2022, NIID-Bench experiments.py
         "correction": "weights",
@@ -103,6 +122,7 @@ VARIANTS: VariantTable = {
         "update_weighting": "samples",
         "control_weighting": "uniform",
         "control_init": "zero",
+        "control_scaling": "participation",
     },
     "flower": {  # Flower baselines/niid_bench (client_scaffold.py, server_scaffold.py)
         "correction": "weights",
@@ -111,6 +131,19 @@ VARIANTS: VariantTable = {
         "update_weighting": "samples",
         "control_weighting": "samples",
         "control_init": "model",
+        "control_scaling": "participation",
+    },
+    # The SCAFFOLD tutorial's code as written (../shared/seeds/000_…, §2.1–2.2; TUTORIAL_NOTES):
+    # its stored c_i is never updated, its Δc_i lacks the paper's c_i − c, and its server adds the
+    # plain mean of Δc_i to c without the |S|/N factor.
+    "tutorial": {
+        "correction": "gradient",
+        "control_norm": "steps",
+        "control_update": "tutorial",
+        "update_weighting": "uniform",
+        "control_weighting": "uniform",
+        "control_init": "zero",
+        "control_scaling": "none",
     },
 }
 
@@ -208,6 +241,8 @@ class Scaffold(FedAvg):
     update_weighting: str | None = None  # Δy's own weighting (aggregator.weighting=algorithm)
     control_weighting: str | None = None  # Δc's: uniform (paper, NIID-Bench) | samples (Flower)
     control_init: str | None = None  # zero | model: c = x₀, a new client's c_i = x (Flower)
+    # participation: c += (|S|/N)·mean Δc (the paper); none: c += mean Δc (the tutorial's code)
+    control_scaling: str | None = None
     force: bool = False  # run a combination known to diverge anyway
 
     def __post_init__(self) -> None:
@@ -228,9 +263,15 @@ class Scaffold(FedAvg):
             "(FedNova's ‖a‖₁) or steps (K)",
         )
         require(
-            self.control_update in ("option1", "option2"),
+            self.control_update in ("option1", "option2", "tutorial"),
             f"algo.control_update={self.control_update} is not a control update; use option2 "
-            "(from the model's movement) or option1 (the full local gradient at x)",
+            "(from the model's movement), option1 (the full local gradient at x) or tutorial "
+            "(the SCAFFOLD tutorial's code: c_i never stored, Δc_i = (x − y_i)/(K η_l))",
+        )
+        require(
+            self.control_scaling in ("participation", "none"),
+            f"algo.control_scaling={self.control_scaling} is not a scaling; use participation "
+            "(c += |S|/N · mean Δc, the paper) or none (c += mean Δc, the tutorial's code)",
         )
         for key, weighting in (
             ("update_weighting", self.update_weighting),
@@ -330,6 +371,10 @@ class Scaffold(FedAvg):
         if local.num_steps == 0:  # no step, no gradient information: c_i stays as it was
             delta_c = {name: torch.zeros_like(t) for name, t in c.items()}
             new_state = client_state
+        elif self.control_update == "tutorial":  # Δc_i = (x − y_i)/(K η_l); c_i is never stored
+            scale = local.num_steps * local.lr
+            delta_c = {name: -delta_y[name] / scale for name in c}
+            new_state = client_state
         else:
             if self.control_update == "option1":  # c_i⁺ = ∇f_i(x), measured before training
                 gradient = {name: local.measured[START_GRADIENT + name] for name in c}
@@ -382,6 +427,8 @@ class Scaffold(FedAvg):
         if delta_y is None or buffers is None or delta_c is None:
             return server
         fraction = sum(1 for _, _, steps in contributors if steps > 0) / ctx.num_clients
+        if self.control_scaling == "none":
+            fraction = 1.0
         moved = self.apply(server, delta_y, buffers)
         extras = dict(moved.extras)
         for name, mean in delta_c.items():
