@@ -43,6 +43,7 @@ def test_every_preset_is_listed_and_declares_seeds_0_1_2() -> None:
         ("fedavg_vs_scaffold", 3 * 3, {"data": "fmnist", "model": "simple_cnn"}),
         ("rounds_vs_epochs", 3 * 3 * 3, {"data": "fmnist", "model": "simple_cnn"}),
         ("fed_vs_central", 3 * 3, {"data": "fmnist", "model": "simple_cnn"}),
+        ("scaffold_tutorial", 3 * 3, {"data": "cifar10", "partition": "label_blocks"}),
     ],
 )
 def test_each_preset_sweep_expands_and_every_job_is_validated(
