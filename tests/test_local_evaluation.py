@@ -125,3 +125,41 @@ def test_fine_tuning_before_local_evaluation_changes_nothing_else(
         assert plain_state[key].keys() == tuned_state[key].keys()
     for k, t in plain_state["server_weights"].items():
         assert torch.equal(t, tuned_state["server_weights"][k])
+
+
+@pytest.mark.parametrize("algo", ["fedavg", "local"])
+def test_own_labels_are_each_clients_model_on_the_test_examples_of_its_labels(
+    make_job: Callable[[list[str]], Job], tmp_path: Path, algo: str
+) -> None:
+    """eval.own_labels, recomputed by hand from the checkpoint: each client's model (FedAvg's
+    global one, or its own local model, the initial one before it trained) on the global test
+    examples whose labels its training part holds; the test-set metrics are those without it."""
+    overrides = [*TINY, f"algo={algo}", "partition=label_quantity"]
+    job = make_job([*overrides, "eval.own_labels=true"])
+    run_job(job, tmp_path / "own")
+    run_job(make_job(overrides), tmp_path / "plain")
+    data = job.data.load()
+    labels = data.train_y.numpy()
+    sets = job.partition(labels, 10, numpy_generator(0, Stream.PARTITION))
+    checkpoint = torch.load(tmp_path / "own" / "checkpoint.pt", weights_only=True)
+    module = job.model(input_shape=data.input_shape, num_classes=data.num_classes)
+    evaluator = Evaluator(module, 1000)
+    by_hand = []
+    for client, indices in enumerate(sets):
+        held = torch.as_tensor(np.unique(labels[indices]))
+        index = torch.isin(data.test_y, held).nonzero().flatten()
+        weights = checkpoint["server_weights"]
+        if algo == "local":
+            weights = checkpoint["client_states"].get(str(client)) or weights
+        x, y = data.prepare(data.test_x[index]), data.test_y[index]
+        by_hand.append(evaluator.evaluate(weights, x, y)[ACCURACY])
+    summary = json.loads((tmp_path / "own" / "summary.json").read_text())
+    assert summary["local_accuracy_own_labels_mean"] == pytest.approx(np.mean(by_hand))
+    assert summary["local_accuracy_own_labels_p10"] == pytest.approx(np.percentile(by_hand, 10))
+    assert summary["local_accuracy_own_labels_std"] == pytest.approx(np.std(by_hand))
+    own = "local_accuracy_own_labels_"
+    stripped = [
+        {k: v for k, v in row.items() if not k.startswith(own)}
+        for row in rows_without_timings(tmp_path / "own")
+    ]
+    assert stripped == rows_without_timings(tmp_path / "plain")

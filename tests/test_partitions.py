@@ -11,6 +11,7 @@ import pytest
 from fedlight.errors import ConfigError
 from fedlight.partitions.dirichlet import Dirichlet
 from fedlight.partitions.iid import IID
+from fedlight.partitions.label_blocks import LabelBlocks
 from fedlight.partitions.label_quantity import LabelQuantity
 from fedlight.partitions.shards import Shards
 
@@ -55,6 +56,7 @@ SCHEMES = [
     pytest.param(Shards(shards_per_client=2), id="shards"),
     pytest.param(Dirichlet(alpha=0.5, min_samples=10), id="dirichlet"),
     pytest.param(LabelQuantity(classes_per_client=2), id="label_quantity"),
+    pytest.param(LabelBlocks(classes_per_client=2), id="label_blocks"),
 ]
 
 
@@ -219,6 +221,38 @@ def test_dirichlet_min_samples_zero_allows_any_split(labels):
     parts = Dirichlet(alpha=0.1, min_samples=0)(labels, 50, np.random.default_rng(0))
     union = check_index_sets(parts, 50, NUM_SAMPLES)
     assert np.array_equal(union, np.arange(NUM_SAMPLES))
+
+
+# ---------------------------------------------------------------- label blocks
+
+
+def test_label_blocks_is_the_scaffold_tutorials_split(labels):
+    """10 clients × 2 labels of 10 classes: client i holds labels 2i, 2i+1 mod 10 (client_0: 0, 1;
+    client_1: 2, 3; client_9: 8, 9), clients i and i+5 split each of their labels in halves at
+    random, every example is used; which labels a client holds does not depend on the seed."""
+    for seed in (0, 1):
+        parts = LabelBlocks(classes_per_client=2)(labels, 10, np.random.default_rng(seed))
+        union = check_index_sets(parts, 10, NUM_SAMPLES)
+        assert np.array_equal(union, np.arange(NUM_SAMPLES))
+        for client, part in enumerate(parts):
+            assert set(labels[part].tolist()) == {2 * client % 10, (2 * client + 1) % 10}
+            assert len(part) == PER_CLASS  # half of each of its two labels
+    assert not np.array_equal(parts[0], LabelBlocks()(labels, 10, np.random.default_rng(0))[0])
+
+
+def test_label_blocks_without_wrapping_are_disjoint_in_labels(labels):
+    """N·k ≤ L: no two clients share a label, each holds all of its labels' examples; the labels
+    no client holds stay unused."""
+    parts = LabelBlocks(classes_per_client=3)(labels, 3, np.random.default_rng(0))
+    for client, part in enumerate(parts):
+        held = [3 * client, 3 * client + 1, 3 * client + 2]
+        assert np.array_equal(part, np.flatnonzero(np.isin(labels, held)))
+    assert not np.isin(labels[np.concatenate(parts)], [9]).any()
+
+
+def test_label_blocks_refuses_more_labels_than_the_dataset_has(labels):
+    with pytest.raises(ConfigError, match=r"^partition.classes_per_client=11 exceeds the 10"):
+        LabelBlocks(classes_per_client=11)(labels, 10, np.random.default_rng(0))
 
 
 # ---------------------------------------------------------------- label quantity
