@@ -787,7 +787,9 @@ def reproduction_line(jobs: list[JobResult]) -> str:
     added = f"`{' '.join(settings)}`" if settings else "each job's layout and threads"
     return (
         f"Digit for digit: add {added} to the commands above (the layout and torch threads per "
-        f"worker these jobs ran with){layout_note}{threads_note}."
+        f"worker these jobs ran with){layout_note}{threads_note}, on a CPU with the same "
+        "cpu_capability and the same torch (the environment above); another CPU or torch gives "
+        "the same results within seed noise, not the same digits."
     )
 
 

@@ -978,6 +978,8 @@ def test_the_digit_for_digit_line_names_the_layout_and_threads_the_jobs_ran_with
     assert "add `fl.memory_format=channels_last fl.threads_per_worker=1` to the commands" in line
     mixed = reproduction_line([finished_job(channels_last), finished_job({"torch_threads": 2})])
     assert "their layouts vary" in mixed and "their torch threads vary" in mixed
+    assert "same cpu_capability and the same torch" in line  # what else decides the digits
+    assert "another CPU or torch gives the same results within seed noise, not the same" in line
 
 
 def test_a_report_names_no_machine_paths(tmp_path: Path) -> None:

@@ -123,10 +123,11 @@ def test_an_unknown_memory_format_is_refused_in_one_line(
         make_job([*TINY, "fl.memory_format=nhwc"])
 
 
-# metrics.csv of `GOLDEN_COMMAND` at commit 90597f9, the last before the channels-last layout
-# became the default, with one torch thread (OMP_NUM_THREADS=1) on this project's machine: the
-# published tables' arithmetic. It depends on the CPU's kernels and torch's version.
-GOLDEN_COMMAND = [
+# A SCAFFOLD run with convolutions, momentum and 4 clients a round: the case where the layout
+# changes the arithmetic. Whether a layout reproduces an earlier commit's numbers digit for digit
+# depends on the CPU's kernels and torch's version, so that comparison is a migration check run
+# by hand between two checkouts on one machine (benchmarks/same_numbers.py), never a test.
+LAYOUT_COMMAND = [
     "data=digits",
     "model=cnn",
     "algo=scaffold",
@@ -135,42 +136,40 @@ GOLDEN_COMMAND = [
     "fl.rounds=3",
     "local.batch_size=10",
     "optim.momentum=0.9",
+    "fl.threads_per_worker=1",
 ]
-GOLDEN_PLATFORM = ("AVX512", "2.14")
-GOLDEN = {  # round: (test_accuracy, test_loss, train_loss)
-    "1": ("0.5264623955431755", "2.1702789051619082", "2.283381929812224"),
-    "2": ("0.6601671309192201", "1.182753454011795", "1.9223695412926052"),
-    "3": ("0.7632311977715878", "0.7068446592368123", "1.120070692559947"),
-}
 
 
-def golden_rows(run_dir: Path) -> dict[str, tuple[str, str, str]]:
+def layout_rows(run_dir: Path) -> dict[str, tuple[float, float, float]]:
     return {
-        row["round"]: (row["test_accuracy"], row["test_loss"], row["train_loss"])
+        row["round"]: (
+            float(row["test_accuracy"]),
+            float(row["test_loss"]),
+            float(row["train_loss"]),
+        )
         for row in rows_without_timings(run_dir)
     }
 
 
-@pytest.mark.skipif(
-    (torch.backends.cpu.get_cpu_capability(), ".".join(torch.__version__.split(".")[:2]))
-    != GOLDEN_PLATFORM,
-    reason=f"the recorded numbers are those of {GOLDEN_PLATFORM} (CPU capability, torch)",
-)
-def test_the_contiguous_layout_gives_the_numbers_of_the_commit_before(tmp_path: Path) -> None:
-    """The setting the README names for reproducing the published tables, digit for digit; the
-    default (channels-last) rounds differently, so the test sees which layout ran."""
-    for name, extra in (("before", ["fl.memory_format=contiguous", "fl.workers=1"]), ("new", [])):
-        run_cli(
-            *GOLDEN_COMMAND,
-            *extra,
-            "fl.threads_per_worker=1",
-            f"hydra.run.dir={tmp_path / name}",
-            cwd=REPO,
-        )
-    assert golden_rows(tmp_path / "before") == GOLDEN
-    changed = golden_rows(tmp_path / "new")
-    assert changed != GOLDEN
-    assert [row[0] for row in changed.values()] == [row[0] for row in GOLDEN.values()]
+def test_both_layouts_train_the_same_model_within_rounding(tmp_path: Path) -> None:
+    """fl.memory_format=contiguous (the layout of the published tables) reruns to the same digits
+    on one machine, and the default channels-last layout computes the same rounds up to float
+    rounding: losses within 1e-4 relative, accuracies within 1% of the test set."""
+    runs = {
+        "contiguous": ["fl.memory_format=contiguous", "fl.workers=1"],
+        "again": ["fl.memory_format=contiguous", "fl.workers=1"],
+        "channels_last": [],
+    }
+    for name, extra in runs.items():
+        run_cli(*LAYOUT_COMMAND, *extra, f"hydra.run.dir={tmp_path / name}", cwd=REPO)
+    contiguous = layout_rows(tmp_path / "contiguous")
+    assert layout_rows(tmp_path / "again") == contiguous
+    channels_last = layout_rows(tmp_path / "channels_last")
+    assert channels_last.keys() == contiguous.keys()
+    for round_index, (accuracy, test_loss, train_loss) in contiguous.items():
+        other = channels_last[round_index]
+        assert other[0] == pytest.approx(accuracy, abs=0.01)
+        assert other[1:] == pytest.approx((test_loss, train_loss), rel=1e-4)
 
 
 @pytest.mark.parametrize(

