@@ -27,8 +27,9 @@ from fedlight.loggers.base import METRIC_COLUMNS
 from fedlight.loop import FederatedLoop
 from fedlight.rng import Stream, derive_seed
 from fedlight.server_opt.adam import Adam
-from fedlight.tensors import StateDict
-from fedlight.wire.base import UPLOAD, Payload, Wire, WireTransform
+from fedlight.tensors import StateDict, nbytes
+from fedlight.wire.base import DOWNLOAD, UPLOAD, Payload, Wire, WireTransform
+from fedlight.wire.bf16 import BF16
 from fedlight.wire.fp16 import FP16
 from fedlight.workers import spawn_workers
 
@@ -155,6 +156,29 @@ def test_error_feedback_carries_the_rounding_error_to_the_next_upload() -> None:
     assert again["w"][0].item() == 1 + 2**-10 and state["w"][0].item() == 0.0
     decoded, _ = cast.decode(ctx, 0, again, None)
     assert decoded["w"].dtype == torch.float32
+
+
+@pytest.mark.parametrize("cast", [FP16(), BF16()], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("direction", [UPLOAD, DOWNLOAD])
+def test_a_cast_decodes_only_what_it_encoded(cast: FP16 | BF16, direction: str) -> None:
+    """A model's own buffer of the cast's dtype, which the sender leaves as it is, arrives in its
+    own dtype, not as float32; the float32 entries arrive as the cast, and the mark that tells
+    them apart costs no byte."""
+    ctx = Federation(num_clients=1, trainable=frozenset()).round(1)
+    tensors = {
+        "w": torch.tensor([1.0 + 2**-11, 3.0]),
+        "own": torch.tensor([0.5, -2.0, 7.0], dtype=cast.dtype),
+        "steps": torch.tensor(4),
+    }
+    wire = Wire(**{direction: {"cast": cast}})
+    payload, _ = wire.send(direction, ctx, 0, tensors, {})
+    assert nbytes(payload) == 2 * 2 + 3 * 2 + 8
+    decoded, _ = wire.receive(direction, ctx, 0, payload, {})
+    assert list(decoded) == list(tensors)
+    assert decoded["own"].dtype == cast.dtype and torch.equal(decoded["own"], tensors["own"])
+    assert decoded["w"].dtype == torch.float32
+    assert torch.equal(decoded["w"], tensors["w"].to(cast.dtype).float())
+    assert torch.equal(decoded["steps"], tensors["steps"])
 
 
 def test_a_transform_with_client_state_resumes_bit_exactly(
