@@ -1,5 +1,6 @@
 # Quick start: `make demo` runs the default experiment, `make test` runs the test suite (and
-# builds the documentation site strictly), `make docs` builds the site into site/.
+# builds the documentation site strictly), `make docs` builds the site into site/, `make results`
+# regenerates the results pages from their run records.
 # Each creates .venv and installs fedlight into it on first use (offline-capable where the
 # package index or its local mirror is reachable).
 PYTHON ?= python3
@@ -9,7 +10,7 @@ PY := $(VENV)/bin/python
 # mkdocstrings cannot render); open site/index.html or serve it with `mkdocs serve`.
 MKDOCS := NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 
-.PHONY: demo test lint docs bench
+.PHONY: demo test lint docs bench results
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,3 +31,7 @@ docs: $(VENV)/.installed
 
 bench: $(VENV)/.installed
 	$(PY) benchmarks/w1.py --data-root ../shared/data
+
+# Every results page again from its committed run records (docs/results/pages.yaml)
+results: $(VENV)/.installed
+	$(PY) -m scripts.results pages

@@ -9,8 +9,8 @@ missed below; a cell without a published number gets no verdict. Cells are the r
 std over the healthy seeds, diverged and collapsed seeds marked); `final_accuracy` is shown
 beside the compared metric. Run from the repository root:
 
-    python -m scripts.beside_published docs/results/niid_bench/flower_merged.yaml \\
-        multirun/niid_bench_50/seed0 multirun/niid_bench_50/seeds12
+    python -m scripts.beside_published docs/results/references/flower_niid_bench.yaml \\
+        docs/results/niid_bench/runs/seed0 docs/results/niid_bench/runs/seeds12
 """
 
 import argparse
@@ -95,13 +95,10 @@ def comparison(group: Group, published: Published, distinct: set[str]) -> list[s
     ]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("published", type=Path, help="the YAML file of published numbers")
-    parser.add_argument("sweeps", type=Path, nargs="+", help="sweep directories")
-    args = parser.parse_args()
-    published = Published.read(args.published)
-    groups = group_jobs([job for sweep in args.sweeps for job in load_jobs(sweep)])
+def beside_table(published_path: Path, sweeps: list[Path]) -> list[str]:
+    """The markdown table of fedlight's cells beside the published ones, one row per cell."""
+    published = Published.read(published_path)
+    groups = group_jobs([job for sweep in sweeps for job in load_jobs(sweep)])
     header = [
         "/".join(published.keys),
         f"fedlight: {published.metric}",
@@ -113,7 +110,15 @@ def main() -> None:
     # a file path is no name for a cell: `partition=from_file` already says whose split it is
     distinct = distinct_overrides(groups, published.keys) - {"partition.path"}
     body = [comparison(g, published, distinct) for g in groups]
-    print("\n".join(markdown_table(header, body)))
+    return markdown_table(header, body)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("published", type=Path, help="the YAML file of published numbers")
+    parser.add_argument("sweeps", type=Path, nargs="+", help="sweep directories")
+    args = parser.parse_args()
+    print("\n".join(beside_table(args.published, args.sweeps)))
 
 
 if __name__ == "__main__":

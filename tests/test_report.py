@@ -987,9 +987,9 @@ def test_a_report_names_no_machine_paths(tmp_path: Path) -> None:
     (Hydra's hydra.runtime.cwd); a sweep outside the report's directory by its name."""
     from fedlight.report import portable, shown_path
 
-    assert portable("data.root=/work/shared/data", "/work/main") == "data.root=../shared/data"
-    assert portable("data.root=../data", "/work/main") == "data.root=../data"
-    assert portable("algo=fedavg", "/work/main") == "algo=fedavg"
+    assert portable("data.root=/srv/lab/shared/data", "/srv/lab/main") == "data.root=../shared/data"
+    assert portable("data.root=../data", "/srv/lab/main") == "data.root=../data"
+    assert portable("algo=fedavg", "/srv/lab/main") == "algo=fedavg"
     assert portable("data.root=/data", None) == "data.root=/data"
     sweep = tmp_path / "runs" / "sweep"
     assert shown_path(sweep, tmp_path / "docs") == "sweep"
@@ -1010,9 +1010,9 @@ def test_the_reports_command_keeps_the_config_dir(tmp_path: Path) -> None:
             "overrides": {"task": ["algo=my_fedprox", "seed=0,1"]},
             "job": {"config_name": "config"},
             "runtime": {
-                "cwd": "/work/main",
+                "cwd": "/srv/lab/main",
                 "config_sources": [
-                    {"provider": "command-line", "schema": "file", "path": "/work/main/configs"}
+                    {"provider": "command-line", "schema": "file", "path": "/srv/lab/main/configs"}
                 ],
             },
         }

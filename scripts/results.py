@@ -1,0 +1,476 @@
+"""Results as data: the compact run records behind the results pages, and the pages made from them.
+
+A results page (`docs/results/<table>/`) shows numbers that were computed, never typed:
+
+- **Records** (`docs/results/<table>/runs/<sweep>/<job>/`): what each job of the table's sweeps
+  left that a report needs, and nothing of the machine it ran on: Hydra's overrides and resolved
+  config, a Hydra record reduced to the command (`multirun.yaml`, `.hydra/hydra.yaml`),
+  `metrics.csv` and `summary.json` (its `environment`, its `resumes`). No checkpoints, models or
+  plots, and every absolute path rewritten relative to the directory the command ran in.
+  `export` writes them from Hydra sweep directories.
+- **Pages** (`docs/results/pages.yaml`): for each table, the record sweeps `fedlight report`
+  turns into `report.md`, `report.csv` and `curves.png`, and the documents whose generated
+  blocks and inline values are filled from the records, the reports and the reference files of
+  other projects (`docs/results/references/`). `pages` regenerates them all; `pages --check`
+  regenerates into a copy and fails on any difference in a text file (the curves' PNG bytes
+  depend on matplotlib's version and fonts and are not compared).
+
+Inline values: `<!-- v EXPR -->TEXT<!-- /v -->`, where EXPR is arithmetic (+ − × / and
+parentheses) over references and numbers, then a FORMAT as the last word (no `|`: a value
+may sit in a table's cell). A reference is
+`{FILE@KEY=VALUE,...#COLUMN}` for a CSV row (the one row whose columns KEY hold VALUE) or
+`{FILE#a.b.c}` for a JSON or YAML value (a dotted path); FILE is relative to the repository. A
+FORMAT is `pct1` (× 100, one decimal), `f2` (two decimals), `d` (an integer), with `+` in front
+for a sign. Blocks: `<!-- block NAME -->...<!-- /block -->`, NAME one of the page's `blocks`.
+
+    python -m scripts.results export multirun/2026-12-04/10-00-00 --to docs/results/x/runs/seed0
+    python -m scripts.results pages            # or: make results
+    python -m scripts.results pages --check    # what tests/test_results_pages.py runs
+"""
+
+import argparse
+import ast
+import contextlib
+import csv
+import io
+import json
+import operator
+import os
+import re
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from fedlight.sweeps import job_dirs
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = Path("docs/results")
+REGISTRY = RESULTS / "pages.yaml"
+STUDY_FILES = ("optuna.db", "optimization_results.yaml")
+COMMAND = "python -m scripts.results pages"
+# Text files a regeneration may write; anything else (curves.png) is regenerated, not compared.
+TEXT_SUFFIXES = {".md", ".csv", ".json", ".yaml", ".txt"}
+
+VALUE = re.compile(r"<!-- v (?P<expr>.+?) -->(?P<text>.*?)<!-- /v -->", re.S)
+BLOCK = re.compile(
+    r"(?P<open><!-- block (?P<name>[\w-]+) -->\n)(?P<body>.*?)(?P<close><!-- /block -->)", re.S
+)
+REFERENCE = re.compile(r"\{(?P<file>[^@#{}]+)(?:@(?P<row>[^#{}]+))?#(?P<key>[^{}]+)\}")
+FORMAT = re.compile(r"(?P<sign>\+?)(?:pct(?P<pct>\d)|f(?P<f>\d)|(?P<d>d))")
+
+
+class ResultsError(Exception):
+    """A record, a reference or a marker that cannot be read; the message names it."""
+
+
+# ------------------------------------------------------------------------------- records
+
+
+def relative_to(path: str, base: str) -> str:
+    return os.path.relpath(path, base) if os.path.isabs(path) else path
+
+
+def sanitized(value: Any, cwd: str, sweep_dir: str, renames: dict[str, str] | None = None) -> Any:
+    """`value` with every absolute path rewritten: one of `renames` to its given name (a file the
+    sweep read from elsewhere, e.g. a split the page's command writes first), one under the sweep
+    directory relative to it (as `<sweep>/...` names it in the records), any other relative to
+    the command's directory `cwd` (what its user typed there, `../shared/data`)."""
+    renames = renames or {}
+    if isinstance(value, dict):
+        return {k: sanitized(v, cwd, sweep_dir, renames) for k, v in value.items()}
+    if isinstance(value, list):
+        return [sanitized(v, cwd, sweep_dir, renames) for v in value]
+    if not isinstance(value, str):
+        return value
+    key, sep, rest = value.partition("=")
+    if sep and rest.startswith("/"):
+        return f"{key}={sanitized(rest, cwd, sweep_dir, renames)}"
+    if not value.startswith("/"):
+        return value
+    if value in renames:
+        return renames[value]
+    if value == sweep_dir or value.startswith(sweep_dir + "/"):
+        return os.path.relpath(value, os.path.dirname(sweep_dir))
+    return relative_to(value, cwd)
+
+
+def hydra_record(
+    record: dict[str, Any], cwd: str, sweep_dir: str, renames: dict[str, str]
+) -> dict[str, Any]:
+    """What a report reads of Hydra's record (the command's overrides and config name, the
+    config groups' choices): the machine's directories, search path and launcher left out."""
+    hydra = record.get("hydra") or {}
+    job = hydra.get("job") or {}
+    runtime = hydra.get("runtime") or {}
+    kept = {
+        "mode": hydra.get("mode"),
+        "overrides": sanitized(hydra.get("overrides") or {}, cwd, sweep_dir, renames),
+        "job": {"name": job.get("name"), "config_name": job.get("config_name")},
+        "runtime": {
+            "choices": runtime.get("choices") or {},
+            "config_sources": [  # a --config-dir of the command
+                sanitized(source, cwd, sweep_dir, renames)
+                for source in runtime.get("config_sources") or []
+                if source.get("provider") == "command-line"
+            ],
+        },
+    }
+    return {"hydra": kept}
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        content = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as error:
+        raise ResultsError(f"{path}: cannot read it ({error})") from None
+    return content if isinstance(content, dict) else {}
+
+
+def write_yaml(path: Path, content: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(content, sort_keys=False, allow_unicode=True), encoding="utf-8")
+
+
+def export(sweep_dir: Path, dest: Path, renames: dict[str, str] | None = None) -> list[str]:
+    """The compact records of the sweep's jobs (only finished ones: a record is a result) under
+    `dest`, with the sweep's command, absolute paths rewritten (`renames`: some by name);
+    returns the jobs written."""
+    renames = renames or {}
+    sweep_dir = sweep_dir.resolve()
+    sweep = str(sweep_dir)
+    record = read_yaml(sweep_dir / "multirun.yaml")
+    cwd = ((record.get("hydra") or {}).get("runtime") or {}).get("cwd") or str(REPO)
+    written = []
+    for job_dir in job_dirs(sweep_dir):
+        if not (job_dir / "summary.json").is_file():
+            continue
+        name = job_dir.relative_to(sweep_dir)
+        out = dest / name
+        job_cwd = (read_yaml(job_dir / ".hydra" / "hydra.yaml").get("hydra") or {}).get(
+            "runtime", {}
+        ).get("cwd") or cwd
+        overrides = yaml.safe_load((job_dir / ".hydra" / "overrides.yaml").read_text()) or []
+        write_yaml(out / ".hydra" / "overrides.yaml", sanitized(overrides, job_cwd, sweep, renames))
+        config = read_yaml(job_dir / ".hydra" / "config.yaml")
+        write_yaml(out / ".hydra" / "config.yaml", sanitized(config, job_cwd, sweep, renames))
+        write_yaml(
+            out / ".hydra" / "hydra.yaml",
+            hydra_record(read_yaml(job_dir / ".hydra" / "hydra.yaml"), job_cwd, sweep, renames),
+        )
+        shutil.copyfile(job_dir / "metrics.csv", out / "metrics.csv")
+        summary = json.loads((job_dir / "summary.json").read_text(encoding="utf-8"))
+        (out / "summary.json").write_text(
+            json.dumps(sanitized(summary, job_cwd, sweep, renames), indent=2) + "\n",
+            encoding="utf-8",
+        )
+        written.append(name.as_posix())
+    if record:
+        write_yaml(dest / "multirun.yaml", hydra_record(record, cwd, sweep, renames))
+    for study_file in STUDY_FILES:  # an Optuna study's trials and result
+        if (sweep_dir / study_file).is_file():
+            shutil.copyfile(sweep_dir / study_file, dest / study_file)
+    return written
+
+
+# --------------------------------------------------------------------------------- pages
+
+
+@dataclass(frozen=True)
+class Page:
+    """One table's entry in docs/results/pages.yaml: its reports (each an output folder relative
+    to the page's directory, "." for the directory itself, and the record sweeps `fedlight
+    report` makes its report.md/report.csv/curves.png from), the documents whose markers it fills
+    (relative to the repository) and its blocks."""
+
+    directory: Path
+    reports: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    documents: tuple[str, ...] = ()
+    blocks: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @classmethod
+    def read(cls, name: str, entry: dict[str, Any]) -> "Page":
+        return cls(
+            directory=RESULTS / name,
+            reports={out: tuple(sweeps) for out, sweeps in (entry.get("reports") or {}).items()},
+            documents=tuple(entry.get("documents") or ()),
+            blocks=dict(entry.get("blocks") or {}),
+        )
+
+    @property
+    def records(self) -> list[str]:
+        """Every record sweep of the page, once, in order."""
+        return list(dict.fromkeys(s for sweeps in self.reports.values() for s in sweeps))
+
+
+def read_pages(root: Path) -> list[Page]:
+    registry = read_yaml(root / REGISTRY)
+    return [Page.read(name, entry or {}) for name, entry in registry.items()]
+
+
+def number(value: Any, where: str) -> float:
+    """A reference's value as a number: a number, or the mean of a published `88.09 ± 0.29`."""
+    if isinstance(value, bool) or value is None:
+        raise ResultsError(f"{where} is {value!r}, not a number")
+    if isinstance(value, int | float):
+        return float(value)
+    try:
+        return float(str(value).split("±")[0])
+    except ValueError:
+        raise ResultsError(f"{where} is {value!r}, not a number") from None
+
+
+def csv_value(path: Path, row: str, column: str, where: str) -> Any:
+    wanted = dict(pair.split("=", 1) for pair in row.split(","))
+    with path.open(newline="", encoding="utf-8") as file:
+        rows = [r for r in csv.DictReader(file) if all(r.get(k) == v for k, v in wanted.items())]
+    if len(rows) != 1:
+        raise ResultsError(f"{where}: {len(rows)} rows of {path.name} match {row}, not one")
+    if column not in rows[0]:
+        raise ResultsError(f"{where}: {path.name} has no column {column}")
+    return rows[0][column]
+
+
+def tree_value(path: Path, key: str, where: str) -> Any:
+    text = path.read_text(encoding="utf-8")
+    value: Any = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    for part in key.split("."):
+        if not isinstance(value, dict) or part not in value:
+            raise ResultsError(f"{where}: {path.name} has no {key}")
+        value = value[part]
+    return value
+
+
+def reference(root: Path, match: re.Match[str], where: str) -> float:
+    path = root / match["file"].strip()
+    if not path.is_file():
+        raise ResultsError(f"{where}: {match['file']} does not exist")
+    if match["row"] is not None:
+        return number(csv_value(path, match["row"], match["key"], where), where)
+    return number(tree_value(path, match["key"], where), where)
+
+
+OPERATORS: dict[type, Callable[[float, float], float]] = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+}
+
+
+def arithmetic(node: ast.AST, values: list[float], where: str) -> float:
+    """+ − × / over numbers and the references (`_0`, `_1`, …); nothing else is evaluated."""
+    if isinstance(node, ast.Expression):
+        return arithmetic(node.body, values, where)
+    if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
+        return float(node.value)
+    if isinstance(node, ast.Name) and node.id.startswith("_"):
+        return values[int(node.id[1:])]
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return -arithmetic(node.operand, values, where)
+    if isinstance(node, ast.BinOp) and type(node.op) in OPERATORS:
+        left, right = (arithmetic(n, values, where) for n in (node.left, node.right))
+        return OPERATORS[type(node.op)](left, right)
+    raise ResultsError(f"{where}: only + - * / over references and numbers are allowed")
+
+
+def formatted(value: float, spec: str, where: str) -> str:
+    match = FORMAT.fullmatch(spec.strip())
+    if match is None:
+        raise ResultsError(f"{where}: format {spec!r} is none of pct1, f2, d (with + for a sign)")
+    sign = "+" if match["sign"] else ""
+    if match["pct"] is not None:
+        return f"{100 * value:{sign}.{match['pct']}f}"
+    if match["f"] is not None:
+        return f"{value:{sign}.{match['f']}f}"
+    return f"{round(value):{sign}d}"
+
+
+def evaluate(root: Path, expression: str, where: str) -> str:
+    """The text of one inline value: its references read, its arithmetic done, formatted."""
+    parts = expression.rsplit(None, 1)
+    if len(parts) != 2 or "}" in parts[1]:
+        raise ResultsError(f"{where}: {expression!r} ends in no FORMAT (pct1, f2, d)")
+    body, spec = parts
+    values: list[float] = []
+
+    def name(match: re.Match[str]) -> str:
+        values.append(reference(root, match, where))
+        return f"_{len(values) - 1}"
+
+    try:
+        tree = ast.parse(REFERENCE.sub(name, body).strip(), mode="eval")
+    except SyntaxError:
+        raise ResultsError(f"{where}: {body.strip()!r} is not arithmetic") from None
+    return formatted(arithmetic(tree, values, where), spec, where)
+
+
+def fill_values(root: Path, document: str, text: str) -> str:
+    def replace(match: re.Match[str]) -> str:
+        line = text.count("\n", 0, match.start()) + 1
+        value = evaluate(root, match["expr"], f"{document}:{line}")
+        return f"<!-- v {match['expr']} -->{value}<!-- /v -->"
+
+    return VALUE.sub(replace, text)
+
+
+def fill_blocks(root: Path, page: Page, document: str, text: str) -> str:
+    def replace(match: re.Match[str]) -> str:
+        name = match["name"]
+        if name not in page.blocks:
+            raise ResultsError(f"{document}: block {name} is not one of {page.directory}'s")
+        lines = block_lines(root, page, page.blocks[name], f"{document}: block {name}")
+        return match["open"] + "".join(f"{line}\n" for line in lines) + match["close"]
+
+    return BLOCK.sub(replace, text)
+
+
+def record_dirs(root: Path, page: Page, sweeps: list[str] | None = None) -> list[Path]:
+    return [
+        root / page.directory / sweep for sweep in page.records if sweeps is None or sweep in sweeps
+    ]
+
+
+def block_lines(root: Path, page: Page, spec: dict[str, Any], where: str) -> list[str]:
+    """A block's generated lines: `beside` (fedlight's cells beside a reference file's) or
+    `setting` (the reference's setting beside the records')."""
+    from scripts.beside_published import beside_table
+
+    kind = spec.get("kind")
+    if kind == "beside":
+        return beside_table(root / spec["reference"], record_dirs(root, page, spec.get("records")))
+    if kind == "setting":
+        return setting_table(root, page, spec)
+    raise ResultsError(f"{where}: kind {kind!r} is none of beside, setting")
+
+
+# What a setting table compares: the label, then the config key whose values the records give.
+SETTING_ROWS = (
+    ("dataset", "data"),
+    ("clients (N)", "fl.num_clients"),
+    ("clients per round", "fl.clients_per_round"),
+    ("rounds", "fl.rounds"),
+    ("local epochs (E)", "local.epochs"),
+    ("batch size (B)", "local.batch_size"),
+    ("model", "model"),
+    ("split", "partition"),
+    ("seeds", "seed"),
+)
+
+
+def config_values(root: Path, page: Page, key: str) -> list[str]:
+    """The distinct values a config key took over the page's records, in order (a config
+    group's choice from summary.json, other keys from the resolved config)."""
+    values: dict[str, None] = {}
+    for sweep in record_dirs(root, page):
+        for job in job_dirs(sweep):
+            summary = json.loads((job / "summary.json").read_text(encoding="utf-8"))
+            if "." not in key and key in summary:
+                value = summary[key]
+            else:
+                value = read_yaml(job / ".hydra" / "config.yaml")
+                for part in key.split("."):
+                    value = (value or {}).get(part)
+            values[str(value)] = None
+    return sorted(values, key=lambda v: (len(v), v)) if key == "seed" else list(values)
+
+
+def setting_table(root: Path, page: Page, spec: dict[str, Any]) -> list[str]:
+    """The source's setting beside the records' (a proxy can never read as the source's)."""
+    from fedlight.report import markdown_table
+
+    reference = read_yaml(root / spec["reference"])
+    theirs = reference.get("setting") or {}
+    rows = []
+    for label, key in SETTING_ROWS:
+        ours = ", ".join(config_values(root, page, key)) if page.records else "—"
+        rows.append([label, str(theirs.get(label, "not stated")), ours])
+    source = reference.get("source") or {}
+    return markdown_table(["", str(source.get("name", "source")), "fedlight"], rows, text_columns=3)
+
+
+def regenerate(root: Path, only: list[str] | None = None) -> list[Path]:
+    """Every page under `root` (or the tables `only` names) made again from its records;
+    returns the files written."""
+    from fedlight import report
+
+    written: list[Path] = []
+    for page in read_pages(root):
+        if only is not None and page.directory.name not in only:
+            continue
+        for out, sweeps in page.reports.items():
+            directory = root / page.directory / out
+            argv = [str(root / page.directory / sweep) for sweep in sweeps]
+            with contextlib.redirect_stdout(io.StringIO()):  # it says where it wrote
+                report.main([*argv, "-o", str(directory)])
+            written += [directory / "report.md", directory / "report.csv"]
+        for document in page.documents:
+            path = root / document
+            text = path.read_text(encoding="utf-8")
+            filled = fill_values(root, document, fill_blocks(root, page, document, text))
+            if filled != text:
+                path.write_text(filled, encoding="utf-8")
+            written.append(path)
+    return written
+
+
+def text_files(directory: Path) -> Iterator[Path]:
+    for path in sorted(directory.rglob("*")):
+        if path.is_file() and path.suffix in TEXT_SUFFIXES:
+            yield path.relative_to(directory)
+
+
+def check(repo: Path = REPO, only: list[str] | None = None) -> list[str]:
+    """The text files of docs/ that a regeneration from the records would change."""
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = Path(tmp)
+        shutil.copytree(repo / "docs", copy / "docs")
+        regenerate(copy, only)
+        return [
+            str(Path("docs") / name)
+            for name in text_files(repo / "docs")
+            if (copy / "docs" / name).read_bytes() != (repo / "docs" / name).read_bytes()
+        ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    exporting = commands.add_parser("export", help="compact records of a sweep's finished jobs")
+    exporting.add_argument("sweep_dir", type=Path)
+    exporting.add_argument("--to", type=Path, required=True, help="the records' directory")
+    exporting.add_argument(
+        "--path",
+        action="append",
+        default=[],
+        metavar="ABSOLUTE=NAME",
+        help="write this absolute path as NAME (e.g. a split file the page's command makes)",
+    )
+    pages = commands.add_parser("pages", help="regenerate every results page from its records")
+    pages.add_argument("--check", action="store_true", help="fail where a page would change")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "export":
+            renames = dict(pair.split("=", 1) for pair in args.path)
+            jobs = export(args.sweep_dir, args.to, renames)
+            print(f"{len(jobs)} finished jobs' records in {args.to}")
+        elif args.check:
+            stale = check()
+            if stale:
+                print(f"stale (run `{COMMAND}`): {', '.join(stale)}", file=sys.stderr)
+                return 1
+        else:
+            regenerate(REPO)
+    except ResultsError as error:
+        print(f"results: error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
