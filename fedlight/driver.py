@@ -66,8 +66,10 @@ class Clients:
 
 @dataclass
 class RoundStats:
-    train_loss: float  # nan when no participant held data or every update was rejected
-    num_samples: int  # trained on by the participants whose updates were accepted
+    # nan when no participant held data, every update was rejected, or secure aggregation could
+    # not unmask the round (it reveals nothing of the participants)
+    train_loss: float
+    num_samples: int  # trained on by the participants whose updates were accepted (and revealed)
     lr: float
     bytes_up: int
     bytes_down: int

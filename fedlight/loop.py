@@ -122,7 +122,9 @@ class FederatedLoop(Driver):
             )
         round_seconds = self.round_seconds(ctx, outcomes, probe, len(failed))
         self.stage_states = server.finish(arrived)
-        return round_stats(ctx, outcomes, probe, round_seconds, set(server.aggregation.rejected))
+        revealed = refusal is None or not server.hides_uploads()
+        rejected = set(server.aggregation.rejected)
+        return round_stats(ctx, outcomes, probe, round_seconds, rejected, revealed)
 
     def select(
         self, round_index: int
@@ -278,20 +280,24 @@ def round_stats(
     probe: Probe,
     round_seconds: float,
     rejected: set[int],
+    revealed: bool,
 ) -> RoundStats:
     """The round's totals; the loss, and what the module logged in training, of the
     participants whose updates were accepted (a rejected or late upload's loss says nothing of
-    the global model)."""
+    the global model), unless the round did not reveal them (`revealed`: a round that secure
+    aggregation could not unmask tells the server nothing of its participants, Bonawitz et al.
+    2017; its survivors' numbers would be one client's when one delivered)."""
     late = [o for o in outcomes if o.arrived.late]
     kept = [
         o for o in outcomes if not o.arrived.late and o.arrived.upload.client_id not in rejected
     ]
-    samples = sum(o.num_samples for o in kept)
+    reported = kept if revealed else []
+    samples = sum(o.num_samples for o in reported)
     return RoundStats(
         train_loss=(
-            sum(o.train_loss * o.num_samples for o in kept) / samples
+            sum(o.train_loss * o.num_samples for o in reported) / samples
             if samples
-            else math.nan  # nobody trained, or every update was rejected
+            else math.nan  # nobody trained, every update was rejected, or none was revealed
         ),
         num_samples=samples,
         every_update_rejected=bool(outcomes) and not kept and not late,
@@ -301,5 +307,5 @@ def round_stats(
         bytes_down=sum(o.bytes_down for o in outcomes) + probe.bytes_down,
         client_seconds=sum(o.seconds for o in outcomes) + probe.seconds,
         metrics=ctx.metrics.values,
-        logged=round_means([o.logged for o in kept]),
+        logged=round_means([o.logged for o in reported]),
     )

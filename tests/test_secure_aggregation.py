@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from fedlight import config
 from fedlight.aggregation.base import RoundRefused
 from fedlight.algorithms.base import ClientUpload
 from fedlight.algorithms.fedavg import BUFFERS, UPDATE, FedAvg
@@ -229,3 +230,115 @@ def test_entries_beyond_the_rings_range_are_saturated_and_counted() -> None:
     mean = aggregate(ctx, [masking], sent, {})[UPDATE]["w"]
     bound = ((1 << 23) - 1) // 2 / 2.0**16
     assert torch.allclose(mean, torch.full((5,), bound), atol=2**-16)
+
+
+def test_a_client_whose_update_is_not_finite_withholds_it_and_drops_out() -> None:
+    """One NaN entry of five clients' uploads: that client sends no tensor at all (one NaN must
+    not send the other entries in the clear), the server counts it rejected and recovers its
+    masks as a dropout's: the round's aggregates are exactly those of the round it dropped."""
+    masking = PairwiseMasking()
+    ctx = FEDERATION.round(4, (1, 5, 6, 10, 13), (0.1,))
+    uploads = [upload_of(client, scale=0.1) for client in ctx.selected]
+    uploads[2].tensors["w"][7] = torch.nan
+    sent = [masked(ctx, [masking], upload, {}) for upload in uploads]
+    assert sent[2].tensors == {}
+    assert all(not t.is_floating_point() for upload in sent for t in upload.tensors.values())
+    counts = [upload.num_samples for upload in uploads]
+    withheld = ServerRound.start(ctx, FedAvg(), [masking], {}, counts)
+    dropped = ServerRound.start(ctx, FedAvg(), [masking], {}, counts)
+    for index, upload in enumerate(sent):
+        withheld.add(upload)
+        if index == 2:
+            dropped.drop_late(upload.contributor)
+        else:
+            dropped.add(upload)
+    assert withheld.aggregation.rejected == [6]
+    expected = dropped.aggregation.results()
+    for part, result in withheld.aggregation.results().items():
+        for key, t in result.items():
+            assert torch.equal(t, expected[part][key]), (part, key)
+
+
+def test_no_float_upload_reaches_the_server_whatever_the_clients_trained(
+    make_job: Callable[[list[str]], Job], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """optim.lr=30 on the tiny digits: most clients' updates go non-finite in round 1; every
+    upload that reaches the server pipeline (`ServerRound.add`) holds ring elements or
+    nothing."""
+    seen: list[ClientUpload] = []
+    add = ServerRound.add
+
+    def recording(server: ServerRound, encoded: ClientUpload) -> bool:
+        seen.append(encoded)
+        return add(server, encoded)
+
+    monkeypatch.setattr(ServerRound, "add", recording)
+    job = make_job([*TINY, "fl.rounds=2", "secure_aggregation=pairwise", "optim.lr=30"])
+    run_job(job, tmp_path)
+    floats = [
+        upload.client_id
+        for upload in seen
+        if any(t.is_floating_point() for t in upload.tensors.values())
+    ]
+    assert floats == []
+    assert any(not upload.tensors for upload in seen)  # some withheld a non-finite update
+
+
+@pytest.mark.parametrize(
+    ("kinds", "overrides", "message"),
+    [
+        (
+            {},
+            ["privacy._target_=tests.user_stage.ShiftedPrivacy"],
+            r"^privacy=none \(ShiftedPrivacy\) decodes each upload on the server",
+        ),
+        ({"shift": "tests.user_stage:Shift"}, [], r"^shift=none \(Shift\) decodes each upload"),
+    ],
+    ids=["built-in kind", "plugged-in kind"],
+)
+def test_a_stage_that_decodes_on_the_server_before_the_masks_is_refused(
+    make_job: Callable[[list[str]], Job], kinds: dict[str, str], overrides: list[str], message: str
+) -> None:
+    """A stage before secure aggregation whose server side decodes (here: −1 after the client's
+    +1) would decode masked ring elements: refused in one line, whether an option of a built-in
+    kind or a kind another package plugs in (which runs before secure aggregation)."""
+    config.register_stage_kinds(kinds)
+    config.register_schema()
+    try:
+        with pytest.raises(ConfigError, match=message) as refusal:
+            make_job([*TINY, "secure_aggregation=pairwise", *overrides])
+        assert "\n" not in str(refusal.value)
+        assert str(refusal.value).endswith("or secure_aggregation=none")
+    finally:
+        config.register_stage_kinds()
+        config.register_schema()
+
+
+def test_a_round_the_server_cannot_unmask_reports_no_clients_training_numbers(
+    make_job: Callable[[list[str]], Job], tmp_path: Path
+) -> None:
+    """Two clients a round, each failing with probability 1/2: a round where one delivers is
+    refused (t = 2), and the server learns nothing of it, so its row has no training loss and
+    none of the values the module logs (`self.log`): they would be that one client's; a round
+    both delivered reports them, the two clients' means."""
+    args = [
+        *TINY,
+        "fl.rounds=6",
+        "fl.clients_per_round=2",
+        "secure_aggregation=pairwise",
+        "system=tiers",
+        "system.dropout=0.5",
+        "model._target_=tests.lightning_modules.MetricsModule",
+    ]
+    run_job(make_job(args), tmp_path)
+    rows = rows_without_timings(tmp_path)
+    logged = ("my_loss", "label_mean", "label_mean_metric", "one")
+    refused = [row for row in rows if row.get("aggregation_refused") == "1.0"]
+    assert refused
+    for row in refused:
+        assert row["participants"] == "1.0" and row["train_loss"] == "nan"
+        assert [row[name] for name in logged] == [""] * len(logged)
+    unmasked = [row for row in rows if row["participants"] == "2.0"]
+    assert unmasked
+    for row in unmasked:
+        assert float(row["one"]) == 1.0 and float(row["my_loss"]) > 0

@@ -47,6 +47,9 @@ class ClientUpload:
     tensors: StateDict
     # numbers sent besides the tensors, by the upload stage that reports them (4 bytes each)
     reports: dict[str, dict[str, float]] = field(default_factory=dict)
+    # True: the client sent no tensors, its update not being finite (secure aggregation never
+    # sends one unmasked); the server counts it rejected, a dropout of the round
+    withheld: bool = False
 
     @property
     def contributor(self) -> Contributor:

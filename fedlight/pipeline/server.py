@@ -4,8 +4,10 @@ added to the aggregation as already-split parts (the algorithm's `split`; a stag
 DP-FedAvg may replace the aggregation) → the algorithm's server update through its server
 optimizer → the stages' `finish_round` in reverse order (noise accounting, a selector's scores).
 
-An upload with a NaN or Inf entry is rejected (counted, left out); a robust aggregator that cannot
-act on the round's updates refuses the round, and the global model is kept.
+An upload with a NaN or Inf entry is rejected (counted, left out), and so is one its client
+withheld for that reason (`ClientUpload.withheld`: secure aggregation sends no update unmasked); a
+robust aggregator that cannot act on the round's updates refuses the round, and the global model
+is kept.
 """
 
 from collections.abc import Iterable, Iterator, Sequence
@@ -66,6 +68,10 @@ class ServerRound:
         """Whether a stage needs every upload of the round at once (no streaming)."""
         return any(stage.holds_uploads(self.ctx.federation) for stage in self.stages)
 
+    def hides_uploads(self) -> bool:
+        """Whether a stage shows the server only the round's sum (secure aggregation)."""
+        return any(stage.hides_uploads() for stage in self.stages)
+
     def decode(self, upload: ClientUpload) -> ClientUpload:
         """One encoded upload through the stages' server sides, in reverse order."""
         for stage in reversed(self.stages):
@@ -75,7 +81,11 @@ class ServerRound:
         return upload
 
     def add(self, encoded: ClientUpload) -> bool:
-        """One arrived upload decoded and aggregated at once; False: rejected (not finite)."""
+        """One arrived upload decoded and aggregated at once; False: rejected (not finite, or
+        withheld by its client as such)."""
+        if encoded.withheld:
+            self.aggregation.reject(encoded.contributor)
+            return False
         decoded = self.decode(encoded)
         return self.aggregation.add(self.algorithm.contribution(self.ctx, decoded))
 
@@ -95,6 +105,9 @@ class ServerRound:
         for item in arrived:
             if item.late:
                 self.drop_late(item.upload.contributor)
+                continue
+            if item.upload.withheld:
+                self.aggregation.reject(item.upload.contributor)
                 continue
             yield self.decode(item.upload)
 

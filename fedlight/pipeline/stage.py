@@ -21,7 +21,8 @@ Besides these, a stage may declare what it needs of the run (`check_run`, asked 
 work, with the whole chain: a stage's requirements on selection, aggregation or the other stages
 live with the stage), what its own protocol messages cost a participant (`protocol_bytes`), and
 how it changes the round's aggregation once chosen (`adapt_aggregation`: secure aggregation sums
-masked parts).
+masked parts), whether its server side decodes the uploads (`decodes_uploads`) and whether the
+server learns only their sum (`hides_uploads`).
 """
 
 from collections.abc import Iterable, Mapping, Sequence
@@ -181,6 +182,25 @@ class UploadStage:
     def encodes_uploads(self) -> bool:
         """Whether `client_side` re-encodes the upload's tensors (a codec), which a stage whose
         output must reach the server as it is (masked ring elements) refuses after it.
+
+        Returns:
+            True where it does; False by default.
+        """
+        return False
+
+    def decodes_uploads(self) -> bool:
+        """Whether `server_side` changes each arrived upload (a codec's decoding), which secure
+        aggregation refuses before it: it would decode masked ring elements.
+
+        Returns:
+            By default, whether the stage's class overrides `server_side`.
+        """
+        return type(self).server_side is not UploadStage.server_side
+
+    def hides_uploads(self) -> bool:
+        """Whether the server learns only the sum of the round's uploads (secure aggregation):
+        a round it cannot unmask then reveals nothing of its participants, and reports no
+        training loss or logged value of theirs.
 
         Returns:
             True where it does; False by default.

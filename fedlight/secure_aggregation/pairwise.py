@@ -2,8 +2,8 @@
 Aggregation for Privacy-Preserving Machine Learning", CCS 2017, the semi-honest protocol).
 
 Every client u of the round's selection U (`ctx.selected`: all of them take part in the key
-agreement, so a client without data, one that fails, misses the deadline or sends a non-finite
-update is a dropout) uploads, per entry of each part the server aggregates,
+agreement, so a client without data, one that fails, misses the deadline or whose update is not
+finite is a dropout) uploads, per entry of each part the server aggregates,
 
     y_u = x_u + PRG(b_u) + Σ_{v ∈ U, u < v} PRG(s_uv) − Σ_{v ∈ U, v < u} PRG(s_uv)   (mod 2^bits)
 
@@ -16,10 +16,19 @@ with a dropout d, which the protocol lets it reconstruct from the survivors' Sha
 then divides the unmasked sum by its weights' total, the algorithm's aggregation as usual (so
 DP-FedAvg adds its noise to the sum's mean, and a dropout renormalizes the mean over the others).
 
+A client whose update has a NaN or Inf entry sends none of it (`ClientUpload.withheld`; one NaN
+would otherwise carry every other entry in the clear): the server counts it rejected and
+recovers its masks as any dropout's. A stage before this one that decodes on the server
+(`decodes_uploads`) is refused, as it would decode ring elements; so is one after it that
+re-encodes them.
+
 Simulated: the key agreement's secrets are the derived generators of (seed, SECURE_AGGREGATION,
 round, client or pair) instead of Diffie-Hellman keys, and the shares are not computed; what the
-protocol's messages cost is counted (`protocol_bytes`). Numbers a stage reports besides the
-tensors (a selector's loss, adaptive clipping's clipped bit) still travel in the clear.
+protocol's messages cost is counted (`protocol_bytes`). What the server sees of each client
+besides the masked tensors (its sample and step counts, training loss, logged values, stage
+reports, saturated entries) is listed in docs/configuration.md, "What secure aggregation hides";
+a round it cannot unmask reports no participant's training loss or logged value
+(`hides_uploads`), since the protocol reveals nothing of it.
 """
 
 from collections.abc import Sequence
@@ -104,6 +113,13 @@ class PairwiseMasking(SecureAggregation):
                 f"{stage.name}={choices.get(stage.name)} needs each decoded upload on the server, "
                 "which secure_aggregation=pairwise hides; use secure_aggregation=none",
             )
+            require(
+                not stage.decodes_uploads(),
+                f"{stage.name}={choices.get(stage.name)} ({type(stage).__name__}) decodes each "
+                "upload on the server, which secure_aggregation=pairwise leaves masked (it would "
+                f"decode ring elements); choose a {stage.name} option without a server side, or "
+                "secure_aggregation=none",
+            )
         for stage in plan.after(self):
             require(
                 not stage.encodes_uploads(),
@@ -123,6 +139,9 @@ class PairwiseMasking(SecureAggregation):
             f"at secure_aggregation.fraction_bits={self.fraction_bits}; raise bits or lower "
             "fraction_bits",
         )
+
+    def hides_uploads(self) -> bool:
+        return True
 
     def asynchronous_refusal(self) -> str | None:
         return (
@@ -154,8 +173,8 @@ class PairwiseMasking(SecureAggregation):
         ctx, algorithm = step.ctx, step.algorithm
         parts = algorithm.split(ctx, upload)
         contribution = Contribution(upload.contributor, parts)
-        if not all_finite(parts):  # sent as it is: the server rejects it, a dropout
-            return upload, state
+        if not all_finite(parts):  # no entry leaves unmasked: the client drops out
+            return replace(upload, tensors={}, withheld=True), state
         aggregation = ServerRound.start(
             ctx, algorithm, step.stages, step.broadcast, [upload.num_samples]
         ).aggregation
