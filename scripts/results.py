@@ -21,7 +21,9 @@ may sit in a table's cell). A reference is
 `{FILE@KEY=VALUE,...#COLUMN}` for a CSV row (the one row whose columns KEY hold VALUE) or
 `{FILE#a.b.c}` for a JSON or YAML value (a dotted path); FILE is relative to the repository. A
 FORMAT is `pct1` (× 100, one decimal), `f2` (two decimals), `d` (an integer), with `+` in front
-for a sign. Blocks: `<!-- block NAME -->...<!-- /block -->`, NAME one of the page's `blocks`.
+for a sign. `<!-- let NAME = FILE -->` in a document lets its references say `{NAME@...}` or
+`{NAME#...}` for FILE. Blocks: `<!-- block NAME -->...<!-- /block -->`, NAME one of the page's
+`blocks`.
 
     python -m scripts.results export multirun/2026-12-04/10-00-00 --to docs/results/x/runs/seed0
     python -m scripts.results pages            # or: make results
@@ -62,6 +64,7 @@ BLOCK = re.compile(
     r"(?P<open><!-- block (?P<name>[\w-]+) -->\n)(?P<body>.*?)(?P<close><!-- /block -->)", re.S
 )
 REFERENCE = re.compile(r"\{(?P<file>[^@#{}]+)(?:@(?P<row>[^#{}]+))?#(?P<key>[^{}]+)\}")
+ALIAS = re.compile(r"<!-- let (?P<name>\w+) = (?P<file>\S+) -->")
 FORMAT = re.compile(r"(?P<sign>\+?)(?:pct(?P<pct>\d)|f(?P<f>\d)|(?P<d>d))")
 
 
@@ -246,8 +249,11 @@ def tree_value(path: Path, key: str, where: str) -> Any:
     return value
 
 
-def reference(root: Path, match: re.Match[str], where: str) -> float:
-    path = root / match["file"].strip()
+def reference(
+    root: Path, match: re.Match[str], where: str, aliases: dict[str, str] | None = None
+) -> float:
+    name = match["file"].strip()
+    path = root / (aliases or {}).get(name, name)
     if not path.is_file():
         raise ResultsError(f"{where}: {match['file']} does not exist")
     if match["row"] is not None:
@@ -291,8 +297,9 @@ def formatted(value: float, spec: str, where: str) -> str:
     return f"{round(value):{sign}d}"
 
 
-def evaluate(root: Path, expression: str, where: str) -> str:
-    """The text of one inline value: its references read, its arithmetic done, formatted."""
+def evaluate(root: Path, expression: str, where: str, aliases: dict[str, str] | None = None) -> str:
+    """The text of one inline value: its references read (`aliases`: a document's short names
+    for files), its arithmetic done, formatted."""
     parts = expression.rsplit(None, 1)
     if len(parts) != 2 or "}" in parts[1]:
         raise ResultsError(f"{where}: {expression!r} ends in no FORMAT (pct1, f2, d)")
@@ -300,7 +307,7 @@ def evaluate(root: Path, expression: str, where: str) -> str:
     values: list[float] = []
 
     def name(match: re.Match[str]) -> str:
-        values.append(reference(root, match, where))
+        values.append(reference(root, match, where, aliases))
         return f"_{len(values) - 1}"
 
     try:
@@ -311,9 +318,11 @@ def evaluate(root: Path, expression: str, where: str) -> str:
 
 
 def fill_values(root: Path, document: str, text: str) -> str:
+    aliases = {m["name"]: m["file"] for m in ALIAS.finditer(text)}
+
     def replace(match: re.Match[str]) -> str:
         line = text.count("\n", 0, match.start()) + 1
-        value = evaluate(root, match["expr"], f"{document}:{line}")
+        value = evaluate(root, match["expr"], f"{document}:{line}", aliases)
         return f"<!-- v {match['expr']} -->{value}<!-- /v -->"
 
     return VALUE.sub(replace, text)

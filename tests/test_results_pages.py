@@ -92,6 +92,7 @@ def test_inline_values_do_arithmetic_on_references_and_format(tmp_path: Path) ->
     assert evaluate(tmp_path, difference, "t") == "+0.5"
     assert evaluate(tmp_path, "{s.json#x.y} / 2 f2", "t") == "1.50"
     assert evaluate(tmp_path, "{s.json#x.y} d", "t") == "3"
+    assert evaluate(tmp_path, "{S#x.y} d", "t", {"S": "s.json"}) == "3"
     assert REFERENCE.fullmatch("{docs/a.csv@k=v,l=w#col}")
 
 
