@@ -10,7 +10,7 @@ import pytorch_lightning as pl
 import torch
 from PIL import Image
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset, Subset
+from torch.utils.data import DataLoader, Dataset, Subset, TensorDataset
 
 # Not in sorted order: the clients come in the order of the sorted ids (alice is client 0).
 WRITERS = ("carol", "alice", "erin", "bob", "dave")
@@ -152,3 +152,44 @@ def writes_labels(
 def wrong_arguments(labels: np.ndarray) -> list[np.ndarray]:
     """A function that cannot be a partition: it takes one argument."""
     return [np.arange(len(labels))]
+
+
+def tensor_pairs(train: bool = True) -> TensorDataset:
+    """torch's own TensorDataset, the commonest kind: its items are (input, 0-d label tensor)."""
+    writers = Writers(train=train)
+    return TensorDataset(writers.images, writers.labels)
+
+
+class TensorData(pl.LightningDataModule):
+    """A LightningDataModule over torch's TensorDataset."""
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(tensor_pairs(train=True), batch_size=4)
+
+    def test_dataloader(self) -> DataLoader:
+        return DataLoader(tensor_pairs(train=False), batch_size=4)
+
+
+class NoTrainLoader(TensorData):
+    def train_dataloader(self) -> None:
+        return None
+
+
+class FailingTestLoader(TensorData):
+    def test_dataloader(self) -> DataLoader:
+        raise RuntimeError("the test files are on another disk")
+
+
+class SeveralTestLoaders(TensorData):
+    """Lightning's several test sets: a list of loaders."""
+
+    def test_dataloader(self) -> list[DataLoader]:  # type: ignore[override]
+        return [super().test_dataloader(), super().test_dataloader()]
+
+
+class SetupFails(TensorData):
+    """A setup that cannot find its files, as a user's raises it (an OSError without a file
+    name)."""
+
+    def setup(self, stage: str) -> None:
+        raise FileNotFoundError("no data under /data/mine")

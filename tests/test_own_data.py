@@ -4,6 +4,7 @@ LightningDataModule as the data (`data=torch_dataset`, `data=datamodule`), the d
 and the one-line refusals of each. The datasets are made up in `tests/own_data.py`."""
 
 import json
+import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -108,6 +109,18 @@ def test_a_datamodules_sets_are_converted_and_a_subset_passes_on_its_client_ids(
     assert [names[i] for i in data.train_clients.tolist()] == whole.writers[2:]
 
 
+def test_torchs_tensor_dataset_and_a_datamodule_over_it_convert_with_their_0d_labels() -> None:
+    """torch.utils.data.TensorDataset's items are (input, 0-d tensor): the commonest kind of
+    dataset, its labels class indices like any other."""
+    train, test = Writers(train=True), Writers(train=False)
+    from_dataset = TorchDataset(dataset="tests.own_data.tensor_pairs").load()
+    from_module = DataModule(datamodule="tests.own_data.TensorData").load()
+    for data in (from_dataset, from_module):
+        assert torch.equal(data.train_x, train.images) and torch.equal(data.test_x, test.images)
+        assert torch.equal(data.train_y, train.labels) and torch.equal(data.test_y, test.labels)
+        assert data.num_classes == CLASSES
+
+
 def test_a_conversion_is_done_once_for_the_same_settings() -> None:
     source = TorchDataset(dataset="tests.own_data.Writers", client_key="writers")
     again = TorchDataset(dataset="tests.own_data.Writers", client_key="writers")
@@ -145,6 +158,39 @@ PAIRS = [(IMAGE, 0), (IMAGE, 1)]
         (Items([]), None, None, "the training set is empty"),
         (Items([IMAGE, IMAGE]), None, None, "the training set's item 0 is a Tensor, not (input,"),
         (Items([(IMAGE, 0.5)]), None, None, "the training set's item 0 has label 0.5, not a"),
+        (
+            Items([(IMAGE, torch.tensor(0.5))]),
+            None,
+            None,
+            "the training set's item 0 has label 0.5, not a",
+        ),
+        (
+            Items([(IMAGE, torch.tensor([0, 1]))]),
+            None,
+            None,
+            "the training set's item 0 has label tensor([0, 1]), not a",
+        ),
+        (
+            Items([(IMAGE, 0), (torch.full((1, 2, 2), math.nan), 1)]),
+            None,
+            None,
+            "the training set's item 1 has input values that are not finite (NaN or Inf); a model "
+            "trained or tested on them gives NaN: replace them in the dataset",
+        ),
+        (
+            Items([(IMAGE, 0), (IMAGE, 10**9)]),
+            None,
+            None,
+            "src has labels up to 1000000000 but 4 examples: a model for 1000000001 classes; "
+            "labels are class indices 0..C-1: map them to 0..C-1",
+        ),
+        (
+            Items(PAIRS),
+            None,
+            10**9,
+            "data.num_classes=1000000000 but src has 4 examples: a model for 1000000000 classes; "
+            "set data.num_classes to the number of classes",
+        ),
         (Items([("text", 0)]), None, None, "the training set's item 0 has an input of type str"),
         (
             Items([(IMAGE, 0), (torch.zeros(1, 3, 3), 1)]),
@@ -492,6 +538,51 @@ def test_a_datamodule_setting_that_cannot_work_is_refused_before_any_work(
     with pytest.raises(ConfigError) as error:
         validate_command_line(["data=datamodule", *args])
     assert str(error.value).startswith(expected), error.value
+
+
+@pytest.mark.parametrize(
+    ("module", "expected"),
+    [
+        (
+            "NoTrainLoader",
+            "data.datamodule=tests.own_data.NoTrainLoader: its train_dataloader() returned None, "
+            "not one DataLoader; return the DataLoader of the training set",
+        ),
+        (
+            "FailingTestLoader",
+            "data.datamodule=tests.own_data.FailingTestLoader: its test_dataloader() failed "
+            "(RuntimeError: the test files are on another disk)",
+        ),
+        (
+            "SeveralTestLoaders",
+            "data.datamodule=tests.own_data.SeveralTestLoaders: its test_dataloader() returned "
+            "list, not one DataLoader; return the DataLoader of the test set",
+        ),
+        (
+            "SetupFails",
+            "data.datamodule=tests.own_data.SetupFails: its setup('fit') failed "
+            "(FileNotFoundError: no data under /data/mine)",
+        ),
+    ],
+)
+def test_a_datamodule_that_gives_no_data_is_refused_in_one_line_naming_its_hook(
+    module: str, expected: str
+) -> None:
+    with pytest.raises(DataError) as error:
+        DataModule(datamodule=f"tests.own_data.{module}").load()
+    message = str(error.value)
+    assert "\n" not in message and message.startswith(expected), message
+
+
+def test_a_datamodule_whose_setup_fails_says_so_with_exit_2(tmp_path: Path) -> None:
+    """Not "a file cannot be written": what failed, and where."""
+    args = ("data=datamodule", "data.datamodule=tests.own_data.SetupFails")
+    result = run_cli(*args, f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path, check=False)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        "fedlight: error: data.datamodule=tests.own_data.SetupFails: its setup('fit') failed "
+        "(FileNotFoundError: no data under /data/mine); fix the DataModule or data.kwargs"
+    )
 
 
 def test_missing_dataset_files_are_one_line(tmp_path: Path) -> None:

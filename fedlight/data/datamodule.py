@@ -6,15 +6,23 @@ then `setup("test")` and the dataset of `test_dataloader()`. Its loaders' batchi
 are not used: fedlight forms every client's batches from the tensors itself.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import pytorch_lightning as pl
+from torch.utils.data import DataLoader
 
-from fedlight.data.base import TensorDataset
-from fedlight.data.torch_dataset import check_arguments, check_num_classes, converted, to_tensors
+from fedlight.data.base import DataError, TensorDataset
+from fedlight.data.torch_dataset import (
+    check_arguments,
+    check_num_classes,
+    converted,
+    require_data,
+    to_tensors,
+)
 from fedlight.dotted import locate
-from fedlight.errors import require
+from fedlight.errors import one_line, require
 
 
 @dataclass
@@ -46,12 +54,41 @@ class DataModule:
 
     def convert(self) -> TensorDataset:
         module_class = locate(self.datamodule, "data.datamodule", "a LightningDataModule")
-        module = module_class(**(self.kwargs or {}))
-        module.prepare_data()
-        module.setup("fit")
-        train = module.train_dataloader().dataset
-        module.setup("test")
-        test = module.test_dataloader().dataset
+        source = f"data.datamodule={self.datamodule}"
+        module = called(source, "constructor", module_class, **(self.kwargs or {}))
+        called(source, "prepare_data()", module.prepare_data)
+        called(source, "setup('fit')", module.setup, "fit")
+        train = called(source, "train_dataloader()", module.train_dataloader)
+        called(source, "setup('test')", module.setup, "test")
+        test = called(source, "test_dataloader()", module.test_dataloader)
         return to_tensors(
-            train, test, f"data.datamodule={self.datamodule}", self.client_key, self.num_classes
+            dataset_of(source, "train_dataloader()", "training set", train),
+            dataset_of(source, "test_dataloader()", "test set", test),
+            source,
+            self.client_key,
+            self.num_classes,
         )
+
+
+def called(source: str, hook: str, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """`function(*args, **kwargs)`, a hook of the user's DataModule: whatever it raises is one
+    line naming the hook and the error (a setup that cannot find its files may raise an OSError
+    naming no file, which the run would take for one it cannot write)."""
+    try:
+        return function(*args, **kwargs)
+    except Exception as error:  # the user's code may raise anything
+        raise DataError(
+            f"{source}: its {hook} failed ({type(error).__name__}: {one_line(error, limit=200)}); "
+            "fix the DataModule or data.kwargs"
+        ) from error
+
+
+def dataset_of(source: str, hook: str, split: str, loader: Any) -> Any:
+    """The dataset of the one DataLoader a `*_dataloader()` hook returned (not None, nor
+    Lightning's several loaders: fedlight converts one set per split)."""
+    require_data(
+        isinstance(loader, DataLoader),
+        f"{source}: its {hook} returned {'None' if loader is None else type(loader).__name__}, "
+        f"not one DataLoader; return the DataLoader of the {split} (fedlight converts its dataset)",
+    )
+    return loader.dataset

@@ -6,7 +6,9 @@ is
 `(input, label)` (more elements are ignored) or, where the dataset has a `targets` attribute, the
 input alone. An input is a tensor, a numpy array or a PIL image (stored as uint8 (C, H, W) and
 standardized per channel with the training set's mean and std, as fedlight's own image datasets
-are); every input has one shape; a label is an integer class index. With `client_key`, the
+are); every input has one shape and finite values; a label is an integer class index (an int,
+or a tensor or array holding one, as torch's TensorDataset gives), and there are at most as many
+classes as examples or `MAX_CLASSES`, whichever is more. With `client_key`, the
 training set's attribute of that name gives each example's client id (any values: a writer's name,
 a user's number), which `partition=natural` splits by. A torch `Subset` passes on the attributes of
 the dataset it selects from.
@@ -32,6 +34,9 @@ from fedlight.dotted import locate
 from fedlight.errors import ConfigError, one_line, require
 
 CHUNK = 4096  # examples per step of the per-channel statistics (float64 of a chunk at a time)
+# The most classes a dataset may have beyond one per example: a label far beyond both is an id,
+# not a class index (a label of 10⁹ would build an output layer of 10⁹ classes, hundreds of GB).
+MAX_CLASSES = 10_000
 
 # The last conversion in this process, by its settings: a run's settings are checked before any
 # work (partition=natural counts the clients then) and run in the same process, which then finds
@@ -73,8 +78,10 @@ def input_tensor(value: Any, where: str) -> Tensor:
 
 
 def label_index(value: Any, where: str) -> int:
-    """One example's label as a class index."""
-    if isinstance(value, Tensor | np.ndarray | np.generic) and np.size(value) == 1:
+    """One example's label as a class index: an int, or a tensor or array holding one (a torch
+    TensorDataset's labels are 0-d tensors; entries are counted by `reshape(-1)`, which tensors
+    and arrays share, not by `np.size`, which calls a tensor's `size` method)."""
+    if isinstance(value, Tensor | np.ndarray | np.generic) and len(value.reshape(-1)) == 1:
         value = value.item()
     if isinstance(value, bool) or not isinstance(value, int):
         raise DataError(
@@ -119,7 +126,16 @@ def examples(dataset: Any, split: str, source: str) -> tuple[Tensor, Tensor]:
             "data.kwargs can resize them)",
         )
     stacked = torch.stack(inputs)
-    return stacked.float() if stacked.is_floating_point() else stacked, torch.tensor(labels)
+    if stacked.is_floating_point():
+        stacked = stacked.float()
+        flawed = torch.isfinite(stacked.flatten(1)).all(dim=1).logical_not().nonzero()
+        if len(flawed):
+            raise DataError(
+                f"{source}: the {split} set's item {int(flawed[0])} has input values that are not "
+                "finite (NaN or Inf); a model trained or tested on them gives NaN: replace them in "
+                "the dataset (e.g. torch.nan_to_num in __getitem__ or a transform in data.kwargs)"
+            )
+    return stacked, torch.tensor(labels)
 
 
 def require_data(condition: bool, message: str) -> None:
@@ -182,6 +198,17 @@ def to_tensors(
     require_data(smallest >= 0, f"{source} has label {smallest}; labels are class indices 0..C-1")
     largest = int(max(train_y.max(), test_y.max()))
     classes = largest + 1 if num_classes is None else num_classes
+    count = len(train_y) + len(test_y)
+    require_data(
+        classes <= max(count, MAX_CLASSES),
+        f"{source} has labels up to {largest} but {count} examples: a model for {classes} classes; "
+        "labels are class indices 0..C-1: map them to 0..C-1 (np.unique(labels, "
+        "return_inverse=True) gives such indices)"
+        if num_classes is None
+        else f"data.num_classes={classes} but {source} has {count} examples: a model for "
+        f"{classes} classes; set data.num_classes to the number of classes, or null for the "
+        "largest label + 1",
+    )
     require_data(
         largest < classes,
         f"data.num_classes={classes} but {source} has labels up to {largest}; set "
