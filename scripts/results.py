@@ -334,7 +334,8 @@ def fill_blocks(root: Path, page: Page, document: str, text: str) -> str:
         if name not in page.blocks:
             raise ResultsError(f"{document}: block {name} is not one of {page.directory}'s")
         lines = block_lines(root, page, page.blocks[name], f"{document}: block {name}")
-        return match["open"] + "".join(f"{line}\n" for line in lines) + match["close"]
+        # a blank line before the close: a table runs on into the next line that is not blank
+        return match["open"] + "".join(f"{line}\n" for line in lines) + "\n" + match["close"]
 
     return BLOCK.sub(replace, text)
 
