@@ -189,12 +189,15 @@ class Page:
     """One table's entry in docs/results/pages.yaml: its reports (each an output folder relative
     to the page's directory, "." for the directory itself, and the record sweeps `fedlight
     report` makes its report.md/report.csv/curves.png from), the documents whose markers it fills
-    (relative to the repository) and its blocks."""
+    (relative to the repository) and its blocks. `archived` only describes: why a table has no
+    records (its jobs' files were not kept); its report.md/report.csv stay as `fedlight report`
+    wrote them, no `reports` entry remakes them, and its documents' values are read from them."""
 
     directory: Path
     reports: dict[str, tuple[str, ...]] = field(default_factory=dict)
     documents: tuple[str, ...] = ()
     blocks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    archived: str = ""
 
     @classmethod
     def read(cls, name: str, entry: dict[str, Any]) -> "Page":
@@ -203,6 +206,7 @@ class Page:
             reports={out: tuple(sweeps) for out, sweeps in (entry.get("reports") or {}).items()},
             documents=tuple(entry.get("documents") or ()),
             blocks=dict(entry.get("blocks") or {}),
+            archived=str(entry.get("archived") or ""),
         )
 
     @property
