@@ -35,9 +35,11 @@ manual optimization (`automatic_optimization = False`) and overrides of `backwar
 `optimizer_step` and `optimizer_zero_grad`; a `ReduceLROnPlateau` (it needs a monitored value
 per epoch, which a client's local training does not produce).
 
-`self.log`/`self.log_dict` work in every hook above: `Logs` stands in for the Trainer's logging.
+`self.log`/`self.log_dict` work in every hook above: `Logs` stands in for the Trainer's logging
+and, as it does, refuses a value that is not a number, a tensor of one element or a Metric.
 """
 
+import numbers
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -91,13 +93,14 @@ def setup_module(module: pl.LightningModule) -> None:
 
 
 def as_number(value: Any) -> float:
-    """A logged value as a float (the mean of a tensor with several entries)."""
+    """A number or the mean of a tensor's entries as a float (`self.log` takes one element, a
+    Metric may compute several)."""
     return float(torch.as_tensor(value).detach().double().mean())
 
 
 def mean_on_device(value: Tensor) -> Tensor:
-    """A logged tensor's mean, left on its device (read once at the end, not at every step):
-    at least float32, float64 kept."""
+    """A logged tensor (one element) as a 0-d tensor, left on its device (read once at the end,
+    not at every step): at least float32, float64 kept."""
     return value.detach().to(torch.promote_types(value.dtype, torch.float32)).mean()
 
 
@@ -168,6 +171,7 @@ class Logs:
         if isinstance(value, Metric):
             self.metrics[name] = value
         else:
+            check_loggable(name, value)
             self.pending[name] = (value, batch_size)
 
     def log_dict(self, values: Mapping[str, Any], *args: Any, **kwargs: Any) -> None:
@@ -179,6 +183,22 @@ class Logs:
         `batch_size` where given."""
         taken, self.pending = self.pending, {}
         return taken
+
+
+def check_loggable(name: str, value: Any) -> None:
+    """Refuses what a Trainer's `self.log` refuses (a value that is neither a number nor a tensor
+    of one element), which fedlight would otherwise fail on (text) or silently average (a
+    vector)."""
+    if not isinstance(value, Tensor | numbers.Real):
+        raise ConfigError(
+            f"the model logs {name!r} as a {type(value).__name__} ({value!r:.40}); log a number, a "
+            "tensor of one element or a torchmetrics Metric"
+        )
+    if isinstance(value, Tensor) and value.numel() != 1:
+        raise ConfigError(
+            f"the model logs {name!r} as a tensor of {value.numel()} elements; log one number per "
+            f"name, as a Lightning Trainer requires (e.g. self.log({name!r}, value.mean()))"
+        )
 
 
 @contextmanager

@@ -207,6 +207,20 @@ class SumsItsLogs(Linear):
         return loss
 
 
+class LogsText(Linear):
+    def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
+        self.log("s", "abc")
+        return super().training_step(batch, batch_idx)
+
+
+class LogsPerClass(Linear):
+    """Logs a vector, which a Trainer refuses (one element per logged value)."""
+
+    def test_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
+        _, y = batch
+        self.log("per_class", torch.bincount(y, minlength=self.layer.out_features).float())
+
+
 class ManualOptimization(Linear):
     def __init__(self, input_shape: tuple[int, ...], num_classes: int, **optim: Any) -> None:
         super().__init__(input_shape, num_classes)

@@ -242,6 +242,16 @@ def test_a_scheduler_steps_under_dp_sgd_too(
             "the model logs 'train_loss' in training, a column fedlight already writes",
         ),
         ([MODULES + "SumsItsLogs"], "the model logs 'loss_sum' with reduce_fx='sum'"),
+        (
+            [MODULES + "LogsText"],
+            "the model logs 's' as a str ('abc'); log a number, a tensor of one element or a "
+            "torchmetrics Metric",
+        ),
+        (
+            [MODULES + "LogsPerClass"],
+            "the model logs 'per_class' as a tensor of 10 elements; log one number per name, as a "
+            "Lightning Trainer requires (e.g. self.log('per_class', value.mean()))",
+        ),
         ([MODULES + "SkipsEpochs"], "on_train_batch_start returned -1"),
         (["local.gradient_clip_algorithm=max"], "local.gradient_clip_algorithm=max is not an"),
     ],
@@ -254,6 +264,8 @@ def test_a_scheduler_steps_under_dp_sgd_too(
         "two_clip_values",
         "train_loss_column",
         "reduce_fx",
+        "text",
+        "vector",
         "skipped_batches",
         "clip_algorithm",
     ],
