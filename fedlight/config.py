@@ -4,6 +4,7 @@
 the objects the config groups instantiate.
 """
 
+import keyword
 import math
 import re
 from dataclasses import dataclass, field, fields, make_dataclass
@@ -424,6 +425,9 @@ BUILT_IN_CHAINED_GROUPS: dict[str, str] = {
 # beside the module (hydra_plugins.fedlight_stage_kinds puts it on Hydra's search path).
 CHAINED_GROUPS: dict[str, str] = {}  # every chained kind in chain order (`register_stage_kinds`)
 PLUGIN_STAGE_DEFAULTS: dict[str, str] = {}  # a plugged-in kind -> its default class, dotted
+# Plugged-in kinds named like no config key (`bad-name!`), which no run can choose: left out of
+# the groups (`fedlight.stages` says so, once per process), so that they stop no run.
+UNNAMEABLE_STAGE_KINDS: dict[str, str] = {}
 
 # Every config group, registered here and only here: its folder conf/<group>/ holds one YAML per
 # option and its package fedlight/<package>/ one module per option (see fedlight.stages for what
@@ -496,9 +500,13 @@ def config_schema() -> type:
 def register_stage_kinds(plugins: dict[str, str] | None = None) -> None:
     """Fill `CHAINED_GROUPS` and `CONFIG_GROUPS` (in place: other modules hold them) with the
     stage kinds `plugins` names (kind -> "module:Class"; None: the installed packages' entry
-    points); a kind named like a key fedlight has is refused in one line."""
+    points); a kind named like a key fedlight has is refused in one line, one named like no
+    config key is left out (`UNNAMEABLE_STAGE_KINDS`)."""
     if plugins is None:
         plugins = plugged_kinds()
+    UNNAMEABLE_STAGE_KINDS.clear()
+    UNNAMEABLE_STAGE_KINDS.update({k: t for k, t in plugins.items() if not is_config_key(k)})
+    plugins = {k: t for k, t in plugins.items() if k not in UNNAMEABLE_STAGE_KINDS}
     own = {*GROUPS_BEFORE_CHAIN, *BUILT_IN_CHAINED_GROUPS, *GROUPS_AFTER_CHAIN, *SETTING_KEYS}
     for kind, target in plugins.items():
         require(
@@ -514,6 +522,11 @@ def register_stage_kinds(plugins: dict[str, str] | None = None) -> None:
     CHAINED_GROUPS.update(BUILT_IN_CHAINED_GROUPS)
     CONFIG_GROUPS.clear()
     CONFIG_GROUPS.update({**GROUPS_BEFORE_CHAIN, **CHAINED_GROUPS, **GROUPS_AFTER_CHAIN})
+
+
+def is_config_key(name: str) -> bool:
+    """Whether `name` can be a key of the schema (a Python identifier, not a keyword)."""
+    return name.isidentifier() and not keyword.iskeyword(name)
 
 
 def register_schema() -> None:

@@ -8,6 +8,7 @@ line that says why, before any work.
 
 import dataclasses
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,8 +19,13 @@ from omegaconf import DictConfig, OmegaConf
 
 from fedlight.algorithms.base import Algorithm
 from fedlight.attacks.base import Attack
-from fedlight.config import CHAINED_GROUPS, PLUGIN_STAGE_DEFAULTS
-from fedlight.errors import ConfigError, require
+from fedlight.config import (
+    CHAINED_GROUPS,
+    PLUGIN_STAGE_DEFAULTS,
+    STAGE_KINDS_ENTRY_POINTS,
+    UNNAMEABLE_STAGE_KINDS,
+)
+from fedlight.errors import ConfigError, one_line, require
 from fedlight.lr_schedules.base import LRSchedule
 from fedlight.pipeline.stage import UploadStage
 from fedlight.privacy.base import Privacy
@@ -29,6 +35,7 @@ from fedlight.wire.base import DOWNLOAD, UPLOAD, Wire, WireTransform
 
 CONF_DIR = Path(__file__).resolve().parent / "conf"
 INJECTED = ("aggregator", "server_opt")  # groups whose objects the algorithm receives
+WARNED: set[str] = set()  # the warnings this process gave (`warn_once`)
 
 
 @dataclass
@@ -146,30 +153,64 @@ def build_stages(cfg: DictConfig, choices: dict[str, str]) -> Stages:
         attack=attack,
         privacy=instantiate_group(cfg, "privacy"),
         system=system,
-        chained=tuple(build_chained(cfg, group) for group in CHAINED_GROUPS),
+        chained=chained_stages(cfg),
     )
     if algorithm.asynchronous:
         check_asynchronous(cfg, choices, stages)
     return stages
 
 
-def build_chained(cfg: DictConfig, group: str) -> UploadStage:
-    """A chained stage kind's stage: its chosen option, or for a kind another package plugs in
-    with none chosen, its default class (the entry point's)."""
-    if OmegaConf.select(cfg, group) is None and group in PLUGIN_STAGE_DEFAULTS:
-        target = PLUGIN_STAGE_DEFAULTS[group]
-        try:
-            stage = hydra.utils.get_class(target)()
-        except ImportError as error:
-            raise ConfigError(f"{group}: its entry point's class {target}: {error}") from None
-    else:
-        stage = instantiate_group(cfg, group)
-    require(
-        isinstance(stage, UploadStage) and stage.name == group,
-        f"{group}: {type(stage).__qualname__} is no UploadStage named {group!r} (a stage kind's "
-        f"stages subclass fedlight.UploadStage and set name = {group!r})",
-    )
-    return stage
+def chained_stages(cfg: DictConfig) -> tuple[UploadStage, ...]:
+    """The chained kinds' stages in chain order. A broken kind of another package stops only
+    the runs that choose it: one named like no config key (which no run can choose), and one
+    whose default class does not import where the run chooses no option of it, are left out
+    and said (`warn_once`)."""
+    for kind, target in UNNAMEABLE_STAGE_KINDS.items():
+        warn_once(
+            f"the stage kind {kind!r} ({target}, entry point of {STAGE_KINDS_ENTRY_POINTS}) is "
+            "left out: its name is no config key (letters, digits and _, not a digit first); "
+            "rename it in its package's pyproject.toml"
+        )
+    stages = []
+    for group in CHAINED_GROUPS:
+        if OmegaConf.select(cfg, group) is None and group in PLUGIN_STAGE_DEFAULTS:
+            stage = plugged_default(group)
+        else:
+            stage = instantiate_group(cfg, group)
+        if stage is None:
+            continue
+        require(
+            isinstance(stage, UploadStage) and stage.name == group,
+            f"{group}: {type(stage).__qualname__} is no UploadStage named {group!r} (a stage "
+            f"kind's stages subclass fedlight.UploadStage and set name = {group!r})",
+        )
+        stages.append(stage)
+    return tuple(stages)
+
+
+def plugged_default(group: str) -> UploadStage | None:
+    """A plugged-in kind's default stage (the entry point's class) for a run that chooses no
+    option of it; None, said, where its class cannot be imported."""
+    target = PLUGIN_STAGE_DEFAULTS[group]
+    try:
+        stage_class = hydra.utils.get_class(target)
+    except (ImportError, ValueError) as error:  # hydra's, with what the import raised as cause
+        reason = error.__cause__ or error
+        warn_once(
+            f"the stage kind {group} ({target}) is left out of the runs that choose no option of "
+            f"it: its class cannot be imported ({type(reason).__name__}: "
+            f"{one_line(reason, limit=160)}); a run that chooses one fails"
+        )
+        return None
+    return stage_class()
+
+
+def warn_once(message: str) -> None:
+    """`message` as a warning, once per process: it is of the installed packages, the same for
+    every job (and a command builds each job twice, to check it and to run it)."""
+    if message not in WARNED:
+        WARNED.add(message)
+        print(f"fedlight: warning: {message}", file=sys.stderr, flush=True)
 
 
 def build_chain(cfg: DictConfig, direction: str) -> dict[str, WireTransform]:

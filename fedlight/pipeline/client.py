@@ -11,6 +11,7 @@ so a client whose stages and algorithm keep nothing writes nothing to its store.
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from torch import Tensor
 
@@ -18,6 +19,7 @@ from fedlight.algorithms.base import Algorithm, ClientUpload
 from fedlight.context import RoundContext
 from fedlight.engines import Engine, LocalTask
 from fedlight.engines.base import LocalResult
+from fedlight.errors import ConfigError
 from fedlight.pipeline.stage import ClientState, ClientStep, UploadStage
 from fedlight.selection.base import REPORTED_NUMBER_BYTES, ClientPool
 from fedlight.tensors import StateDict, nbytes
@@ -43,6 +45,25 @@ class Sent:
     bytes_up: int  # the encoded tensors, every reported number, the stages' protocol messages
     examples: int  # examples trained on (its personal training included)
     seconds: float  # the personal training's time (the round's is the engine's)
+
+
+def passed_on(stage: UploadStage, returned: Any) -> tuple[ClientUpload, StateDict | None]:
+    """What a stage's `client_side` returned, checked: (upload, state), else one line naming the
+    stage (a plugged-in stage's slip would end in a traceback far from it, or a dict of two
+    entries would pass for its keys)."""
+    if (
+        isinstance(returned, tuple)
+        and len(returned) == 2
+        and isinstance(returned[0], ClientUpload)
+        and (returned[1] is None or isinstance(returned[1], Mapping))
+    ):
+        return returned
+    what = "None" if returned is None else f"a {type(returned).__name__}"
+    raise ConfigError(
+        f"{stage.name}: {type(stage).__qualname__}.client_side returned {what}, not (upload, "
+        "state); return the ClientUpload it passes on and the stage's client state (None: none), "
+        "as fedlight.UploadStage.client_side says"
+    )
 
 
 @dataclass
@@ -97,7 +118,7 @@ class ClientPipeline:
         step = ClientStep(ctx, client, local, self.algorithm, broadcast, pool, self.stages)
         for stage in self.stages:
             before = state.stages.get(stage.name)
-            upload, after = stage.client_side(step, upload, before)
+            upload, after = passed_on(stage, stage.client_side(step, upload, before))
             if after is not before:
                 state = state.with_stage(stage.name, after)
         examples, seconds = local.examples, 0.0
