@@ -394,18 +394,32 @@ def config_values(root: Path, page: Page, key: str) -> list[str]:
     return sorted(values, key=lambda v: (len(v), v)) if key == "seed" else list(values)
 
 
+def setting_verdict(label: str, theirs: str, ours: str, verdicts: dict[str, str]) -> str:
+    """A row's verdict: the block's own for the row (`verdicts`), else `same` where both say the
+    same, `not stated` where the source does not say, `differs` otherwise."""
+    if label in verdicts:
+        return str(verdicts[label])
+    if theirs == ours:
+        return "same"
+    return "not stated" if theirs.startswith("not stated") else "differs"
+
+
 def setting_table(root: Path, page: Page, spec: dict[str, Any]) -> list[str]:
-    """The source's setting beside the records' (a proxy can never read as the source's)."""
+    """The source's setting beside the records', with a verdict per row (a proxy can never read
+    as the source's setting): the block's `verdicts` say, per row label, what differs and why."""
     from fedlight.report import markdown_table
 
     reference = read_yaml(root / spec["reference"])
     theirs = reference.get("setting") or {}
+    verdicts = spec.get("verdicts") or {}
     rows = []
     for label, key in SETTING_ROWS:
         ours = ", ".join(config_values(root, page, key)) if page.records else "—"
-        rows.append([label, str(theirs.get(label, "not stated")), ours])
+        source_value = str(theirs.get(label, "not stated"))
+        rows.append([label, source_value, ours, setting_verdict(label, source_value, ours, verdicts)])
     source = reference.get("source") or {}
-    return markdown_table(["", str(source.get("name", "source")), "fedlight"], rows, text_columns=3)
+    header = ["", str(source.get("name", "source")), "fedlight", "verdict"]
+    return markdown_table(header, rows, text_columns=4)
 
 
 def regenerate(root: Path, only: list[str] | None = None) -> list[Path]:
@@ -441,15 +455,22 @@ def text_files(directory: Path) -> Iterator[Path]:
 
 def check(repo: Path = REPO, only: list[str] | None = None) -> list[str]:
     """The text files of docs/ that a regeneration from the records would change."""
+    # documents outside docs/ (the front page's results paragraph) are copied and compared too
+    outside = sorted(
+        {d for page in read_pages(repo) for d in page.documents if not d.startswith("docs/")}
+    )
     with tempfile.TemporaryDirectory() as tmp:
         copy = Path(tmp)
         shutil.copytree(repo / "docs", copy / "docs")
+        for name in outside:
+            (copy / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(repo / name, copy / name)
         regenerate(copy, only)
         return [
             str(Path("docs") / name)
             for name in text_files(repo / "docs")
             if (copy / "docs" / name).read_bytes() != (repo / "docs" / name).read_bytes()
-        ]
+        ] + [name for name in outside if (copy / name).read_bytes() != (repo / name).read_bytes()]
 
 
 def main(argv: list[str] | None = None) -> int:

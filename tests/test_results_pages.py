@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from scripts import results
-from scripts.results import REFERENCE, ResultsError, check, evaluate, export
+from scripts.results import REFERENCE, ResultsError, check, evaluate, export, setting_verdict
 
 from .conftest import REPO
 
@@ -23,6 +23,7 @@ def test_every_results_page_is_what_its_records_give() -> None:
 
 def test_a_one_digit_edit_of_a_record_makes_the_check_fail(tmp_path: Path) -> None:
     shutil.copytree(REPO / "docs", tmp_path / "docs")
+    shutil.copyfile(REPO / "README.md", tmp_path / "README.md")  # its results paragraph
     summary = tmp_path / "docs/results/niid_bench/runs/seed0/0/summary.json"
     record = json.loads(summary.read_text())
     record["best_accuracy"] = round(record["best_accuracy"] + 0.001, 4)  # 88.61 → 88.71
@@ -30,6 +31,7 @@ def test_a_one_digit_edit_of_a_record_makes_the_check_fail(tmp_path: Path) -> No
     stale = check(tmp_path, only=["niid_bench"])
     assert "docs/results/niid_bench/report.md" in stale
     assert "docs/results/niid_bench/README.md" in stale  # the beside table and the prose values
+    assert "README.md" in stale  # the front page's Dirichlet FedAvg value
 
 
 def make_sweep(tmp_path: Path) -> Path:
@@ -94,6 +96,16 @@ def test_inline_values_do_arithmetic_on_references_and_format(tmp_path: Path) ->
     assert evaluate(tmp_path, "{s.json#x.y} d", "t") == "3"
     assert evaluate(tmp_path, "{S#x.y} d", "t", {"S": "s.json"}) == "3"
     assert REFERENCE.fullmatch("{docs/a.csv@k=v,l=w#col}")
+
+
+def test_a_setting_row_has_a_verdict() -> None:
+    """The block's own verdict for a row, else same / not stated / differs: a proxy's setting
+    never reads as the source's."""
+    given = {"dataset": "differs: Fashion-MNIST stands in for CIFAR-10"}
+    assert setting_verdict("dataset", "CIFAR-10", "fmnist", given) == given["dataset"]
+    assert setting_verdict("rounds", "50", "50", given) == "same"
+    assert setting_verdict("model", "not stated", "simple_cnn", given) == "not stated"
+    assert setting_verdict("rounds", "100", "30", given) == "differs"
 
 
 @pytest.mark.parametrize(
