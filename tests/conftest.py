@@ -20,6 +20,7 @@ from fedlight.cli import CONF_DIR, build_job, group_choices
 from fedlight.config import register_schema
 from fedlight.driver import Driver
 from fedlight.experiment import Job, run_job
+from fedlight.loggers.base import is_timing
 from fedlight.loop import FederatedLoop
 
 register_schema()
@@ -67,13 +68,6 @@ def make_job():
         return build_job(cfg, choices)
 
     return make
-
-
-# The metrics.csv columns a resumed or repeated run may change: they measure time.
-def is_timing(column: str) -> bool:
-    """Measured time (wall_seconds, client_seconds, wire.upload.encode_seconds, ...): it differs
-    between runs that are otherwise bit-identical."""
-    return column.endswith("seconds")
 
 
 def without_timings(rows: Iterable[dict[str, str]]) -> list[dict[str, str]]:

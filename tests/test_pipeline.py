@@ -23,7 +23,7 @@ from fedlight.data.digits import Digits
 from fedlight.driver import Clients
 from fedlight.errors import ConfigError
 from fedlight.experiment import Job, run_job
-from fedlight.loggers.base import METRIC_COLUMNS
+from fedlight.loggers.base import METRIC_COLUMNS, is_timing
 from fedlight.loop import FederatedLoop
 from fedlight.rng import Stream, derive_seed
 from fedlight.server_opt.adam import Adam
@@ -179,6 +179,27 @@ def test_a_cast_decodes_only_what_it_encoded(cast: FP16 | BF16, direction: str) 
     assert decoded["w"].dtype == torch.float32
     assert torch.equal(decoded["w"], tensors["w"].to(cast.dtype).float())
     assert torch.equal(decoded["steps"], tensors["steps"])
+
+
+def test_the_same_run_twice_differs_only_in_what_fedlight_calls_timings(
+    make_job: Callable[[list[str]], Job], tmp_path: Path
+) -> None:
+    """Measured time differs between runs that are otherwise bit-identical: `is_timing` names
+    each such column, the wire's encode and decode seconds among them, and not the numbers of
+    the virtual clock."""
+    overrides = [*TINY, "fl.rounds=2", "upload=[fp16]", "download=[fp16]"]
+    run_job(make_job(overrides), tmp_path / "first")
+    run_job(make_job(overrides), tmp_path / "second")
+    first, second = read_rows(tmp_path / "first"), read_rows(tmp_path / "second")
+    timings = {column for column in first[0] if is_timing(column)}
+    assert timings == {
+        "wall_seconds",
+        "client_seconds",
+        *(f"wire.{d}.{s}_seconds" for d in (UPLOAD, DOWNLOAD) for s in ("encode", "decode")),
+    }
+    differing = {c for a, b in zip(first, second, strict=True) for c in a if a[c] != b[c]}
+    assert differing <= timings
+    assert not is_timing("round_seconds") and not is_timing("virtual_time")
 
 
 def test_a_transform_with_client_state_resumes_bit_exactly(

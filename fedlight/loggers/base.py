@@ -22,6 +22,20 @@ METRIC_COLUMNS = (
     "client_seconds",
 )
 
+# The virtual clock's columns (`fedlight.system`): seconds of the simulated system, the same in
+# every run of the same config and seed, unlike measured time.
+VIRTUAL_CLOCK = ("virtual_time", "round_seconds")
+
+
+def is_timing(column: str) -> bool:
+    """Whether a metrics.csv column measures time (`wall_seconds`, `client_seconds`, the wire's
+    `wire.<direction>.encode_seconds` and `decode_seconds`, any other name ending in "seconds"
+    but the virtual clock's): it differs between runs that are otherwise bit-identical (the
+    same command again, a resumed run, another number of workers), so comparisons of runs
+    leave it out."""
+    return column.endswith("seconds") and column not in VIRTUAL_CLOCK
+
+
 # A round's row: its training columns always, the test columns (`test_accuracy`, ...) only when
 # the round was evaluated (`eval.every`); a column a row lacks is an empty cell of metrics.csv.
 MetricsRow = dict[str, float | int]
