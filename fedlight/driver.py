@@ -170,11 +170,12 @@ class Driver(ABC):
         self.refuse_two_lr_schedules(optimization)
         device = self.federation.device
         self.server = algorithm.init_server(self.federation.initial_weights, self.federation)
-        setup = StageSetup(settings, self.federation, [len(i) for i in clients.train])
+        setup = StageSetup(settings, self.federation, [len(i) for i in clients.train], algorithm)
         self.stage_states: StageStates = {
             stage.name: stage.initial_state(setup) for stage in self.stages
         }
         self.workers = OneWorker(device) if workers is None else workers
+        self.privacy.agree_on_noise(self.workers.broadcast)  # before any noise is drawn
         self.progress = SilentProgress() if progress is None else progress
         self.client_states = (
             MemoryClientStates(device)

@@ -117,14 +117,15 @@ class DivergenceError(RuntimeError):
 @dataclass(frozen=True)
 class Ran:
     """What the rounds leave for the summary: the history, the test set's chance accuracy, the
-    environment that decided the float results (the main worker's; empty on the others) and how
-    many times the run was resumed. Nothing of it holds the data, released before the figures
-    are drawn."""
+    environment that decided the float results (the main worker's; empty on the others), how
+    many times the run was resumed and the privacy mechanism's record. Nothing of it holds the
+    data, released before the figures are drawn."""
 
     history: History
     chance: Chance
     environment: dict[str, Any]
     resumes: int
+    privacy: dict[str, Any]  # the privacy mechanism's own record (`Privacy.summary`)
 
 
 @dataclass
@@ -492,7 +493,8 @@ def run_rounds(
     )
     if workers.main:
         write_model(output_dir, module, loop.final_model())
-    return Ran(history, chance, environment, resumes)
+    privacy = job.stages.privacy.summary(loop.privacy_state(), history.completed_rounds)
+    return Ran(history, chance, environment, resumes, privacy)
 
 
 def split_labels(data: TensorDataset, split: str) -> torch.Tensor:
@@ -610,6 +612,7 @@ def write_summary(
         | {"command_seconds": command_seconds()}
         | {"parallelism": parallelism_of(job).summary()}
         | {"environment": ran.environment, "resumes": ran.resumes}
+        | ({"privacy": ran.privacy} if ran.privacy else {})
         | {"config": comparable_config(job.config)}
     )
     write_text(output_dir / SUMMARY_NAME, json.dumps(summary, indent=2, allow_nan=False))

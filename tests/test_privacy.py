@@ -29,6 +29,7 @@ from fedlight.privacy.adaptive_clip import AdaptiveClip
 from fedlight.privacy.base import as_state, default_delta, update_norm
 from fedlight.privacy.dp_fedavg import DPFedAvg, PrivateAggregation
 from fedlight.privacy.dp_sgd import DPSGDEngine
+from fedlight.rng import Stream
 from fedlight.tensors import detached_copy
 from tests.conftest import REPO, TINY, rows_without_timings, run_cli, run_killed_in_round
 from tests.independent_dp import PLD_INTERVAL, RdpAccountant, pld_epsilon, sampled_gaussian
@@ -68,7 +69,7 @@ def test_every_contribution_is_clipped_to_the_clip_norm_on_the_client_and_the_se
     def aggregate(sent: list[ClientUpload]) -> torch.Tensor:
         generator = torch.Generator().manual_seed(0)
         aggregation = PrivateAggregation(
-            FedAvg.parts, [10] * len(sent), 4.0, 0.5, 0.0, generator, (10, 3)
+            ctx, FedAvg(), [10] * len(sent), 4.0, 0.5, 0.0, generator, (10, 3)
         )
         for upload in sent:
             aggregation.add(FedAvg().contribution(ctx, upload))
@@ -92,7 +93,7 @@ def test_the_server_noise_has_std_z_clip_over_the_expected_participants() -> Non
     def noised(seed: int) -> torch.Tensor:
         generator = torch.Generator().manual_seed(seed)
         aggregation = PrivateAggregation(
-            FedAvg.parts, [5, 5], 10.0, 0.5, 2.0 * 0.5, generator, (5, 1)
+            ctx, FedAvg(), [5, 5], 10.0, 0.5, 2.0 * 0.5, generator, (5, 1)
         )
         aggregation.add(FedAvg().contribution(ctx, zeros))
         aggregation.add(FedAvg().contribution(ctx, zeros))
@@ -114,7 +115,7 @@ def test_scaffold_clips_and_noises_both_parts_of_its_upload_as_one_vector() -> N
     algorithm = Scaffold()
     long = ClientUpload(0, 10, 3, {"delta_y/w": torch.full((4,), 3.0), "delta_c/w": torch.ones(4)})
     aggregation = PrivateAggregation(
-        algorithm.parts, [10], 1.0, 1.0, 0.0, torch.Generator().manual_seed(0), (10, 3)
+        ctx, algorithm, [10], 1.0, 1.0, 0.0, torch.Generator().manual_seed(0), (10, 3)
     )
     aggregation.add(algorithm.contribution(ctx, long))
     parts = aggregation.results()
@@ -172,6 +173,102 @@ def test_epsilon_per_round_is_the_accountants_and_delta_defaults_below_one_over_
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["epsilon"] == float(rows[-1]["epsilon"])
     assert summary["privacy.noise_multiplier"] == 1.3
+
+
+# One expected participant of 20 a round: with seed 0, nobody takes part in round 5.
+EMPTY_ROUND = 5
+SPARSE = [
+    *TINY,
+    "fl.num_clients=20",
+    "fl.clients_per_round=1",
+    "selection=poisson",
+    "privacy=dp_fedavg",
+    "privacy.clip=0.1",
+]
+
+
+def test_a_round_without_participants_releases_the_model_noised_and_is_accounted(
+    make_job: Callable[[list[str]], Job], tmp_path: Path
+) -> None:
+    """McMahan et al. 2018 (Algorithm 1) noise every round: the empty round 5 moves the model by
+    the noise on a zero sum over E, std z·C/E = 0.1 on each of the MLP's 55,050 weights (the
+    sample std within 3%), where it kept the model bit for bit; ε after the 5 rounds, all
+    noised, is PRV's bound on dp-accounting's PLD value for 5 rounds (q = 1/20, z = 1)."""
+    run_job(make_job([*SPARSE, f"fl.rounds={EMPTY_ROUND - 1}"]), tmp_path / "before")
+    summary = run_job(make_job([*SPARSE, f"fl.rounds={EMPTY_ROUND}"]), tmp_path / "after")
+    assert float(read_rows(tmp_path / "after")[-1]["participants"]) == 0
+
+    def weights(run: str) -> dict[str, torch.Tensor]:
+        return torch.load(tmp_path / run / "checkpoint.pt", weights_only=True)["server_weights"]
+
+    before, after = weights("before"), weights("after")
+    moved = torch.cat([(after[k] - before[k]).flatten() for k in before])
+    assert abs(float(moved.std()) / 0.1 - 1) < 0.03
+    assert abs(float(moved.mean())) < 5 * 0.1 / math.sqrt(moved.numel())
+    exact = pld_epsilon(1 / 20, 1.0, EMPTY_ROUND, 1e-5)
+    assert exact - PLD_INTERVAL <= summary["epsilon"] <= exact + 2 * PRV_EPS_ERROR
+    assert summary["privacy"]["epsilon_accountant"] == "prv"
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "extras"),
+    [(FedAvg(), {}), (Scaffold(), {"control/w": 0.1}), (FedNova(), {})],
+    ids=["fedavg", "scaffold", "fednova"],
+)
+def test_the_noise_of_a_round_without_uploads_is_that_of_any_round(
+    algorithm: Algorithm, extras: dict[str, float]
+) -> None:
+    """No upload: the zero sum gets N(0, (z·C)²) per entry over E = 5, shaped as an upload of the
+    algorithm: the model moves with std z·C/E = 0.2 (FedNova's τ_pub·noise over τ_pub) and
+    SCAFFOLD's c with std z·C/N = 0.1, as in a round with participants."""
+    server = released_update(algorithm, [], 1.0, 100_000)
+    assert float(server.weights["w"].std()) == pytest.approx(0.2, rel=0.01)
+    assert {k: float(server.extras[k].std()) for k in extras} == pytest.approx(extras, rel=0.01)
+
+
+@pytest.mark.parametrize(
+    "mechanism",
+    [
+        ["selection=poisson", "privacy=dp_fedavg"],
+        ["selection=poisson", "privacy=adaptive_clip", "privacy.count_noise=1"],
+        ["privacy=dp_sgd"],
+    ],
+    ids=["dp_fedavg", "adaptive_clip", "dp_sgd"],
+)
+def test_noise_from_the_os_differs_between_runs_of_one_seed_and_noise_from_the_seed_repeats(
+    make_job: Callable[[list[str]], Job], tmp_path: Path, mechanism: list[str]
+) -> None:
+    """`privacy.noise_source=seed` (the default) derives the noise from the config's seed: two
+    runs are identical; `os` seeds it from the operating system once per run: two runs of the
+    same config differ. summary.json records the source."""
+    private = [*TINY, *mechanism, "fl.rounds=2"]
+    for source, repeats in (("seed", True), ("os", False)):
+        rows = []
+        for run in ("first", "second"):
+            overrides = [*private, f"privacy.noise_source={source}"]
+            summary = run_job(make_job(overrides), tmp_path / source / run)
+            assert summary["privacy"]["noise_source"] == source
+            rows.append(rows_without_timings(tmp_path / source / run))
+        assert (rows[0] == rows[1]) == repeats
+
+
+def test_every_worker_takes_the_main_workers_noise_seed_from_the_os() -> None:
+    """Each worker's mechanism draws its own seed from the operating system; after
+    `agree_on_noise` (the driver's broadcast of rank 0's) all draw the main worker's noise, and
+    `seed` keeps deriving it from the config's seed."""
+    workers = [DPFedAvg(noise_source="os") for _ in range(3)]
+    main = workers[0].drawn
+    for mechanism in workers:
+        mechanism.agree_on_noise(lambda value: main)
+    ctx = FEDERATION.round(2)
+    draws = [torch.randn(4, generator=m.noise_generator(ctx)) for m in workers]
+    assert all(torch.equal(draw, draws[0]) for draw in draws)
+    seeded = DPFedAvg()
+    assert seeded.noise_seed(7) == 7
+    assert torch.equal(
+        torch.randn(4, generator=seeded.noise_generator(ctx)),
+        torch.randn(4, generator=ctx.torch_generator(Stream.PRIVACY)),
+    )
 
 
 def test_default_delta_is_below_a_tenth_over_the_protected_set() -> None:
@@ -241,9 +338,9 @@ def test_dp_sgd_clips_each_examples_gradient_and_without_clip_or_noise_is_sgd(
         engine.close()
         return step
 
-    clipped = moved(DPSGDEngine(module, data, job.settings, 0.0, 1e-4))
+    clipped = moved(DPSGDEngine(module, data, job.settings, 0.0, 1e-4, 0))
     assert 0 < float(update_norm(clipped)) <= 1e-4 * (1 + 1e-5)
-    unclipped = moved(DPSGDEngine(module, data, job.settings, 0.0, 1e6))
+    unclipped = moved(DPSGDEngine(module, data, job.settings, 0.0, 1e6, 0))
     plain = moved(SequentialEngine(module, data, job.settings))
     assert float(update_norm(plain)) > 1e-2
     assert all(torch.allclose(unclipped[k], plain[k], atol=1e-6) for k in plain)
@@ -358,7 +455,7 @@ def test_dp_sgd_trains_every_built_in_model(
     data = TensorDataset(x, y, x, y, 10)
     module = job.model(input_shape=shape, num_classes=10)
     start = detached_copy(module.state_dict())
-    engine = DPSGDEngine(module, data, job.settings, 1.0, 1.0)
+    engine = DPSGDEngine(module, data, job.settings, 1.0, 1.0, 0)
     (result,) = engine.train([LocalTask(0, torch.arange(8), start, [])], 1, [0.1])
     engine.close()
     assert all(not torch.equal(result.weights[k], start[k]) for k in start)
@@ -414,7 +511,10 @@ def released_update(
     """The server state after one DP-FedAvg round of `uploads` (clipped on the client to C = 1,
     summed, N(0, noise²) added, over E = 5), of a federation of N = 10 whose parameter "w" has
     `size` entries, starting from zeros."""
-    federation = Federation(num_clients=10, trainable=frozenset({"w"}), seed=0)
+    start = {"w": torch.zeros(size, dtype=torch.float64)}
+    federation = Federation(
+        num_clients=10, trainable=frozenset({"w"}), seed=0, initial_weights=start
+    )
     ctx = federation.round(1, tuple(u.client_id for u in uploads), (0.1,))
     privacy = DPFedAvg(clip=1.0, noise_multiplier=noise)
     state = as_state(
@@ -424,7 +524,7 @@ def released_update(
         public_samples=100,
         public_steps=PUBLIC_STEPS,
     )
-    server = algorithm.init_server({"w": torch.zeros(size, dtype=torch.float64)}, federation)
+    server = algorithm.init_server(start, federation)
     aggregation = privacy.start_aggregation(ctx, state, algorithm, [u.num_samples for u in uploads])
     for upload in uploads:
         aggregation.add(
@@ -499,39 +599,58 @@ def test_fednovas_released_step_uses_the_public_step_count_with_noise_independen
     assert float(update_norm(sent.tensors)) == pytest.approx(1.0 / PUBLIC_STEPS)
 
 
-# Integer buffers ----------------------------------------------------------------------------------
+# Buffers ------------------------------------------------------------------------------------------
 
-BATCH_NORM = ["model._target_=tests.user_module.BatchNormModule", "fl.rounds=2"]
+COUNTING = ["model._target_=tests.user_module.CountingModule", "fl.rounds=2"]
 
 
 def test_a_model_with_integer_buffers_trains_under_dp_fedavg_its_counts_staying_on_the_client(
     tmp_path: Path,
 ) -> None:
-    """The issue's command: BatchNorm's int64 `num_batches_tracked` is neither clipped nor
-    noised, so it never leaves the client (8 bytes less up than down per participant) and the
-    server keeps its own (0); the float running statistics travel clipped and noised."""
+    """An int64 buffer (a step count) is neither clipped nor noised, so it never leaves the
+    client (8 bytes less up than down per participant) and the server keeps its own (0)."""
     run = tmp_path / "run"
     # from the repository, where `tests.user_module` imports (as a user's own module would)
-    run_cli(*USER_LEVEL, *BATCH_NORM, f"hydra.run.dir={run}", cwd=REPO)
+    run_cli(*USER_LEVEL, *COUNTING, f"hydra.run.dir={run}", cwd=REPO)
     rows = read_rows(run)
     for row in rows:
         participants = int(float(row["participants"]))
         assert int(row["bytes_down"]) - int(row["bytes_up"]) == 8 * participants
     weights = torch.load(run / "checkpoint.pt", weights_only=True)["server_weights"]
-    assert int(weights["net.1.num_batches_tracked"]) == 0
-    assert not torch.equal(
-        weights["net.1.running_mean"], torch.zeros_like(weights["net.1.running_mean"])
-    )
+    assert int(weights["steps"]) == 0
 
 
 def test_adaptive_clip_with_scaffold_keeps_integer_buffers_on_the_client(
     make_job: Callable[[list[str]], Job], tmp_path: Path
 ) -> None:
-    private = [*TINY, *BATCH_NORM, "selection=poisson", "privacy=adaptive_clip", "algo=scaffold"]
+    private = [*TINY, *COUNTING, "selection=poisson", "privacy=adaptive_clip", "algo=scaffold"]
     run_job(make_job(private), tmp_path)
     weights = torch.load(tmp_path / "checkpoint.pt", weights_only=True)["server_weights"]
-    assert int(weights["net.1.num_batches_tracked"]) == 0
+    assert int(weights["steps"]) == 0
     assert len(read_rows(tmp_path)) == 2
+
+
+@pytest.mark.parametrize("mechanism", ["dp_fedavg", "adaptive_clip"])
+@pytest.mark.parametrize("algo", ["fedavg", "scaffold"])
+def test_batch_norm_under_user_level_dp_is_refused_in_one_line_naming_group_norm(
+    make_job: Callable[[list[str]], Job], tmp_path: Path, mechanism: str, algo: str
+) -> None:
+    """Noise on the running statistics' deltas drives variances negative (NaN at z = 1, which
+    the divergence message blamed on the learning rate): refused before training, as Opacus
+    refuses BatchNorm, naming the buffers and GroupNorm."""
+    private = [*TINY, "selection=poisson", f"privacy={mechanism}", f"algo={algo}"]
+    batch_norm = "model._target_=tests.user_module.BatchNormModule"
+    message = (
+        rf"^privacy={mechanism} adds noise to every floating-point entry of an upload, and the "
+        r"model's buffers net\.1\.running_mean, net\.1\.running_var \(running statistics\) "
+        r"would be noised into invalid values \(negative variances, then NaN\); use GroupNorm "
+        r"or LayerNorm in place of BatchNorm .*model=simple_cnn\)$"
+    )
+    with pytest.raises(ConfigError, match=message):
+        run_job(make_job([*private, batch_norm]), tmp_path / "batch_norm")
+    group_norm = "model._target_=tests.user_module.GroupNormModule"
+    summary = run_job(make_job([*private, group_norm]), tmp_path / "group_norm")
+    assert summary["diverged_at_round"] is None and summary["rounds"] == 4
 
 
 def test_a_checkpoint_from_before_the_public_counts_and_the_accountant_resumes(

@@ -1,7 +1,8 @@
 """The accountants against an independent implementation, Google's dp-accounting: `rdp` is its
 RDP accountant's ε for the same orders, `prv` lies above its privacy-loss distribution (PLD)
-accountant's ε by at most PRV's stated error; ε grows with steps and sampling rate and shrinks
-with noise; target-ε calibration inverts either accountant."""
+accountant's ε by at most PRV's stated error, over thousands of steps too, and names RDP where
+RDP stood in; ε grows with steps and sampling rate and shrinks with noise; target-ε calibration
+inverts either accountant, PRV's without over-noising against the PLD."""
 
 import logging.config
 import math
@@ -15,6 +16,7 @@ from fedlight.privacy.accountant import (
     PRV_EPS_ERROR,
     calibrate_noise,
     epsilon,
+    spent,
 )
 
 from .independent_dp import PLD_INTERVAL, RdpAccountant, pld_epsilon, sampled_gaussian
@@ -58,10 +60,27 @@ def test_prv_is_two_to_three_times_tighter_than_rdp_after_few_rounds() -> None:
     assert epsilon(0.1, 1.0, 3, 0.01, "prv") == pytest.approx(0.437, abs=0.015)
 
 
-def test_prv_falls_back_to_rdp_where_its_grid_would_not_fit() -> None:
-    """z = 0.05: PRV's grid would need millions of points; RDP's bound (in the thousands)."""
-    assert epsilon(0.1, 0.05, 5, 1e-5, "prv") == epsilon(0.1, 0.05, 5, 1e-5, "rdp")
-    assert math.isfinite(epsilon(0.1, 0.05, 5, 1e-5, "prv"))
+@pytest.mark.parametrize(
+    ("q", "z", "steps"),
+    [(0.004, 1.1, 15_000), (0.1, 1.0, 1_000)],  # DP-SGD's standard setting; 1,000 rounds
+)
+def test_prv_computes_long_compositions_within_its_stated_error_of_the_pld(
+    q: float, z: float, steps: int
+) -> None:
+    """The audit's cases, where RDP's 2.50 and 27.16 stood in for PRV's bound (PLD: 2.31 and
+    25.20): Opacus's PRV computes them (grids of 0.5 and 0.8 million points, about a second)."""
+    exact = pld_epsilon(q, z, steps, 1e-5)
+    reached = spent(q, z, steps, 1e-5, "prv")
+    assert reached.accountant == "prv"
+    assert exact - PLD_INTERVAL <= reached.epsilon <= exact + 2 * PRV_EPS_ERROR
+
+
+def test_prv_falls_back_to_rdp_where_its_grid_would_not_fit_and_says_so() -> None:
+    """z = 0.05: Opacus's PRV finds no ε on its grid (∞); RDP's bound (in the thousands), named
+    as the accountant that computed it."""
+    fallback = spent(0.1, 0.05, 5, 1e-5, "prv")
+    assert fallback == spent(0.1, 0.05, 5, 1e-5, "rdp")
+    assert fallback.accountant == "rdp" and math.isfinite(fallback.epsilon)
 
 
 @pytest.mark.parametrize("accountant", ["prv", "rdp"])
@@ -86,6 +105,15 @@ def test_calibration_finds_the_noise_that_spends_the_target(
     reached = epsilon(q, z, steps, delta, accountant)
     assert target - CALIBRATION_TOLERANCE <= reached <= target
     assert epsilon(q, 0.98 * z, steps, delta, accountant) > target  # no much smaller z would do
+
+
+def test_calibration_by_prv_is_not_over_noised_against_the_pld() -> None:
+    """q = 0.004, T = 15,000, target 2.5 at δ = 10⁻⁵: the noise calibrated by PRV spends at least
+    the target less the calibration's tolerance and PRV's error by the exact (PLD) accounting
+    (RDP's fallback calibrated z = 1.101, whose PLD ε is 2.29)."""
+    z = calibrate_noise(0.004, 15_000, 2.5, 1e-5, "prv")
+    floor = 2.5 - CALIBRATION_TOLERANCE - 2 * PRV_EPS_ERROR - PLD_INTERVAL
+    assert floor <= pld_epsilon(0.004, z, 15_000, 1e-5) <= 2.5 + PLD_INTERVAL
 
 
 def test_reconfiguring_logging_after_the_independent_accountant_closes_no_stream_of_the_session(

@@ -70,6 +70,27 @@ class BatchNormModule(pl.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.1)
 
 
+class GroupNormModule(BatchNormModule):
+    """BatchNormModule with GroupNorm in its place: no running statistics, Opacus's fix."""
+
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, **optim: Any) -> None:
+        super().__init__(input_shape, num_classes, **optim)
+        self.net[1] = nn.GroupNorm(1, int(torch.tensor(input_shape).prod()))
+
+
+class CountingModule(BatchNormModule):
+    """A linear model that counts its training steps in an integer buffer, its only buffer."""
+
+    def __init__(self, input_shape: tuple[int, ...], num_classes: int, **optim: Any) -> None:
+        super().__init__(input_shape, num_classes, **optim)
+        self.net[1] = nn.Identity()
+        self.register_buffer("steps", torch.zeros((), dtype=torch.int64))
+
+    def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
+        self.steps += 1
+        return super().training_step(batch, batch_idx)
+
+
 class UnpicklableHparamsModule(RecordingModule):
     """Saves a hyperparameter that cannot be pickled (a function made in `__init__`)."""
 

@@ -125,9 +125,9 @@ class ServerRound:
     def server_update(self, server: ServerState) -> tuple[ServerState, str | None]:
         """The next server state from the aggregates, and why the round was refused (None: it was
         not); without contributors (no client held data, or all were left out) the global model
-        is kept."""
+        is kept, unless the aggregation has public ones (DP-FedAvg noises every round)."""
         aggregation = self.aggregation
-        if not aggregation.contributors:
+        if not aggregation.public_contributors:
             return server, None
         try:
             aggregates = aggregation.results()

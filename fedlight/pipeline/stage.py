@@ -50,6 +50,7 @@ class StageSetup:
     settings: RunSettings
     federation: Federation
     client_sizes: Sequence[int]  # every client's number of training examples
+    algorithm: "Algorithm"  # what each upload holds (a mechanism that noises it must know)
 
 
 @dataclass(frozen=True)

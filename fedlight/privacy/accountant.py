@@ -8,14 +8,16 @@ that reconfigures logging (Google's dp-accounting brings absl-py; the tests use 
 independent check). Two accountants:
 
 - `prv`: the privacy-loss random variable's numerical composition (Gopi, Lee & Wutschitz,
-  "Numerical Composition of Differential Privacy", NeurIPS 2021). Its ε is the upper end of an
-  interval of width 2·PRV_EPS_ERROR (0.01 each side) around the estimate, so it is a bound,
-  near-tight: at q = 0.1, z = 1, δ = 0.01 it gives 0.208 after 1 step and 0.447 after 3, where
-  the exact privacy-loss distribution gives 0.198 and 0.437 and RDP 0.649 and 0.884 (2–3× looser
-  after few steps, about 30% after 50 and 15% after 500). One evaluation takes 0.3–1 s
-  (mostly the RDP bounds Opacus sizes its grid with), so ε is cached per (q, z, steps, δ).
-  Where its grid would exceed PRV_MAX_POINTS (noise multipliers around 0.3 and below, whose ε
-  is in the tens or more), the RDP bound is used instead.
+  "Numerical Composition of Differential Privacy", NeurIPS 2021), Opacus's `PRVAccountant`. Its ε
+  is the upper end of an interval of width 2·PRV_EPS_ERROR (0.01 each side) around the estimate,
+  so it is a bound, near-tight: at q = 0.1, z = 1, δ = 0.01 it gives 0.208 after 1 step and 0.447
+  after 3, where the exact privacy-loss distribution gives 0.198 and 0.437 and RDP 0.649 and
+  0.884 (2–3× looser after few steps, about 30% after 50 and 15% after 500); at q = 0.004,
+  z = 1.1, 15,000 steps, δ = 10⁻⁵ (DP-SGD's standard setting) 2.306 against the exact 2.305 and
+  RDP's 2.50. One evaluation takes 0.3–1 s for grids up to a million points (mostly the RDP
+  bounds Opacus sizes its grid with), so ε is cached per (q, z, steps, δ). Where the grid would
+  exceed PRV_MAX_POINTS (ε in the hundreds, or hundreds of thousands of steps at z below 1), or
+  PRV finds no ε on it (z ≈ 0.05 and below), the RDP bound is used instead, and `Spent` says so.
 - `rdp`: Rényi DP (Mironov 2017; Mironov, Talwar & Zhang 2019 for the sampled Gaussian), exact
   to compute for any number of steps, in a fraction of PRV's time; the Rényi orders are the
   library's defaults extended with the integers up to 256 (small ε after few steps is tightest at
@@ -29,6 +31,7 @@ import math
 import warnings
 from collections.abc import Callable
 from functools import cache
+from typing import NamedTuple
 
 import numpy as np
 from opacus.accountants import PRVAccountant, RDPAccountant
@@ -45,18 +48,25 @@ from fedlight.errors import require
 ORDERS = (*RDPAccountant.DEFAULT_ALPHAS, *range(64, 257))
 CALIBRATION_TOLERANCE = 0.005  # calibrated ε lies within this of the target, below it
 PRV_EPS_ERROR = 0.01  # Opacus's default: the PRV estimate's error bound in ε
-PRV_MAX_POINTS = 500_000  # a larger PRV grid (seconds an evaluation) is not built
+PRV_MAX_POINTS = 3_000_000  # a larger PRV grid (over 5 s and 200 MB an evaluation) is not built
 MAX_NOISE = 1e6  # calibration gives up above this multiplier (Opacus's MAX_SIGMA)
 
 
-def rdp_epsilon(sampling_rate: float, noise_multiplier: float, steps: int, delta: float) -> float:
+class Spent(NamedTuple):
+    """ε(δ), and the accountant that computed it (`prv`, or `rdp` where PRV has no bound)."""
+
+    epsilon: float
+    accountant: str
+
+
+def rdp_epsilon(sampling_rate: float, noise_multiplier: float, steps: int, delta: float) -> Spent:
     """The RDP accountant's ε(δ) after `steps` steps."""
     orders = list(ORDERS)
     spent = rdp.compute_rdp(
         q=sampling_rate, noise_multiplier=noise_multiplier, steps=steps, orders=orders
     )
     eps, _ = rdp.get_privacy_spent(orders=orders, rdp=spent, delta=delta)
-    return float(eps)
+    return Spent(float(eps), "rdp")
 
 
 def prv_epsilon(sampling_rate: float, noise_multiplier: float, steps: int, delta: float) -> float:
@@ -87,33 +97,42 @@ def prv_epsilon(sampling_rate: float, noise_multiplier: float, steps: int, delta
 
 def bounded_prv_epsilon(
     sampling_rate: float, noise_multiplier: float, steps: int, delta: float
-) -> float:
+) -> Spent:
     """`privacy.accountant=prv`: PRV's bound, or RDP's where PRV has none."""
     bound = prv_epsilon(sampling_rate, noise_multiplier, steps, delta)
     return (
-        bound
+        Spent(bound, "prv")
         if math.isfinite(bound)
         else rdp_epsilon(sampling_rate, noise_multiplier, steps, delta)
     )
 
 
-ACCOUNTANTS: dict[str, Callable[[float, float, int, float], float]] = {
+ACCOUNTANTS: dict[str, Callable[[float, float, int, float], Spent]] = {
     "prv": bounded_prv_epsilon,
     "rdp": rdp_epsilon,
 }
 
 
 @cache
+def spent(
+    sampling_rate: float, noise_multiplier: float, steps: int, delta: float, accountant: str
+) -> Spent:
+    """ε(δ) after `steps` steps by `accountant` (∞ without noise; 0 after no step), and the
+    accountant that computed it."""
+    if steps == 0:
+        return Spent(0.0, accountant)
+    if noise_multiplier == 0:
+        return Spent(math.inf, accountant)
+    bound = ACCOUNTANTS[accountant](sampling_rate, noise_multiplier, steps, delta)
+    # The conversions (Balle et al. 2020) can go below 0 for tiny ε: (0, δ)-DP holds.
+    return bound._replace(epsilon=max(0.0, bound.epsilon))
+
+
 def epsilon(
     sampling_rate: float, noise_multiplier: float, steps: int, delta: float, accountant: str
 ) -> float:
-    """ε(δ) after `steps` steps by `accountant` (∞ without noise; 0 after no step)."""
-    if steps == 0:
-        return 0.0
-    if noise_multiplier == 0:
-        return math.inf
-    # The conversions (Balle et al. 2020) can go below 0 for tiny ε: (0, δ)-DP holds.
-    return max(0.0, ACCOUNTANTS[accountant](sampling_rate, noise_multiplier, steps, delta))
+    """ε(δ) after `steps` steps by `accountant` (`spent`'s number)."""
+    return spent(sampling_rate, noise_multiplier, steps, delta, accountant).epsilon
 
 
 def calibrate_noise(

@@ -25,7 +25,7 @@ from fedlight.errors import require
 from fedlight.pipeline.stage import Delivered, Plan, StageSetup
 from fedlight.privacy.base import as_state, clipped, scalar
 from fedlight.privacy.dp_fedavg import DPFedAvg
-from fedlight.rng import Stream
+from fedlight.rng import Stream, numpy_generator
 from fedlight.tensors import StateDict
 
 UNCLIPPED = "unclipped"  # b_i, what a client reports besides its update
@@ -102,9 +102,10 @@ class AdaptiveClip(DPFedAvg):
         state = super().finish_round(ctx, state, trained)
         expected = scalar(state, "expected")
         centered = sum(t.reports[UNCLIPPED] - 0.5 for t in trained if t.accepted)
-        noise = scalar(state, "count_noise") * float(
-            ctx.generator(Stream.PRIVACY, COUNT_NOISE_SUBSTREAM).standard_normal()
+        generator = numpy_generator(
+            self.noise_seed(ctx.seed), Stream.PRIVACY, ctx.round_index, COUNT_NOISE_SUBSTREAM
         )
+        noise = scalar(state, "count_noise") * float(generator.standard_normal())
         fraction = (centered + noise) / expected + 0.5
         ctx.metrics.report("privacy.unclipped_fraction", fraction)
         clip = scalar(state, "clip") * math.exp(-self.clip_lr * (fraction - self.target_quantile))

@@ -13,13 +13,19 @@ does nothing by default (`privacy=none`):
 
 Its state is the stage's server state (checkpointed, the same on every worker, so a resumed run
 continues bit-exactly with its accountant), and its noise comes from the derived generators of
-stream PRIVACY. ε always comes from the accountant library (`accountant.py`).
+stream PRIVACY, seeded as `privacy.noise_source` says: from the config's seed (a reproducible
+simulation: whoever knows the config can redraw the noise and remove it) or from 63 bits of the
+operating system's entropy drawn once per run (`NOISE_SOURCES`). ε always comes from the
+accountant library (`accountant.py`); summary.json's `privacy` says which accountant computed the
+final ε and where the noise came from.
 `budget_refusal` is asked before every round: a run with `privacy.target_epsilon` stops with a
 message, its checkpoint intact, instead of running a round that would exceed the budget.
 """
 
+import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import pytorch_lightning as pl
 import torch
@@ -32,8 +38,15 @@ from fedlight.data.base import TensorDataset
 from fedlight.engines.base import Engine
 from fedlight.errors import require
 from fedlight.pipeline.stage import ClientStep, UploadStage
-from fedlight.privacy.accountant import ACCOUNTANTS
+from fedlight.privacy.accountant import ACCOUNTANTS, Spent
+from fedlight.rng import Stream, derive_seed
 from fedlight.tensors import StateDict
+
+# Where the noise's generators are seeded from (`privacy.noise_source`), and what that means.
+NOISE_SOURCES = {
+    "seed": "the config's seed (a reproducible simulation: anyone with the config can redraw it)",
+    "os": "the operating system's entropy, drawn once per run (not reproducible)",
+}
 
 
 class Privacy(UploadStage):
@@ -79,6 +92,15 @@ class Privacy(UploadStage):
         """Why round `round_index` must not run (it would exceed the budget); None: it may."""
         return None
 
+    def agree_on_noise(self, broadcast: Callable[[int], int]) -> None:
+        """Takes the main worker's draws where each worker drew its own (`broadcast`: rank 0's
+        value on every worker), before any noise: every worker must add the same noise."""
+        return None
+
+    def summary(self, state: StateDict, rounds: int) -> dict[str, Any]:
+        """What summary.json records of the mechanism after `rounds` rounds (`privacy`)."""
+        return {}
+
 
 def default_delta(protected: int) -> float:
     """δ = min(10⁻⁵, 0.1/n) for a protected set of n units (clients, or examples): the chance
@@ -100,6 +122,7 @@ class GaussianMechanism(Privacy):
     target_epsilon: float | None = None  # calibrate z for the planned rounds; stop at the budget
     delta: float | None = None  # δ; null: the option's default (`default_delta`)
     accountant: str = "prv"  # prv | rdp: ε's reporting, budget and calibration
+    noise_source: str = "seed"  # seed | os: what the noise's generators are seeded from
     default_delta: ClassVar[str] = "min(1e-5, 0.1/N)"
 
     def __post_init__(self) -> None:
@@ -127,6 +150,39 @@ class GaussianMechanism(Privacy):
             f"privacy.accountant={self.accountant} is not an accountant; use "
             f"{' or '.join(ACCOUNTANTS)}",
         )
+        require(
+            self.noise_source in NOISE_SOURCES,
+            f"privacy.noise_source={self.noise_source} is not a noise source; use seed "
+            "(reproducible from the config's seed) or os (the operating system's entropy)",
+        )
+        # `os`: the run's noise seed; every worker takes the main worker's (`agree_on_noise`)
+        self.drawn = secrets.randbits(63)
+
+    def agree_on_noise(self, broadcast: Callable[[int], int]) -> None:
+        self.drawn = broadcast(self.drawn)
+
+    def noise_seed(self, seed: int) -> int:
+        """The seed the noise's generators derive from, given the config's `seed`."""
+        return {"seed": seed, "os": self.drawn}[self.noise_source]
+
+    def noise_generator(self, ctx: RoundContext, client: int = 0) -> torch.Generator:
+        """CPU torch generator of (noise seed, PRIVACY, this round, client)."""
+        seed = derive_seed(self.noise_seed(ctx.seed), Stream.PRIVACY, ctx.round_index, client)
+        return torch.Generator().manual_seed(seed)
+
+    def described_noise(self) -> str:
+        """The noise source, for `describe`."""
+        return f"noise seeded from {NOISE_SOURCES[self.noise_source]}"
+
+    def spent_after(self, state: StateDict, rounds: int) -> Spent:
+        """ε(δ) after `rounds` rounds, and the accountant that computed it."""
+        raise NotImplementedError
+
+    def summary(self, state: StateDict, rounds: int) -> dict[str, Any]:
+        return {
+            "epsilon_accountant": self.spent_after(state, rounds).accountant,
+            "noise_source": self.noise_source,
+        }
 
     def report(self, ctx: RoundContext, state: StateDict, spent: float) -> None:
         """The privacy spent after this round and the mechanism's settings, to the metrics."""

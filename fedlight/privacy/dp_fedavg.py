@@ -4,9 +4,12 @@ Models", ICLR 2018 (Algorithm 1, the fixed-denominator estimator with uniform cl
 Each participant's whole upload (every part the server aggregates: the model update, and with
 SCAFFOLD the control-variate update) is clipped to L2 norm C on the client, before compression;
 integer entries (BatchNorm's `num_batches_tracked`) cannot be clipped or noised and never leave the
-client (the server keeps its own). The server sums the decoded uploads, each projected again to
-norm ≤ C (a no-op for a lossless wire; it keeps the sensitivity at C when a compressor such as
-QSGD or int8 lengthens an update), adds N(0, (z·C)²) to every entry of the sum, and divides by
+client (the server keeps its own). A model whose uploads carry floating-point buffers (BatchNorm's
+running statistics) is refused: the noise on their deltas drives a variance negative (NaN at
+z = 1), and Opacus refuses BatchNorm under DP alike (GroupNorm in its place). The server sums the
+decoded uploads, each projected again to norm ≤ C (a no-op for a lossless wire; it keeps the
+sensitivity at C when a compressor such as QSGD or int8 lengthens an update), adds N(0, (z·C)²)
+to every entry of the sum, and divides by
 the expected number of participants E = qN (not the realized one, which would leak who took part),
 then the server optimizer steps. With Poisson sampling of clients at rate q = K/N
 (`selection=poisson`) each round is the subsampled Gaussian mechanism that the accountant
@@ -20,9 +23,13 @@ client's step count: noise of the same std whoever took part. An upload that is 
 model update (FedNova's per-step d_i) is clipped to C over the algorithm's `upload_units` at
 that step count, so that C bounds a model update with every algorithm.
 
+Every round is noised, as Algorithm 1 does: in a round whose sum holds no upload (nobody sampled,
+or every upload left out) the server update takes the noise on a zero sum over E, shaped as an
+upload of the algorithm (`idle_upload`), so the model moves by noise of the same std as in any
+round and the accountant's count of noised rounds is the run's.
+
 Not covered by the guarantee, as in the paper's simulation: the training loss and counts the
-loop reports (docs/tutorials/privacy.md: the full list), and an empty round (no
-participant: the model is kept, no noise).
+loop reports (docs/configuration.md, "What a private run releases": the full list).
 """
 
 from collections.abc import Mapping, Sequence
@@ -35,17 +42,16 @@ from fedlight.aggregation.base import (
     Aggregator,
     Contribution,
     Contributor,
-    Part,
     RoundAggregation,
 )
 from fedlight.aggregation.mean import RunningMean
 from fedlight.algorithms.base import Algorithm, ClientUpload
 from fedlight.config import RunSettings
 from fedlight.context import RoundContext
-from fedlight.engines.base import num_local_steps
+from fedlight.engines.base import LocalResult, num_local_steps
 from fedlight.errors import require
 from fedlight.pipeline.stage import Delivered, Plan, StageSetup
-from fedlight.privacy.accountant import calibrate_noise, epsilon
+from fedlight.privacy.accountant import Spent, calibrate_noise, spent
 from fedlight.privacy.base import (
     GaussianMechanism,
     as_state,
@@ -55,7 +61,6 @@ from fedlight.privacy.base import (
     scalar,
     update_norm,
 )
-from fedlight.rng import Stream
 from fedlight.tensors import StateDict
 
 PUBLIC_PARTICIPANT = -1  # the client id of the stand-ins in `public_contributors`
@@ -71,16 +76,43 @@ class OverExpected(Aggregator):
         return RunningMean(self.expected)
 
 
+def idle_upload(ctx: RoundContext, algorithm: Algorithm) -> ClientUpload:
+    """The upload of a participant that took no step from the initial server state: the entries
+    and shapes of every upload of the run (they never change), at the public stand-in's id."""
+    federation = ctx.federation
+    server = algorithm.init_server(federation.initial_weights, federation)
+    received = algorithm.download(ctx, server)
+    start = algorithm.start_weights(ctx, received, None)
+    idle = LocalResult(PUBLIC_PARTICIPANT, start, 0, 0, 0.0, 0.0)
+    return algorithm.upload(ctx, received, idle, None)[0]
+
+
+def noised_buffers(ctx: RoundContext, algorithm: Algorithm) -> list[str]:
+    """The model's floating-point buffers an upload carries (running statistics): the noise on
+    every entry of the sum would reach them."""
+    upload = idle_upload(ctx, algorithm)
+    return sorted(
+        {
+            key
+            for part in algorithm.split(ctx, upload).values()
+            for key, t in part.items()
+            if t.is_floating_point() and key not in ctx.trainable
+        }
+    )
+
+
 class PrivateAggregation(RoundAggregation):
     """Every part of each accepted upload projected (all parts together) to norm ≤ `clip`, added
     with weight 1 over `expected`; `results` adds N(0, noise_std²/expected²) to every
     floating-point entry, drawn from `generator` part by part and tensor by tensor in order, so
-    every worker draws the same noise. The server update is told only `public` (samples, steps)
-    of E stand-in participants."""
+    every worker draws the same noise, also to a sum that holds no upload (zeros shaped as
+    `algorithm`'s uploads). The server update is told only `public` (samples, steps) of E
+    stand-in participants."""
 
     def __init__(
         self,
-        parts: Mapping[str, Part],
+        ctx: RoundContext,
+        algorithm: Algorithm,
         sample_counts: Sequence[int],
         expected: float,
         clip: float,
@@ -89,7 +121,8 @@ class PrivateAggregation(RoundAggregation):
         public: tuple[int, int],
     ) -> None:
         rule = OverExpected(expected=expected)
-        super().__init__(parts, rule, rule, sample_counts)
+        super().__init__(algorithm.parts, rule, rule, sample_counts)
+        self.ctx, self.algorithm = ctx, algorithm
         self.expected, self.clip, self.noise_std = expected, clip, noise_std
         self.generator = generator
         self.public = public
@@ -110,12 +143,21 @@ class PrivateAggregation(RoundAggregation):
     def leave_out(self, contributor: Contributor) -> None:
         """Never renormalized for: the denominator is the expected count."""
 
+    def zero_sums(self) -> dict[str, StateDict]:
+        """Each part's sum over no upload: zeros shaped as an upload's floating-point entries."""
+        upload = idle_upload(self.ctx, self.algorithm)
+        zeros = {k: torch.zeros_like(t) for k, t in upload.tensors.items() if t.is_floating_point()}
+        return self.algorithm.split(self.ctx, replace(upload, tensors=zeros))
+
     def results(self) -> Mapping[str, StateDict | None]:
+        """Each part's noised sum over E, the zero sum's where no upload was added."""
         std = self.noise_std / self.expected
-        noised: dict[str, StateDict | None] = {}
-        for name, mean in super().results().items():
-            noised[name] = None if mean is None else self.with_noise(mean, std)
-        return noised
+        means = super().results()
+        zeros = self.zero_sums() if any(mean is None for mean in means.values()) else {}
+        return {
+            name: self.with_noise(zeros[name] if mean is None else mean, std)
+            for name, mean in means.items()
+        }
 
     def with_noise(self, mean: StateDict, std: float) -> StateDict:
         if std == 0:
@@ -183,7 +225,23 @@ class DPFedAvg(GaussianMechanism):
             self.accountant,
         )
 
+    def refuse_noised_buffers(self, setup: StageSetup) -> None:
+        """Refuses running statistics in the uploads: noise of std z·C/E on their deltas drives
+        a variance negative (BatchNorm's running_var, then NaN), which no clip prevents; Opacus
+        refuses BatchNorm under DP alike and swaps in GroupNorm (`ModuleValidator.fix`)."""
+        buffers = noised_buffers(setup.federation.round(0), setup.algorithm)
+        named = ", ".join(buffers[:2]) + (f" and {len(buffers) - 2} more" if buffers[2:] else "")
+        require(
+            not buffers,
+            f"privacy={self.option} adds noise to every floating-point entry of an upload, and "
+            f"the model's buffers {named} (running statistics) would be noised into invalid "
+            "values (negative variances, then NaN); use GroupNorm or LayerNorm in place of "
+            "BatchNorm (Opacus's ModuleValidator.fix(model) makes that swap), or a model without "
+            "running statistics (e.g. model=mlp or model=simple_cnn)",
+        )
+
     def initial_state(self, setup: StageSetup) -> StateDict:
+        self.refuse_noised_buffers(setup)
         settings, client_sizes = setup.settings, setup.client_sizes
         # The dataset's size is public (the data set is), a client's is not: the stand-in
         # participant holds the mean and takes its steps.
@@ -211,7 +269,7 @@ class DPFedAvg(GaussianMechanism):
             f"privacy={self.option}: user-level DP, q={scalar(state, 'sampling_rate'):.4g}, "
             f"noise multiplier {noise:.4g} ({how}), clip {scalar(state, 'clip'):.4g}, "
             f"delta={scalar(state, 'delta'):.3g}{default}, epsilon by the {self.accountant} "
-            "accountant"
+            f"accountant, {self.described_noise()}"
         )
 
     def upload_clip(self, state: StateDict, algorithm: Algorithm) -> float:
@@ -238,18 +296,19 @@ class DPFedAvg(GaussianMechanism):
     ) -> RoundAggregation:
         clip = self.upload_clip(state, algorithm)
         return PrivateAggregation(
-            algorithm.parts,
+            ctx,
+            algorithm,
             sample_counts,
             expected=scalar(state, "expected"),
             clip=clip,
             noise_std=self.update_noise_multiplier(state) * clip,
-            generator=ctx.torch_generator(Stream.PRIVACY),
+            generator=self.noise_generator(ctx),
             public=(int(state["public_samples"]), int(state["public_steps"])),
         )
 
-    def spent(self, state: StateDict, rounds: int) -> float:
+    def spent_after(self, state: StateDict, rounds: int) -> Spent:
         """ε(δ) after `rounds` rounds of the run's mechanism."""
-        return epsilon(
+        return spent(
             scalar(state, "sampling_rate"),
             scalar(state, "noise_multiplier"),
             rounds,
@@ -260,13 +319,13 @@ class DPFedAvg(GaussianMechanism):
     def finish_round(
         self, ctx: RoundContext, state: StateDict, trained: Sequence[Delivered]
     ) -> StateDict:
-        self.report(ctx, state, self.spent(state, ctx.round_index))
+        self.report(ctx, state, self.spent_after(state, ctx.round_index).epsilon)
         return state
 
     def budget_refusal(self, state: StateDict, round_index: int) -> str | None:
         if self.target_epsilon is None:
             return None
-        reached = self.spent(state, round_index)
+        reached = self.spent_after(state, round_index).epsilon
         if reached <= self.target_epsilon:
             return None
         return (

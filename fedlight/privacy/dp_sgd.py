@@ -59,7 +59,7 @@ from fedlight.hooks import (
 )
 from fedlight.layout import contiguous_state
 from fedlight.pipeline.stage import Delivered, Plan, StageSetup
-from fedlight.privacy.accountant import calibrate_noise, epsilon
+from fedlight.privacy.accountant import Spent, calibrate_noise, spent
 from fedlight.privacy.base import GaussianMechanism, as_state, default_delta, scalar
 from fedlight.rng import Stream, derive_seed
 from fedlight.tensors import StateDict
@@ -82,6 +82,7 @@ class DPSGDEngine(SequentialEngine):
         settings: RunSettings,
         noise_multiplier: float,
         clip: float,
+        noise_seed: int,
     ) -> None:
         super().__init__(module, data, settings)
         if self.clips:
@@ -98,7 +99,7 @@ class DPSGDEngine(SequentialEngine):
                 "use a model without BatchNorm or running statistics (e.g. model=mlp or "
                 "model=simple_cnn)"
             )
-        self.noise_multiplier, self.clip = noise_multiplier, clip
+        self.noise_multiplier, self.clip, self.noise_seed = noise_multiplier, clip, noise_seed
         # Opacus's hooks fire on the first layer, whose input (the data) needs no gradient:
         # expected, and said by torch once per process otherwise.
         warnings.filterwarnings("ignore", message="Full backward hook is firing")
@@ -127,9 +128,9 @@ class DPSGDEngine(SequentialEngine):
         task: LocalTask,
     ) -> DPOptimizer:
         """The module's optimizer at this round's rates, wrapped in Opacus's DP optimizer, its
-        noise drawn from stream PRIVACY of (seed, round, client)."""
+        noise drawn from stream PRIVACY of (noise seed, round, client)."""
         noise = torch.Generator(task.indices.device).manual_seed(
-            derive_seed(self.settings.seed, Stream.PRIVACY, round_index, task.client)
+            derive_seed(self.noise_seed, Stream.PRIVACY, round_index, task.client)
         )
         inner = optimization.optimizer
         for group, lr in zip(inner.param_groups, lrs, strict=True):
@@ -281,7 +282,7 @@ class DPSGD(GaussianMechanism):
             f"privacy=dp_sgd: example-level DP-SGD, noise multiplier "
             f"{scalar(state, 'noise_multiplier'):.4g} ({how}), clip {self.clip:.4g} per "
             f"example, delta={scalar(state, 'delta'):.3g}{default}, epsilon by the "
-            f"{self.accountant} accountant"
+            f"{self.accountant} accountant, {self.described_noise()}"
         )
 
     def engine(
@@ -291,18 +292,23 @@ class DPSGD(GaussianMechanism):
         settings: RunSettings,
         state: StateDict,
     ) -> Engine | None:
-        return DPSGDEngine(module, data, settings, scalar(state, "noise_multiplier"), self.clip)
+        noise = scalar(state, "noise_multiplier")
+        return DPSGDEngine(module, data, settings, noise, self.clip, self.noise_seed(settings.seed))
 
-    def largest_epsilon(self, state: StateDict, steps: torch.Tensor) -> float:
-        """The largest ε(δ) over the clients, each after its `steps`."""
+    def largest_epsilon(self, state: StateDict, steps: torch.Tensor) -> Spent:
+        """The largest ε(δ) over the clients, each after its `steps`, and its accountant."""
         noise, delta = scalar(state, "noise_multiplier"), scalar(state, "delta")
         rates = state["sampling_rates"].tolist()
-        spent = [
-            epsilon(rate, noise, count, delta, self.accountant)
+        each = [
+            spent(rate, noise, count, delta, self.accountant)
             for rate, count in zip(rates, steps.tolist(), strict=True)
             if count > 0
         ]
-        return max(spent, default=0.0)
+        return max(each, key=lambda one: one.epsilon, default=Spent(0.0, self.accountant))
+
+    def spent_after(self, state: StateDict, rounds: int) -> Spent:
+        """The largest client's ε(δ) after the steps each took (`rounds` is in them)."""
+        return self.largest_epsilon(state, state["steps"])
 
     def finish_round(
         self, ctx: RoundContext, state: StateDict, trained: Sequence[Delivered]
@@ -310,13 +316,13 @@ class DPSGD(GaussianMechanism):
         steps = state["steps"].clone()
         for participant in trained:
             steps[participant.client] += participant.num_steps
-        self.report(ctx, state, self.largest_epsilon(state, steps))
+        self.report(ctx, state, self.largest_epsilon(state, steps).epsilon)
         return state | {"steps": steps}
 
     def budget_refusal(self, state: StateDict, round_index: int) -> str | None:
         if self.target_epsilon is None:
             return None
-        worst = self.largest_epsilon(state, state["steps"] + state["steps_per_round"])
+        worst = self.largest_epsilon(state, state["steps"] + state["steps_per_round"]).epsilon
         if worst <= self.target_epsilon:
             return None
         return (
