@@ -86,6 +86,9 @@ TO_TARGET_TITLES = {
 # Decimals of a cell where one is not enough (an index in [1/N, 1]).
 DECIMALS = {"participation_jain": 3}
 ACCURACY_AT = re.compile(r"accuracy_at_(\d+)")
+LOSS_AT = re.compile(r"loss_at_(\d+)")  # the test loss at round R (metrics.csv)
+# The first round whose test accuracy reaches N percent (metrics.csv): rounds_to_70, rounds_to_72.3
+ROUNDS_TO = re.compile(r"rounds_to_(\d+(?:\.\d+)?)")
 MISSING = "—"
 DIVERGED_MARK = "†"
 DIVERGED_KEY = "diverged_at_round"
@@ -123,6 +126,8 @@ class Layout:
     rows: tuple[str, ...] | None = None
     columns: tuple[str, ...] = ()
     metrics: tuple[str, ...] = DEFAULT_METRICS
+    # metrics.csv columns drawn in curves.png, one panel each (test_loss beside the accuracy)
+    curves: tuple[str, ...] = ("test_accuracy",)
     transpose: bool = False
     labels: dict[str, str] = field(default_factory=dict)
     reference: str | None = None
@@ -138,6 +143,7 @@ class Layout:
             rows=None if rows is None else as_keys(rows),
             columns=as_keys(section.get("columns")),
             metrics=as_keys(section.get("metrics")) or DEFAULT_METRICS,
+            curves=as_keys(section.get("curves")) or ("test_accuracy",),
             transpose=bool(section.get("transpose", False)),
             labels={str(k): str(v) for k, v in (section.get("labels") or {}).items()},
             reference=section.get("reference"),
@@ -508,12 +514,19 @@ def build_sections(
 
 
 def metric_value(job: JobResult, metric: str) -> float | None:
-    """A job's number for a metric: from metrics.csv for accuracy_at_<R>, else summary.json."""
-    at_round = ACCURACY_AT.fullmatch(metric)
-    if at_round:
-        at = int(at_round.group(1))
-        matches = [r["test_accuracy"] for r in job.evaluated_rows if r["round"] == at]
-        return matches[0] if matches else None
+    """A job's number for a metric: from metrics.csv for accuracy_at_<R>, loss_at_<R> and
+    rounds_to_<N>, else summary.json."""
+    for pattern, column in ((ACCURACY_AT, "test_accuracy"), (LOSS_AT, "test_loss")):
+        at_round = pattern.fullmatch(metric)
+        if at_round:
+            at = int(at_round.group(1))
+            matches = [r[column] for r in job.evaluated_rows if r["round"] == at and column in r]
+            return matches[0] if matches else None
+    to_percent = ROUNDS_TO.fullmatch(metric)
+    if to_percent:
+        target = float(to_percent.group(1)) / 100
+        reached = (r["round"] for r in job.evaluated_rows if r["test_accuracy"] >= target)
+        return next((float(r) for r in reached), None)
     value = (job.summary or {}).get(metric)
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
@@ -554,6 +567,12 @@ def test_metric_title(metric: str, groups: list[Group]) -> str:
     at_round = ACCURACY_AT.fullmatch(metric)
     if at_round:
         return f"Accuracy at round {at_round.group(1)} (%)"
+    loss_at = LOSS_AT.fullmatch(metric)
+    if loss_at:
+        return f"Test loss at round {loss_at.group(1)}"
+    to_percent = ROUNDS_TO.fullmatch(metric)
+    if to_percent:
+        return f"Rounds to {to_percent.group(1)}%"
     if metric in TO_TARGET_TITLES:
         targets = {j.target_accuracy for g in groups for j in g.jobs}
         if len(targets) == 1 and None not in targets:
@@ -576,7 +595,10 @@ def format_cell(values: list[float], n: int, metric: str) -> str:
         return MISSING
     scale = 100.0 if is_accuracy(metric) else 1.0
     mean, std = mean_and_std([v * scale for v in values])
-    decimals = 0 if metric == "rounds_to_target" and len(values) == 1 else DECIMALS.get(metric, 1)
+    rounds = metric == "rounds_to_target" or ROUNDS_TO.fullmatch(metric)
+    decimals = 0 if rounds and len(values) == 1 else DECIMALS.get(metric, 1)
+    if LOSS_AT.fullmatch(metric):
+        decimals = 3  # a cross-entropy
     text = f"{mean:.{decimals}f}" + ("" if std is None else f" ± {std:.{decimals}f}")
     return text if len(values) == n else f"{text} ({len(values)}/{n})"
 
@@ -966,12 +988,15 @@ def write_csv(output_dir: Path, sections: list[Section]) -> None:
             writer.writerow(row)
 
 
-def accuracy_points(job: JobResult) -> dict[int, float]:
-    """A job's test accuracy (percent) by round; a diverged job's only before it diverged (its
-    NaN/Inf fields are already gone)."""
+def column_points(job: JobResult, column: str = "test_accuracy") -> dict[int, float]:
+    """A job's metrics.csv column by evaluated round (accuracies in percent); a diverged job's
+    only before it diverged (its NaN/Inf fields are already gone)."""
     last = math.inf if job.diverged_at_round is None else job.diverged_at_round
+    scale = 100.0 if column.endswith("accuracy") else 1.0
     return {
-        int(r["round"]): 100 * r["test_accuracy"] for r in job.evaluated_rows if r["round"] < last
+        int(r["round"]): scale * r[column]
+        for r in job.evaluated_rows
+        if r["round"] < last and column in r
     }
 
 
@@ -981,11 +1006,14 @@ def curve_jobs(group: Group) -> list[JobResult]:
     return group.healthy or group.jobs
 
 
-def accuracy_curve(group: Group) -> tuple[list[int], list[list[float]]]:
-    """The rounds every seed of the curve evaluated, and each seed's accuracy there (percent)."""
-    per_job = [accuracy_points(job) for job in curve_jobs(group)]
-    rounds = sorted(set.intersection(*(set(acc) for acc in per_job)))
-    return rounds, [[acc[r] for acc in per_job] for r in rounds]
+def column_curve(
+    group: Group, column: str = "test_accuracy"
+) -> tuple[list[int], list[list[float]]]:
+    """The rounds every seed of the curve evaluated, and each seed's value of `column` there
+    (accuracies in percent)."""
+    per_job = [column_points(job, column) for job in curve_jobs(group)]
+    rounds = sorted(set.intersection(*(set(points) for points in per_job)))
+    return rounds, [[points[r] for points in per_job] for r in rounds]
 
 
 def mean_virtual_times(group: Group, rounds: list[int]) -> list[float]:
@@ -998,20 +1026,30 @@ def mean_virtual_times(group: Group, rounds: list[int]) -> list[float]:
 
 
 def write_curves(output_dir: Path, title: str, sections: list[Section]) -> None:
-    """Each group's mean accuracy over its seeds, with a ± std band where it has several."""
+    """Each group's mean over its seeds, with a ± std band where it has several: one panel per
+    column the layouts' `curves` name (the test accuracy by default)."""
+    columns = list(dict.fromkeys(c for section in sections for c in section.layout.curves))
+    panels = [column_panel(column, title, sections) for column in columns]
+    curves.write_curves(output_dir / "curves.png", panels, width=7, dpi=120)
+
+
+def column_panel(column: str, title: str, sections: list[Section]) -> Panel:
+    """One column's curves, a line per group (accuracies clipped to [0, 100] in the band: a
+    diverged seed makes the std huge)."""
+    accuracy = column.endswith("accuracy")
     lines = []
     for section in sections:
         for group in section.groups:
-            rounds, values = accuracy_curve(group)
+            rounds, values = column_curve(group, column)
             xs = mean_virtual_times(group, rounds) if section.layout.x == "virtual_time" else rounds
             means = [statistics.fmean(v) for v in values]
             band = None
             if len(curve_jobs(group)) >= 2:
                 stds = [statistics.stdev(v) for v in values]
-                # Clipped to the possible accuracies: a diverged seed makes the std huge.
+                low, high = (0.0, 100.0) if accuracy else (-math.inf, math.inf)
                 band = (
-                    [max(0.0, m - s) for m, s in zip(means, stds, strict=True)],
-                    [min(100.0, m + s) for m, s in zip(means, stds, strict=True)],
+                    [max(low, m - s) for m, s in zip(means, stds, strict=True)],
+                    [min(high, m + s) for m, s in zip(means, stds, strict=True)],
                 )
             label = section.group_label(group)
             if markers(group):
@@ -1019,14 +1057,13 @@ def write_curves(output_dir: Path, title: str, sections: list[Section]) -> None:
             lines.append(Line(label, xs, means, band))
     banded = any(len(curve_jobs(g)) >= 2 for s in sections for g in s.groups)
     on_clock = any(section.layout.x == "virtual_time" for section in sections)
-    panel = Panel(
-        "test accuracy (%)",
+    return Panel(
+        f"{column.replace('_', ' ')}{' (%)' if accuracy else ''}",
         lines,
         title,
         "mean over seeds, band ± std" if banded else None,
         "virtual time (s), mean over seeds" if on_clock else "round",
     )
-    curves.write_curves(output_dir / "curves.png", [panel], width=7, dpi=120)
 
 
 def plural(count: int, word: str) -> str:
@@ -1135,16 +1172,19 @@ def check_metrics(metrics: tuple[str, ...] | None, jobs: list[JobResult]) -> Non
     names, rounds = available_metrics(jobs)
     choices = ", ".join(names)
     if rounds:
-        choices += f", accuracy_at_<R> (R = {rounds_text(rounds)})"
+        choices += (
+            f", accuracy_at_<R> and loss_at_<R> (R = {rounds_text(rounds)}), rounds_to_<percent>"
+        )
     for metric in metrics:
-        at_round = ACCURACY_AT.fullmatch(metric)
+        at_round = ACCURACY_AT.fullmatch(metric) or LOSS_AT.fullmatch(metric)
         if at_round and int(at_round.group(1)) not in rounds:
             raise ReportError(
                 f"--metrics {metric}: no job evaluated round {at_round.group(1)} (a test_accuracy "
                 "in its metrics.csv); "
                 f"the sweep's jobs have {choices}"
             )
-        if not at_round and metric not in DEFAULT_METRICS and metric not in names:
+        computed = at_round or (ROUNDS_TO.fullmatch(metric) and rounds)
+        if not computed and metric not in DEFAULT_METRICS and metric not in names:
             raise ReportError(
                 f"--metrics {metric}: no job of the sweep has this metric; "
                 f"the sweep's jobs have {choices}"

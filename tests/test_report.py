@@ -16,7 +16,7 @@ from omegaconf import OmegaConf
 from fedlight.report import (
     JobResult,
     Layout,
-    accuracy_curve,
+    column_curve,
     format_cell,
     group_jobs,
     load_jobs,
@@ -549,7 +549,8 @@ def test_an_unknown_metrics_name_is_refused_with_the_metrics_the_jobs_have(
     line = one_line_error(capsys, named)
     assert line.endswith(
         "the sweep's jobs have final_accuracy, best_accuracy, rounds_to_target, comm_mb, "
-        "client_seconds_per_round, wall_seconds, rounds, accuracy_at_<R> (R = 1, 2)"
+        "client_seconds_per_round, wall_seconds, rounds, accuracy_at_<R> and loss_at_<R> "
+        "(R = 1, 2), rounds_to_<percent>"
     )
 
 
@@ -625,9 +626,9 @@ def test_curves_skip_diverged_seeds_and_non_finite_points(
 ) -> None:
     """FedAvg's curve is its healthy seeds'; FedProx's stops before its first seed diverged."""
     fedavg, fedprox, local = group_jobs(load_jobs(diverged_sweep))
-    assert accuracy_curve(fedavg) == ([1, 2, 3], [[40, 40], [50, 50], [60, 70]])
-    assert accuracy_curve(fedprox) == ([1], [[40, 40]])
-    assert accuracy_curve(local)[1][-1] == [50, 70]
+    assert column_curve(fedavg) == ([1, 2, 3], [[40, 40], [50, 50], [60, 70]])
+    assert column_curve(fedprox) == ([1], [[40, 40]])
+    assert column_curve(local)[1][-1] == [50, 70]
     assert (diverged_sweep / "curves.png").read_bytes()[:4] == b"\x89PNG"
 
 
@@ -698,7 +699,7 @@ def test_report_of_a_sweep_evaluated_every_other_round(
     assert float(row["accuracy_at_2_mean"]) == statistics.fmean(at_2)
     assert table_row("2", "seed=2", "stopped", "1") in (sweep / "report.md").read_text()
     (group,) = group_jobs([job for job in load_jobs(sweep) if job.finished])
-    assert accuracy_curve(group)[0] == [2, 3]
+    assert column_curve(group)[0] == [2, 3]
 
     capsys.readouterr()
     assert main([str(sweep), "--metrics", "accuracy_at_1"]) == 2
@@ -732,7 +733,7 @@ def test_curves_on_the_virtual_clock_use_the_seeds_mean_time_at_each_evaluation(
     virtual time at each evaluated round."""
     sweep = clocked_sweep(tmp_path / "sweep", "report:\n  x: virtual_time\n")
     (group,) = group_jobs(load_jobs(sweep))
-    rounds, _ = accuracy_curve(group)
+    rounds, _ = column_curve(group)
     assert mean_virtual_times(group, rounds) == [1.5, 4.0]
 
 
@@ -1039,3 +1040,33 @@ def test_a_sweep_inside_a_sweep_is_its_own(tmp_path: Path) -> None:
     (tmp_path / "tested" / "multirun.yaml").write_text("hydra: {}\n")
     assert sorted(d.relative_to(tmp_path).as_posix() for d in job_dirs(tmp_path)) == ["0", "1"]
     assert [d.name for d in job_dirs(tmp_path / "tested")] == ["0"]
+
+
+def test_rounds_to_a_percentage_and_the_loss_at_a_round_come_from_metrics_csv(
+    tmp_path: Path,
+) -> None:
+    """rounds_to_<N>: the first evaluated round whose test accuracy reaches N percent (— where no
+    seed does, (k/n) where some); loss_at_<R>: the test loss at round R; the layout's `curves`
+    draw one panel per metrics.csv column."""
+    sweep = tmp_path / "sweep"
+    layout = {
+        "rows": ["algo"],
+        "metrics": ["rounds_to_50", "rounds_to_72.3", "loss_at_2"],
+        "curves": ["test_accuracy", "test_loss"],
+    }
+    for seed, accuracies in enumerate(([0.4, 0.5, 0.8], [0.3, 0.6, 0.7])):
+        write_job(
+            sweep, str(seed), ["algo=fedavg", f"seed={seed}"], layout, summary_of(0.8), accuracies
+        )
+    write_multirun(sweep, ["algo=fedavg", "seed=0,1"])
+    assert main([str(sweep)]) == 0
+    row = read_report_csv(sweep)["algo=fedavg"]
+    assert float(row["rounds_to_50_mean"]) == 2.0 and float(row["rounds_to_50_std"]) == 0.0
+    assert float(row["rounds_to_72.3_mean"]) == 3.0 and row["rounds_to_72.3_std"] == ""
+    assert float(row["loss_at_2_mean"]) == 1.0
+    report = (sweep / "report.md").read_text()
+    assert "| algo | Rounds to 50% | Rounds to 72.3% | Test loss at round 2 |" in report
+    assert "| fedavg | 2.0 ± 0.0 | 3 (1/2) | 1.000 ± 0.000 |" in report
+    assert Layout.from_config(layout).curves == ("test_accuracy", "test_loss")
+    assert Layout.from_config({}).curves == ("test_accuracy",)
+    assert (sweep / "curves.png").read_bytes()[:4] == b"\x89PNG"
