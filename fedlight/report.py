@@ -491,9 +491,10 @@ def build_sections(
     title: str,
     metrics: tuple[str, ...] | None = None,
     x: str | None = None,
+    curves: tuple[str, ...] | None = None,
 ) -> list[Section]:
     """One section per distinct layout, its rows defaulting to the keys the sweep varies;
-    `metrics` and `x` (from the command line) replace every layout's."""
+    `metrics`, `x` and `curves` (from the command line) replace every layout's."""
     layouts: list[Layout] = []
     for group in groups:
         if group.jobs[0].layout not in layouts:
@@ -507,6 +508,7 @@ def build_sections(
             rows=tuple(varying_keys(members)) if layout.rows is None else layout.rows,
             metrics=metrics or layout.metrics,
             x=x or layout.x,
+            curves=curves or layout.curves,
         )
         extra = varying_keys(members, exclude=(*resolved.rows, *resolved.columns))
         sections.append(Section(resolved, members, extra))
@@ -1130,13 +1132,16 @@ def output_dir_of(args: argparse.Namespace) -> Path:
 
 def parse_metrics(text: str | None) -> tuple[str, ...] | None:
     """`--metrics a,b` as names; None (each layout's own) when not given."""
+    return parse_names(text, "--metrics", "final_accuracy,comm_mb")
+
+
+def parse_names(text: str | None, flag: str, example: str) -> tuple[str, ...] | None:
+    """A comma-separated flag's names; None (each layout's own) when not given."""
     if not text:
         return None
     names = tuple(name.strip() for name in text.split(","))
     if not all(names):
-        raise ReportError(
-            f"--metrics {text} has an empty name; e.g. --metrics final_accuracy,comm_mb"
-        )
+        raise ReportError(f"{flag} {text} has an empty name; e.g. {flag} {example}")
     return names
 
 
@@ -1204,6 +1209,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--metrics", help="comma-separated metrics instead of the layout's")
     parser.add_argument("--title", help="table title when the sweep has no preset layout")
     parser.add_argument(
+        "--curves", help="comma-separated metrics.csv columns drawn, one panel each (test_loss)"
+    )
+    parser.add_argument(
         "--x",
         choices=("round", "virtual_time"),
         help="the curves' x axis instead of the layout's (virtual_time: runs with a system model)",
@@ -1231,7 +1239,8 @@ def report(args: argparse.Namespace) -> None:
         ]
     display_name = " + ".join(shown)
     title = args.title or "Sweep " + " + ".join(d.resolve().name for d in args.sweep_dirs)
-    sections = build_sections(group_jobs(jobs), title, metrics, args.x)
+    curves = parse_names(args.curves, "--curves", "test_accuracy,test_loss")
+    sections = build_sections(group_jobs(jobs), title, metrics, args.x, curves)
     unclocked = [
         job.directory
         for section in sections

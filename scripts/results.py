@@ -191,10 +191,13 @@ class Page:
     report` makes its report.md/report.csv/curves.png from), the documents whose markers it fills
     (relative to the repository) and its blocks. `archived` only describes: why a table has no
     records (its jobs' files were not kept); its report.md/report.csv stay as `fedlight report`
-    wrote them, no `reports` entry remakes them, and its documents' values are read from them."""
+    wrote them, no `reports` entry remakes them, and its documents' values are read from them.
+    `report_args`: per report folder, flags `fedlight report` gets besides the records (e.g.
+    `--metrics`, `--curves`: what the jobs' recorded layout did not yet name)."""
 
     directory: Path
     reports: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    report_args: dict[str, tuple[str, ...]] = field(default_factory=dict)
     documents: tuple[str, ...] = ()
     blocks: dict[str, dict[str, Any]] = field(default_factory=dict)
     archived: str = ""
@@ -204,6 +207,10 @@ class Page:
         return cls(
             directory=RESULTS / name,
             reports={out: tuple(sweeps) for out, sweeps in (entry.get("reports") or {}).items()},
+            report_args={
+                out: tuple(str(a) for a in flags)
+                for out, flags in (entry.get("report_args") or {}).items()
+            },
             documents=tuple(entry.get("documents") or ()),
             blocks=dict(entry.get("blocks") or {}),
             archived=str(entry.get("archived") or ""),
@@ -416,7 +423,9 @@ def setting_table(root: Path, page: Page, spec: dict[str, Any]) -> list[str]:
     for label, key in SETTING_ROWS:
         ours = ", ".join(config_values(root, page, key)) if page.records else "—"
         source_value = str(theirs.get(label, "not stated"))
-        rows.append([label, source_value, ours, setting_verdict(label, source_value, ours, verdicts)])
+        rows.append(
+            [label, source_value, ours, setting_verdict(label, source_value, ours, verdicts)]
+        )
     source = reference.get("source") or {}
     header = ["", str(source.get("name", "source")), "fedlight", "verdict"]
     return markdown_table(header, rows, text_columns=4)
@@ -435,7 +444,7 @@ def regenerate(root: Path, only: list[str] | None = None) -> list[Path]:
             directory = root / page.directory / out
             argv = [str(root / page.directory / sweep) for sweep in sweeps]
             with contextlib.redirect_stdout(io.StringIO()):  # it says where it wrote
-                report.main([*argv, "-o", str(directory)])
+                report.main([*argv, *page.report_args.get(out, ()), "-o", str(directory)])
             written += [directory / "report.md", directory / "report.csv"]
         for document in page.documents:
             path = root / document
