@@ -41,8 +41,11 @@ class Published:
     cells: dict[str, str]
 
     @classmethod
-    def read(cls, path: Path) -> "Published":
+    def read(cls, path: Path, section: str | None = None) -> "Published":
+        """The file's comparison, or its `section`'s (a file holding other figures too)."""
         content = yaml.safe_load(path.read_text())
+        if section is not None:
+            content = content[section]
         return cls(
             metric=content["metric"],
             within=float(content["within"]),
@@ -95,9 +98,9 @@ def comparison(group: Group, published: Published, distinct: set[str]) -> list[s
     ]
 
 
-def beside_table(published_path: Path, sweeps: list[Path]) -> list[str]:
+def beside_table(published_path: Path, sweeps: list[Path], section: str | None = None) -> list[str]:
     """The markdown table of fedlight's cells beside the published ones, one row per cell."""
-    published = Published.read(published_path)
+    published = Published.read(published_path, section)
     groups = group_jobs([job for sweep in sweeps for job in load_jobs(sweep)])
     header = [
         "/".join(published.keys),

@@ -364,7 +364,11 @@ def block_lines(root: Path, page: Page, spec: dict[str, Any], where: str) -> lis
 
     kind = spec.get("kind")
     if kind == "beside":
-        return beside_table(root / spec["reference"], record_dirs(root, page, spec.get("records")))
+        return beside_table(
+            root / spec["reference"],
+            record_dirs(root, page, spec.get("records")),
+            spec.get("section"),
+        )
     if kind == "setting":
         return setting_table(root, page, spec)
     raise ResultsError(f"{where}: kind {kind!r} is none of beside, setting")
