@@ -12,17 +12,19 @@ study. Run by fedlight's plugin (`hydra_plugins.fedlight_optuna`), the study:
   directory (numbered by the trial), where `resume=auto` continues it from its checkpoint;
 - keeps its sampler, pickled after each draw in `<sweep dir>/optuna_sampler.pkl` (as Optuna's FAQ
   advises for a reproducible resume), so that a continued study draws what the uninterrupted one
-  would have (one trial at a time; with `n_jobs` > 1 the batches after a kill may differ);
+  would have (one trial at a time; with `n_jobs` > 1 the batches after a kill may differ); the
+  file is read back by an unpickler that admits only what a sampler of the configured kind is
+  made of, so that one planted in the sweep directory runs no code;
 - gives a trial whose job diverged, or has no value for the objective, the worst value the
   objective can take (0 for an accuracy: the sampler ranks it last), or records it as failed where
   the objective has no worst (bytes, seconds), and goes on; only a job that ended in an error counts
   against `max_failure_rate`;
 - maximizes or minimizes as fedlight's `objective` says unless `direction` is given, and refuses a
-  grid sampler (a grid is Hydra's basic sweeper: `optim.lr=0.01,0.03,0.1`) and a study of another
-  search space in the same storage.
+  grid sampler (a grid is Hydra's basic sweeper: `optim.lr=0.01,0.03,0.1`), and, before it writes
+  anything, a study of another search space in the same storage or of other `fl.rounds`.
 """
 
-import os
+import io
 import pickle
 import sys
 from collections.abc import Sequence
@@ -41,9 +43,11 @@ from omegaconf import DictConfig, OmegaConf
 from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, Trial, TrialState
 
-from fedlight.errors import ConfigError
+from fedlight.errors import ConfigError, one_line, require
 from fedlight.experiment import RESUME_FREE_KEYS
+from fedlight.files import write_bytes, write_text
 from fedlight.run_files import SAMPLER_FILE, STUDY_FILE, STUDY_NAME
+from fedlight.study_report import AFRESH, study_read
 from fedlight.sweeps import OBJECTIVES, JobStatus, job_state
 from fedlight.tuned import RESULTS_FILE
 
@@ -90,37 +94,58 @@ class StudySweep:
         write_results(study, self.sweep_dir / RESULTS_FILE)
 
     def open_study(self, space: dict[str, BaseDistribution], fixed: dict[str, Any]) -> Any:
-        """The sweep directory's study, created or continued; refused where it searched
-        another space or with other fixed settings (those a resume may change aside)."""
+        """The sweep directory's study, created or continued; a continuation is refused before
+        anything is written (`check_record`). The sweep's record, multirun.yaml as Hydra's basic
+        sweeper keeps it (`fedlight resume` reads it), is written once the study is opened."""
         self.sweep_dir.mkdir(parents=True, exist_ok=True)
-        # the sweep's record, as Hydra's basic sweeper keeps it (`fedlight resume` reads it)
-        OmegaConf.save(self.config, self.sweep_dir / "multirun.yaml")
-        storage = self.impl.storage or f"sqlite:///{self.sweep_dir.resolve() / STUDY_FILE}"
-        study = optuna.create_study(
-            study_name=self.impl.study_name or STUDY_NAME,
-            storage=storage,
-            sampler=self.impl.sampler,
-            directions=self.directions,
-            load_if_exists=True,
-        )
-        searched = search_record(space, fixed)
-        recorded = study.user_attrs.get("search")
-        if recorded is None:
-            study.set_user_attr("search", searched)
-            study.set_user_attr("objective", self.objective)
-        elif recorded != searched:
-            raise ConfigError(
-                f"hydra/sweeper=optuna: {storage} holds a study of another search "
-                f"({' '.join(recorded)}); give another hydra.sweep.dir, or search as it did"
+        path = self.sweep_dir.resolve() / STUDY_FILE
+        storage = self.impl.storage or f"sqlite:///{path}"
+        with study_read(
+            self.impl.storage or str(path), f"{AFRESH}, or give another hydra.sweep.dir"
+        ):
+            study = optuna.create_study(
+                study_name=self.impl.study_name or STUDY_NAME,
+                storage=storage,
+                sampler=self.impl.sampler,
+                directions=self.directions,
+                load_if_exists=True,
             )
-        if study.trials:  # a continued study: its sampler as its latest draw left it
-            study.sampler = continued_sampler(study.sampler, self.sweep_dir / SAMPLER_FILE)
-        done = sum(t.state != TrialState.RUNNING for t in study.trials)
+            self.check_record(study, search_record(space, fixed), storage)
+            trials = study.trials
+        write_text(self.sweep_dir / "multirun.yaml", OmegaConf.to_yaml(self.config))
+        if 0 < len(trials) < self.impl.n_trials:  # continued, with draws to come: as it left them
+            study.sampler = continued_sampler(study.sampler, self.sweep_dir / SAMPLER_FILE, space)
+        done = sum(t.state != TrialState.RUNNING for t in trials)
         say(
             f"optuna study {study.study_name} in {storage}: {done} of {self.impl.n_trials} trials "
             f"done, {self.objective} {self.directions[0]}d"
         )
         return study
+
+    def check_record(self, study: Any, searched: list[str], storage: str) -> None:
+        """A new study records its search, objective and `fl.rounds`; a continued one is refused
+        where it searched another space, with other fixed settings (those a resume may change
+        aside), or ran its trials for other `fl.rounds` (a trial's value is its run's, and a
+        finished trial is not run again)."""
+        rounds = int(self.config.fl.rounds)
+        recorded = study.user_attrs
+        if "search" not in recorded:
+            study.set_user_attr("search", searched)
+            study.set_user_attr("objective", self.objective)
+            study.set_user_attr("rounds", rounds)
+            return
+        require(
+            recorded["search"] == searched,
+            f"hydra/sweeper=optuna: {storage} holds a study of another search "
+            f"({' '.join(recorded['search'])}); give another hydra.sweep.dir, or search as it did",
+        )
+        ran = recorded.get("rounds", rounds)  # a study begun before fedlight recorded them
+        require(
+            ran == rounds,
+            f"hydra/sweeper=optuna with fl.rounds={rounds}: the study's trials ran {ran} rounds "
+            f"each, and a trial's value is its run's; continue it with fl.rounds={ran}, or start "
+            "another study (another hydra.sweep.dir)",
+        )
 
     def run_interrupted(self, study: Any, fixed: dict[str, Any]) -> None:
         """Trials a killed command left running, each again in its own job directory."""
@@ -161,24 +186,67 @@ class StudySweep:
 
 
 def keep_sampler(sampler: optuna.samplers.BaseSampler, path: Path) -> None:
-    """The sampler after a draw, pickled whole (its random state with it), written atomically."""
-    partial = path.with_name(path.name + ".partial")
-    partial.write_bytes(pickle.dumps(sampler))
-    os.replace(partial, path)
+    """The sampler after a draw, pickled whole (its random state with it), written atomically and
+    never through a link (fedlight's writer: the sweep directory may be writable by others)."""
+    write_bytes(path, pickle.dumps(sampler))
+
+
+class SamplerUnpickler(pickle.Unpickler):
+    """Unpickles only the classes and functions in `allowed`: a sampler file (which anyone who
+    can write the sweep directory could replace) never runs code of its choosing."""
+
+    def __init__(self, data: bytes, allowed: set[tuple[str, str]]) -> None:
+        super().__init__(io.BytesIO(data))
+        self.allowed = allowed
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) not in self.allowed:
+            raise pickle.UnpicklingError(f"it names {module}.{name}, no part of a sampler")
+        return super().find_class(module, name)
+
+
+class NamesRecorder(pickle.Unpickler):
+    """Notes the classes and functions a pickle names (one fedlight has just made itself)."""
+
+    def __init__(self, data: bytes) -> None:
+        super().__init__(io.BytesIO(data))
+        self.named: set[tuple[str, str]] = set()
+
+    def find_class(self, module: str, name: str) -> Any:
+        self.named.add((module, name))
+        return super().find_class(module, name)
+
+
+def sampler_parts(
+    sampler: optuna.samplers.BaseSampler, space: dict[str, BaseDistribution]
+) -> set[tuple[str, str]]:
+    """What a kept sampler of the configured kind may be made of: the classes and functions a
+    pickle of the configured one names (its random states included), and the distributions of
+    the searched space (a sampler caches them as it draws)."""
+    recorder = NamesRecorder(pickle.dumps(sampler))
+    recorder.load()
+    return recorder.named | {(type(d).__module__, type(d).__qualname__) for d in space.values()}
 
 
 def continued_sampler(
-    configured: optuna.samplers.BaseSampler, path: Path
+    configured: optuna.samplers.BaseSampler, path: Path, space: dict[str, BaseDistribution]
 ) -> optuna.samplers.BaseSampler:
     """The sampler a continued study draws with: the one its latest draw left in `path` (the
-    sweep's own file), if it is of the configured kind; else the configured one, reseeded, so
-    that it does not repeat the first command's draws."""
-    kept = pickle.loads(path.read_bytes()) if path.is_file() else None
+    sweep's own file), if it is of the configured kind and made only of what such a sampler is
+    made of (`space`: the searched distributions); else the configured one, reseeded, so that it
+    does not repeat the first command's draws."""
+    kept, why = None, "none was kept"
+    if path.is_file():
+        try:
+            kept = SamplerUnpickler(path.read_bytes(), sampler_parts(configured, space)).load()
+        except Exception as error:  # noqa: BLE001 - cut short, damaged or foreign: draw afresh
+            why = f"{path} is not a sampler fedlight kept: {one_line(error, limit=120)}"
+        else:
+            why = f"it was a {type(kept).__name__}"
     if type(kept) is type(configured):
         say("optuna: the sampler continues from its state after the latest draw")
         return kept
     configured.reseed_rng()
-    why = "none was kept" if kept is None else f"it was a {type(kept).__name__}"
     say(f"optuna: the sampler draws afresh ({why}), not as an uninterrupted study would")
     return configured
 
@@ -250,7 +318,7 @@ def write_results(study: Any, path: Path) -> None:
         best = study.best_trial
         results |= {"best_params": best.params, "best_value": best.value, "best_trial": best.number}
         say(f"optuna: best {best.value:.4g} (trial {best.number}: {best.params})")
-    OmegaConf.save(OmegaConf.create(results), path)
+    write_text(path, OmegaConf.to_yaml(OmegaConf.create(results)))
 
 
 def say(line: str) -> None:

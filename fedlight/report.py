@@ -32,6 +32,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from fedlight import curves
 from fedlight.curves import Line, Panel
+from fedlight.errors import ConfigError
 from fedlight.loggers.base import MetricsRow, evaluated
 from fedlight.study_report import studies_markdown
 from fedlight.sweeps import command_flags, job_dirs, job_order, job_state
@@ -1219,7 +1220,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     try:
         report(args)
-    except ReportError as error:
+    except (ReportError, ConfigError) as error:  # ConfigError: a study's storage (study_report)
         print(f"{ERROR_PREFIX}{error}", file=sys.stderr)
         return 2
     return 0

@@ -6,25 +6,50 @@ history as a plot (the objective against the trial, with the best so far, and ag
 parameter). optuna is imported only when a report has a study to read.
 """
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from fedlight import curves
+from fedlight.errors import ConfigError, require
 from fedlight.run_files import STUDY_FILE, STUDY_NAME
+
+# What to do with a study file Optuna cannot read, in a sweep and in a report.
+AFRESH = "move it away to begin the study afresh (its trials' directories stay)"
+WITHOUT = "move it away to report the sweep without its study"
 
 
 def has_study(sweep_dir: Path) -> bool:
     return (sweep_dir / STUDY_FILE).is_file()
 
 
+@contextmanager
+def study_read(where: str, fix: str) -> Iterator[None]:
+    """Optuna reading the study at `where` (its file, or a storage URL): a storage that holds no
+    study Optuna can read (cut short, overwritten) is one line naming it and `fix`, not a
+    traceback."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    try:
+        yield
+    except SQLAlchemyError as error:
+        raise ConfigError(
+            f"{where} is not a readable Optuna study ({str(error).splitlines()[0]}); {fix}"
+        ) from None
+
+
 def load_study(sweep_dir: Path) -> Any:
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    storage = f"sqlite:///{(sweep_dir / STUDY_FILE).resolve()}"
-    names = [s.study_name for s in optuna.get_all_study_summaries(storage)]
-    name = STUDY_NAME if STUDY_NAME in names or not names else names[0]
-    return optuna.load_study(study_name=name, storage=storage)
+    path = (sweep_dir / STUDY_FILE).resolve()
+    storage = f"sqlite:///{path}"
+    with study_read(str(path), WITHOUT):
+        names = [s.study_name for s in optuna.get_all_study_summaries(storage)]
+        require(bool(names), f"{path} is not a readable Optuna study (it holds none); {WITHOUT}")
+        name = STUDY_NAME if STUDY_NAME in names else names[0]
+        return optuna.load_study(study_name=name, storage=storage)
 
 
 def importance(study: Any, completed: list[Any]) -> dict[str, float]:

@@ -3,7 +3,10 @@ sweep directory that continues after a kill without running finished trials agai
 trial given the worst value while the study goes on, and the refusals."""
 
 import os
+import pickle
+import re
 import signal
+import subprocess
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -22,10 +25,13 @@ from fedlight.optuna_sweeper import (
     trial_overrides,
 )
 from fedlight.report import main as report_main
+from fedlight.resume import resume_command
+from fedlight.run_files import SAMPLER_FILE, STUDY_FILE
 from fedlight.sweeps import JobStatus, job_state, sweep_states
 from fedlight.tuned import tuned_command
 
 from .conftest import TINY, compose_config, run_cli
+from .test_hardening import RunsCode
 from .test_sweep_resume import snapshot, started, wait_for
 
 SMALL = [o for o in TINY if not o.startswith("fl.rounds=")]
@@ -203,8 +209,110 @@ def test_a_continued_study_draws_what_the_uninterrupted_one_draws(tmp_path: Path
         if name == "lost":
             kept.unlink()
         continued = study(name)
-        continued.sampler = continued_sampler(continued.sampler, kept)
+        continued.sampler = continued_sampler(continued.sampler, kept, tpe_space())
         for _ in range(2):
             draw(continued, kept)
         same = [t.params for t in continued.trials] == [t.params for t in whole.trials]
         assert same is (name == "killed")
+
+
+def tpe_space() -> dict[str, optuna.distributions.BaseDistribution]:
+    return {"lr": optuna.distributions.LogUniformDistribution(1e-3, 1.0)}
+
+
+@pytest.mark.parametrize("planted", ["alone", "inside a sampler"])
+def test_a_sampler_file_runs_no_code(
+    tmp_path: Path, planted: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A pickle whose `__reduce__` runs a shell command, planted as the sampler file (alone, or
+    as an attribute of a real sampler): the study draws afresh and says so, the command not run."""
+    marker, kept = tmp_path / "ran", tmp_path / "optuna_sampler.pkl"
+    hostile = optuna.samplers.TPESampler(seed=0)
+    hostile._gamma = RunsCode(marker)  # type: ignore[attr-defined]
+    kept.write_bytes(pickle.dumps(RunsCode(marker) if planted == "alone" else hostile))
+    configured = optuna.samplers.TPESampler(seed=0)
+
+    assert continued_sampler(configured, kept, tpe_space()) is configured
+    assert not marker.exists()
+    assert "the sampler draws afresh (" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("cut", [0, 1, 100, -1])
+def test_a_cut_short_sampler_file_draws_afresh_and_says_so(
+    tmp_path: Path, cut: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    kept = tmp_path / "optuna_sampler.pkl"
+    whole = pickle.dumps(optuna.samplers.TPESampler(seed=0))
+    kept.write_bytes(whole[:cut])
+    configured = optuna.samplers.TPESampler(seed=0)
+    assert continued_sampler(configured, kept, tpe_space()) is configured
+    err = capsys.readouterr().err
+    assert "the sampler draws afresh (" in err and str(kept) in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_the_sampler_file_is_never_written_through_a_link(tmp_path: Path) -> None:
+    """A link planted at the name the sampler was first written under (a study's sweep directory
+    may be writable by others): its target is left as it was; one at the temporary name fedlight
+    writes is refused in one line."""
+    victim = tmp_path / "victim"
+    victim.write_text("mine")
+    kept = tmp_path / "optuna_sampler.pkl"
+    (tmp_path / "optuna_sampler.pkl.partial").symlink_to(victim)
+    keep_sampler(optuna.samplers.TPESampler(seed=0), kept)
+    assert victim.read_text() == "mine"
+    assert not kept.is_symlink() and kept.stat().st_size > 0
+
+    for name in ("optuna_sampler.tmp", "optuna_sampler.pkl.tmp"):
+        (tmp_path / name).unlink(missing_ok=True)
+        (tmp_path / name).symlink_to(victim)
+    with pytest.raises(ConfigError, match="symbolic link"):
+        keep_sampler(optuna.samplers.TPESampler(seed=1), kept)
+    assert victim.read_text() == "mine"
+
+
+def one_error_line(result: subprocess.CompletedProcess, pattern: str) -> None:
+    """A refusal: exit code 2 and the one line `fedlight: error: ...` (or the report's) last."""
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert re.match(r"fedlight( report)?: error: ", last) and re.search(pattern, last), last
+
+
+def test_a_finished_study_runs_no_planted_code_and_a_refused_one_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    """A finished study: a sampler file planted to run a command is not run by `fedlight resume`;
+    continued with another search, or with other `fl.rounds` than its trials ran, it is refused
+    in one line and its record (multirun.yaml) stays as it was; its storage cut short or
+    overwritten is one line from `fedlight resume` and `fedlight report`, not a traceback; and
+    the study's console carries none of alembic's setup lines."""
+    sweep = tmp_path / "study"
+    study = [*STUDY[:2], "hydra.sweeper.n_trials=2", *STUDY[3:], "fl.rounds=2"]
+    first = run_cli(*study, f"hydra.sweep.dir={sweep}", cwd=tmp_path)
+    assert "alembic" not in first.stdout + first.stderr
+    marker = tmp_path / "ran"
+    (sweep / SAMPLER_FILE).write_bytes(pickle.dumps(RunsCode(marker)))
+    run_cli("resume", str(sweep), cwd=tmp_path)
+    assert not marker.exists()
+    assert [t.state.name for t in trials(sweep)] == ["COMPLETE"] * 2
+
+    record = (sweep / "multirun.yaml").read_bytes()
+    searched = run_cli(
+        "resume", str(sweep), "optim.momentum=interval(0,0.9)", cwd=tmp_path, check=False
+    )
+    one_error_line(searched, "holds a study of another search")
+    assert (sweep / "multirun.yaml").read_bytes() == record
+    longer = run_cli("resume", str(sweep), "fl.rounds=3", cwd=tmp_path, check=False)
+    one_error_line(longer, r"fl\.rounds=3: .*2 rounds")
+    assert (sweep / "multirun.yaml").read_bytes() == record
+    assert "fl.rounds=2" in resume_command(sweep)
+
+    storage = sweep / STUDY_FILE
+    whole = storage.read_bytes()
+    for damaged in (whole[: len(whole) // 2], whole[:100], os.urandom(len(whole))):
+        storage.write_bytes(damaged)
+        resumed = run_cli("resume", str(sweep), cwd=tmp_path, check=False)
+        one_error_line(resumed, f"{re.escape(str(storage))} is not a readable Optuna study")
+        assert report_main([str(sweep)]) == 2
+    assert (sweep / "multirun.yaml").read_bytes() == record

@@ -9,6 +9,7 @@ Hydra's plugin scan (which runs every plugin module, in an order of the search p
 stored Hydra's.
 """
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,6 +58,9 @@ def register_config() -> None:
         from hydra_plugins.hydra_optuna_sweeper.config import OptunaSweeperConf
     except ImportError:
         return
+    # alembic (Optuna's storage) says at INFO how it sets itself up when Hydra imports optuna
+    # for the sampler: seven lines in Hydra's log format that tell a user nothing
+    logging.getLogger("alembic").setLevel(logging.WARNING)
 
     @dataclass
     class FedlightOptunaSweeperConf(OptunaSweeperConf):
