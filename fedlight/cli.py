@@ -12,18 +12,19 @@ import re
 import shlex
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, NoReturn
 
 import hydra
 import torch
+import yaml
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
-from hydra.errors import CompactHydraException
+from hydra.errors import CompactHydraException, OverrideParseException
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
@@ -74,12 +75,18 @@ from fedlight.preemption import (
     watched,
 )
 from fedlight.report import plural
-from fedlight.resume import Decision, decide
+from fedlight.resume import Decision, decide, hydra_override
 from fedlight.run_dir import CONSOLE_NAME
-from fedlight.run_files import ERROR_NAME, PREEMPTED_NAME
+from fedlight.run_files import ERROR_NAME, PREEMPTED_NAME, lock_holder
 from fedlight.stages import CONF_DIR as STAGES_CONF_DIR
 from fedlight.stages import build_stages, instantiate_group
-from fedlight.sweeps import SWEEP_JOBS_VARIABLE, expected_jobs
+from fedlight.sweeps import (
+    COMMAND_VARIABLE,
+    SWEEP_JOBS_VARIABLE,
+    command_value,
+    end_with_command,
+    expected_jobs,
+)
 from fedlight.workers import Parallelism, Terminated, WorkerError, auto_parallelism
 
 CONF_DIR = str(STAGES_CONF_DIR)
@@ -477,6 +484,7 @@ def hydra_entry(cfg: DictConfig) -> float | int | None:
     """One job (`run_hydra_job`); a job of a sweep says where the sweep stands as it starts and
     as it ends, however it ends."""
     hydra_cfg = HydraConfig.get()
+    end_with_command()
     settle_progress(cfg)
     sweep = shown_sweep(cfg, hydra_cfg)
     try:
@@ -561,15 +569,10 @@ def run_until_preempted(job: Job, output_dir: Path) -> dict[str, Any]:
             if writes_run_dir():
                 marker = {"signal": stop.signal_name, "after_round": stop.round_index}
                 write_text(output_dir / PREEMPTED_NAME, json.dumps(marker) + "\n")
-            again = (
-                f"python -m fedlight resume={output_dir} hydra.run.dir={output_dir}"
-                if job.sweep_group is None
-                else f"fedlight resume {job.sweep_group}"
-            )
             print(
                 f"fedlight: preempted ({stop.signal_name}) after round {stop.round_index}; "
                 "checkpoint written: the run continues on its own when its command runs again, "
-                f"or with: {again}",
+                f"or with: {continue_command(output_dir, job.sweep_group)}",
                 file=sys.stderr,
                 flush=True,
             )
@@ -578,6 +581,15 @@ def run_until_preempted(job: Job, output_dir: Path) -> dict[str, Any]:
             if requeued:
                 print(f"fedlight: {requeued}", file=sys.stderr, flush=True)
             sys.exit(PREEMPTED_EXIT_CODE)
+
+
+def continue_command(output_dir: Path, sweep_group: str | None) -> str:
+    """The shell command that continues a preempted run: `fedlight resume` of its sweep, or the
+    run resumed in place (its directory quoted for Hydra and the shell, whatever its name)."""
+    if sweep_group is not None:
+        return shlex.join(["fedlight", "resume", sweep_group])
+    place = [hydra_override(key, str(output_dir)) for key in ("resume", "hydra.run.dir")]
+    return shlex.join(["python", "-m", "fedlight", *place])
 
 
 def non_default_settings(
@@ -691,8 +703,9 @@ class JobFailedError(CompactHydraException):
 def job_failed(message: str, code: int, multirun: bool, output_dir: Path) -> NoReturn:
     """A run's failure ends it with `code`; a sweep's job says so on one line and the sweep goes
     on, as with a diverged job, but ends with the job's code. The line is also kept in the run
-    directory's error.txt (the job is *failed* to `fedlight.sweeps`) until the next attempt."""
-    if writes_run_dir() and output_dir.is_dir():
+    directory's error.txt (the job is *failed* to `fedlight.sweeps`) until the next attempt,
+    unless another process holds the directory (the job was refused by that live run)."""
+    if writes_run_dir() and output_dir.is_dir() and not written_by_another(output_dir):
         try:
             write_text(output_dir / ERROR_NAME, f"{message}\n")
         except (OSError, ConfigError):  # a full disk, a link: the console has the line
@@ -701,6 +714,12 @@ def job_failed(message: str, code: int, multirun: bool, output_dir: Path) -> NoR
         fail(message, code)
     print(f"fedlight: {output_dir}: error: {message}", file=sys.stderr, flush=True)
     raise JobFailedError(code)
+
+
+def written_by_another(directory: Path) -> bool:
+    """Whether another live process holds `directory`'s lock (`fedlight.run_dir`)."""
+    holder = lock_holder(directory)
+    return holder is not None and holder != str(os.getpid())
 
 
 def writes_run_dir() -> bool:
@@ -712,13 +731,13 @@ def interrupted(output_dir: Path, overrides: list[str], event: str = "interrupte
     """What to type to go on after Ctrl-C (or SIGTERM): continue from the run's own checkpoint,
     in place, or start again there, replacing the rows it logged."""
     if (output_dir / CHECKPOINT_NAME).exists():  # resume= alone reapplies the run's overrides
-        command = ["python", "-m", "fedlight", f"resume={output_dir}"]
+        command = ["python", "-m", "fedlight", hydra_override("resume", str(output_dir))]
         what = "continue from its last checkpoint"
     else:
         replaces = ["overwrite=true"] if run_dir.results_in(output_dir) else []
         command = ["python", "-m", "fedlight", *overrides, *replaces]
         what = "no checkpoint yet (see checkpoint.every); start again"
-    command.append(f"hydra.run.dir={output_dir}")
+    command.append(hydra_override("hydra.run.dir", str(output_dir)))
     return f"fedlight: {event}; {what} with: {shlex.join(command)}"
 
 
@@ -758,9 +777,9 @@ def with_saved_overrides(command: Command) -> Command:
     recorded = Path(directory) / ".hydra" / "overrides.yaml"
     if not recorded.is_file():
         return command  # the resume's own check says what the directory lacks
-    saved = [str(o) for o in OmegaConf.load(recorded) if not str(o).startswith("resume=")]
+    saved = saved_overrides(directory, recorded)
     parser = OverridesParser.create()
-    saved_values = {o.key_or_group: o for o in parser.parse_overrides(saved)}
+    saved_values = {o.key_or_group: o for o in saved}
     for override in parser.parse_overrides(command.overrides):
         key = override.key_or_group
         before = saved_values.get(key)
@@ -773,8 +792,37 @@ def with_saved_overrides(command: Command) -> Command:
                 "(or start a new run without resume=)"
             )
     given = {o.key_or_group for o in parser.parse_overrides(command.overrides)}
-    kept = [o for o in saved if parser.parse_overrides([o])[0].key_or_group not in given]
+    kept = [o.input_line for o in saved if o.key_or_group not in given]
     return replace(command, overrides=[*kept, *command.overrides])
+
+
+def saved_overrides(directory: str, recorded: Path) -> list[Override]:
+    """The overrides a run recorded in `recorded` (Hydra's list of them), `resume=` aside; a
+    file that is not such a list (cut short, not YAML, a mapping, an override Hydra cannot
+    parse) is refused in one line naming it: the run cannot be continued as it was started."""
+    fix = (
+        f"restore it from {recorded.parent / 'hydra.yaml'} (hydra.overrides.task), or start a "
+        "new run without resume="
+    )
+    try:
+        saved = yaml.safe_load(recorded.read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
+        raise ConfigError(
+            f"resume={directory}: {recorded} cannot be read ({one_line(error, limit=80)}); {fix}"
+        ) from None
+    require(
+        isinstance(saved, list) and all(isinstance(o, str) for o in saved),
+        f"resume={directory}: {recorded} is not a list of overrides; {fix}",
+    )
+    try:
+        return OverridesParser.create().parse_overrides(
+            [o for o in saved if not o.startswith("resume=")]
+        )
+    except OverrideParseException as error:
+        raise ConfigError(
+            f"resume={directory}: {recorded} holds an override Hydra cannot parse "
+            f"({one_line(error, limit=80)}); {fix}"
+        ) from None
 
 
 def check_output_dir(
@@ -802,34 +850,47 @@ def check_output_dir(
 
 
 def main() -> None:
-    """`fedlight [overrides]`: every job of the command checked, then run by Hydra."""
+    """`fedlight [overrides]`: every job of the command checked, then run by Hydra. From before
+    it locks a directory, a preemption signal only takes note (`fedlight.preemption`): the run,
+    or each job of the sweep, ends its round, writes its checkpoint and exits 75, and a sweep
+    whose jobs run in other processes (joblib's) waits for them to, instead of dying at once."""
     os.environ[STARTED_VARIABLE] = repr(STARTED)
+    os.environ[COMMAND_VARIABLE] = command_value()
     register_schema()
     command = parse_command(sys.argv[1:])
     locked = None
-    if command is not None:  # not a Hydra flag that answers on its own (--help, --cfg job)
-        try:
-            command = with_saved_overrides(command)
-            jobs, checked = checked_jobs(command)
-            if command.list_jobs:
-                sweep_dir = given_value(command.overrides, "hydra.sweep.dir")
-                print("\n".join(job_lines(jobs, sweep_dir)))
-                sys.exit(0)
-            decisions = [decision for _, _, decision in checked]
-            decided_line = decisions_line(decisions)
-            if command.multirun and decided_line:
-                print(decided_line, file=sys.stderr, flush=True)
-            os.environ.pop(SWEEP_JOBS_VARIABLE, None)  # a sweep's count, set afresh
-            if command.multirun and jobs.complete:
-                os.environ[SWEEP_JOBS_VARIABLE] = str(len(jobs.jobs))
-            writing = [job_settings for _, job_settings, d in checked if not d.skips]
-            if writing:  # a finished run that resume=auto leaves alone is not prepared
-                locked = check_output_dir(
-                    command.overrides, command.multirun, writing, bool(decided_line)
-                )
-        except ConfigError as error:
-            fail(str(error), 2)
-        sys.argv = [sys.argv[0], *command.hydra_args]
+    with ExitStack() as noticing:
+        if command is not None:  # not a Hydra flag that answers on its own (--help, --cfg job)
+            try:
+                command = with_saved_overrides(command)
+                jobs, checked = checked_jobs(command)
+                if command.list_jobs:
+                    sweep_dir = given_value(command.overrides, "hydra.sweep.dir")
+                    print("\n".join(job_lines(jobs, sweep_dir)))
+                    sys.exit(0)
+                decisions = [decision for _, _, decision in checked]
+                decided_line = decisions_line(decisions)
+                os.environ.pop(SWEEP_JOBS_VARIABLE, None)  # a sweep's count, set afresh
+                if command.multirun and jobs.complete:
+                    os.environ[SWEEP_JOBS_VARIABLE] = str(len(jobs.jobs))
+                notices = {n: None for _, s, _ in checked for n in s.preemption.signals}
+                noticing.enter_context(watched(list(notices)))
+                writing = [job_settings for _, job_settings, d in checked if not d.skips]
+                if writing:  # a finished run that resume=auto leaves alone is not prepared
+                    locked = check_output_dir(
+                        command.overrides, command.multirun, writing, bool(decided_line)
+                    )
+                if command.multirun and decided_line:  # said once the sweep may go ahead
+                    print(decided_line, file=sys.stderr, flush=True)
+            except ConfigError as error:
+                fail(str(error), 2)
+            sys.argv = [sys.argv[0], *command.hydra_args]
+        run_hydra(locked)
+
+
+def run_hydra(locked: Path | None) -> None:
+    """Hydra's run of the command's jobs; `locked`: the directory the command locked (released
+    once its last job has ended)."""
     try:
         hydra_entry()
     except JobFailedError as failed:  # HYDRA_FULL_ERROR=1: Hydra raises it instead

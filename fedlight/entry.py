@@ -2,6 +2,7 @@
 importing them (`fedlight report` reads files; `--version` reads package metadata), the rest is
 `fedlight.cli` (a run or a sweep)."""
 
+import shlex
 import sys
 from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
@@ -55,7 +56,8 @@ def rerun(name: str, command_of: Callable[[Path], list[str]], usage: str, args: 
         print(f"fedlight: error: {error}", file=sys.stderr)
         return 2
     print(
-        f"fedlight: {name}: python -m fedlight {' '.join([*command, *args[1:]])}", file=sys.stderr
+        f"fedlight: {name}: {shlex.join(['python', '-m', 'fedlight', *command, *args[1:]])}",
+        file=sys.stderr,
     )
     sys.argv = [sys.argv[0], *command, *args[1:]]
     run_cli()

@@ -114,19 +114,32 @@ def watching(number: signal.Signals) -> bool:
 @contextmanager
 def watched(names: Sequence[str], insist: bool = True) -> Iterator[Watch]:
     """`names`' signals taken note of for the duration (main thread only: elsewhere nothing is
-    installed and nothing is received); the handlers before are put back after."""
+    installed and nothing is received); the handlers before are put back after. A watch inside
+    another (a run's inside its command's) begins with the signal that one took note of."""
     watch = Watch(tuple(signal_number(n) for n in names), insist)
     if threading.current_thread() is not threading.main_thread() or not watch.signals:
         yield watch
         return
-    watch.previous = {n: signal.signal(n, watch.handle) for n in watch.signals}
+    installed = {n: signal.signal(n, watch.handle) for n in watch.signals}
+    watch.previous = {n: launchers_handler(n, h) for n, h in installed.items()}
+    watch.received = next((w.received for w in reversed(watches) if w.received), None)
     watches.append(watch)
     try:
         yield watch
     finally:
         watches.remove(watch)
-        for number, handler in watch.previous.items():
+        for number, handler in installed.items():
             signal.signal(number, handler if handler is not None else signal.SIG_DFL)
+
+
+def launchers_handler(number: signal.Signals, handler: Handler) -> Handler:
+    """The handler that was there before any of this process's watches (submitit's), for
+    `Watch.chain`: where `handler` is an outer watch's (the command's, `fedlight.cli.main`), the
+    one that watch found."""
+    outer = next((w for w in watches if handler == w.handle), None)
+    if outer is None or outer.previous is None:
+        return handler
+    return outer.previous.get(number)
 
 
 @contextmanager

@@ -10,16 +10,20 @@ or submitit requeues reruns the same command and continues on its own.
 
 A directory whose run had another config is refused in one line (its results are never replaced
 unless `overwrite=true`); what counts as the same config is what `resume=<dir>` checks (the
-settings a resume may change, `RESUME_FREE_KEYS`, aside).
+settings a resume may change, `RESUME_FREE_KEYS`, aside). So is one whose checkpoint.pt cannot be
+read: starting its run again would replace the rounds it holds.
 """
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import OverrideParseException
 
 from fedlight.checkpoint import load_checkpoint
 from fedlight.errors import ConfigError
@@ -57,6 +61,13 @@ def decide(given: str | None, directory: Path, difference: Difference, rounds: i
     if given is None and not state.preempted:
         return Decision(None)
     saved = saved_config(state)
+    checkpoint = directory / CHECKPOINT_NAME
+    if saved is None and checkpoint.is_file():  # its rounds are there, but cannot be continued
+        raise ConfigError(
+            f"resume={AUTO}: {checkpoint} cannot be read (damaged, or not a fedlight "
+            "checkpoint), so its run cannot continue from it; move the file away to start the "
+            "job again, or restore it"
+        )
     if saved is None:  # nothing it could continue: what an attempt left is replaced
         leftover = bool(results_in(directory))
         return Decision(None, overwrite=leftover, said="starts" + " again" * leftover)
@@ -69,7 +80,7 @@ def decide(given: str | None, directory: Path, difference: Difference, rounds: i
         )
     if state.done and not extends(state, rounds):
         return Decision(None, summary=state.summary, said=finished_words(state))
-    if (directory / CHECKPOINT_NAME).is_file():
+    if checkpoint.is_file():
         why = "was preempted" if state.preempted else f"is {state.status}"
         return Decision(str(directory), said=f"{why}: resumes from its checkpoint")
     return Decision(None, overwrite=True, said="starts again (no checkpoint was written)")
@@ -148,4 +159,20 @@ def resume_command(directory: Path) -> list[str]:
     recorded = recorded_command(directory)
     key = "hydra.sweep.dir" if recorded.multirun else "hydra.run.dir"
     arguments = [o for o in recorded.task if o.split("=")[0].lstrip("+~") != "resume"]
-    return [*recorded.flags, *recorded.own, *arguments, f"{key}={directory}", f"resume={AUTO}"]
+    place = hydra_override(key, str(directory))
+    return [*recorded.flags, *recorded.own, *arguments, place, f"resume={AUTO}"]
+
+
+def hydra_override(key: str, value: str) -> str:
+    """`key=value` as Hydra reads `value` back, a path say: quoted where its grammar would read
+    it otherwise (a comma makes a sweep; a space, a bracket or a non-ASCII letter it cannot
+    parse), with a quote escaped and the backslashes before one or at the end doubled."""
+    plain = f"{key}={value}"
+    try:
+        parsed = OverridesParser.create().parse_overrides([plain])[0]
+        if not parsed.is_sweep_override() and parsed.value() == value:
+            return plain
+    except OverrideParseException:
+        pass
+    escaped = re.sub(r"(\\*)('|$)", lambda m: m[1] * 2 + "\\" * bool(m[2]) + m[2], value)
+    return f"{key}='{escaped}'"

@@ -41,6 +41,7 @@ from fedlight.run_files import (
     LOCK_NAME,
     PREEMPTED_NAME,
     SUMMARY_NAME,
+    lock_holder,
 )
 
 # What a run leaves that a new run into its directory would replace (metrics.csv: the csv
@@ -244,6 +245,19 @@ def forget_last_attempt(directory: Path) -> None:
         (directory / name).unlink(missing_ok=True)
 
 
+def check_not_written(folder: Path) -> None:
+    """A job folder of a sweep that no live process writes: one that holds its lock is a job of
+    an earlier command of the sweep that still runs (a killed sweep's joblib workers, until they
+    notice), which this sweep's job would be refused by, or would write beside."""
+    holder = lock_holder(folder)
+    if holder is not None:
+        raise ConfigError(
+            f"{folder} is being written by process {holder}, a job of an earlier command of this "
+            f"sweep that still runs; wait for it to end (or end it: kill {holder}), then run the "
+            "command again"
+        )
+
+
 def prepare_sweep(
     directory: Path, setting: str, jobs: list[RunSettings], decided: bool = False
 ) -> None:
@@ -251,11 +265,12 @@ def prepare_sweep(
     its job folders, and no results of an earlier sweep in them unless every job overwrites or
     each job decides what to do with its own folder (`resume=auto`, `fedlight.resume`: `decided`
     where the sweep's jobs were decided in advance, `resume=auto` where a sweeper picks them as
-    it goes)."""
+    it goes); and none that a live process writes (`check_not_written`)."""
     check_no_links(directory)
     folders = sorted(p for p in directory.iterdir() if p.is_dir() and not p.is_symlink())
     for folder in folders:
         check_no_links(folder)
+        check_not_written(folder)
     if decided or all(job.overwrite or job.resume == "auto" for job in jobs):
         return
     for folder in folders:

@@ -10,8 +10,14 @@ ended it with an error (error.txt holds the line it printed), and *not started* 
 directory yet, or one without any of these files).
 """
 
+import functools
 import json
 import os
+import signal
+import socket
+import sys
+import threading
+import time
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -28,6 +34,10 @@ from fedlight.run_files import (
 # Set by `fedlight` for the jobs of a sweep whose jobs are known before it runs (Hydra's basic
 # sweeper): how many there are, so that a job can say how many are left.
 SWEEP_JOBS_VARIABLE = "FEDLIGHT_SWEEP_JOBS"
+# Set by `fedlight` to `<host>:<pid>` of its own process: a job whose process is a child of it
+# (a joblib worker) ends when it dies (`end_with_command`).
+COMMAND_VARIABLE = "FEDLIGHT_COMMAND"
+PARENT_POLL_SECONDS = 0.5
 
 
 @dataclass(frozen=True)
@@ -121,6 +131,59 @@ def job_order(name: str) -> tuple[tuple[int, int | str], ...]:
     """Job directories (names relative to the sweep's) in number order (2 before 10), other names
     after, alphabetically."""
     return tuple((0, int(p)) if p.isdigit() else (1, p) for p in name.split("/"))
+
+
+def command_value() -> str:
+    """`<host>:<pid>` of this process, for COMMAND_VARIABLE."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+@functools.cache
+def end_with_command() -> None:
+    """Where this process runs jobs for a `fedlight` command of this host that started it
+    (joblib's worker processes; checked once per process), it ends when that command's process
+    has died (a `kill -9` of it alone): at once if it is gone already, else within a second of
+    its death. Left running, a job holds its directory and its memory while the sweep's
+    `fedlight resume` cannot continue it. Its last checkpoint stays, and its own workers die with
+    it (`fedlight.workers`), as when the sweep's process group is killed. A job on another host
+    (SLURM, Ray) is not the command's child, whatever its environment says."""
+    host, _, pid = os.environ.get(COMMAND_VARIABLE, "").rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return
+    if os.getppid() == int(pid):
+        threading.Thread(target=watch_command, args=(int(pid),), daemon=True).start()
+    elif not alive(int(pid)):
+        end_for_command(int(pid))
+
+
+def alive(pid: int) -> bool:
+    """Whether a process `pid` exists (a reused pid counts: the job then runs on, as before)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # a process of another user has it
+        pass
+    return True
+
+
+def watch_command(command: int) -> None:
+    """Polled in a daemon thread: a dead parent leaves this process to another (init)."""
+    while os.getppid() == command:
+        time.sleep(PARENT_POLL_SECONDS)
+    end_for_command(command)
+
+
+def end_for_command(command: int) -> None:
+    """SIGKILL, as `kill -9` of the sweep's process group would have: nothing half-written, the
+    lock dropped by the kernel."""
+    print(
+        f"fedlight: process {os.getpid()}: the fedlight command {command} that started it has "
+        "ended; it ends too (`fedlight resume <sweep dir>` continues its job)",
+        file=sys.stderr,
+        flush=True,
+    )
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def expected_jobs() -> int | None:

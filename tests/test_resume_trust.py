@@ -216,3 +216,26 @@ def test_intact_state_files_resume_to_the_uninterrupted_run(
     for client, (round_index, _, sha256) in recorded.items():
         path = tmp_path / "resumed" / CLIENT_STATES_DIR / client / f"{round_index}.pt"
         assert sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+# A run directory's `.hydra/overrides.yaml` (Hydra's list of the run's overrides) damaged.
+DAMAGED_OVERRIDES: dict[str, Callable[[str], str]] = {
+    "cut_short": lambda text: text.rstrip("\n")[:-4],  # its last line cut in the middle
+    "not_yaml": lambda text: text + "  : [\n",
+    "mapping": lambda text: "data: digits\nfl.rounds: 2\n",
+    "unparsable": lambda text: text + "- fl.rounds=(((\n",
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGED_OVERRIDES))
+def test_a_damaged_record_of_the_runs_overrides_is_refused_in_one_line_naming_it(
+    finished: Path, tmp_path: Path, damage: str, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    run = copy_of(finished, tmp_path)
+    recorded = run / ".hydra" / "overrides.yaml"
+    recorded.write_text(DAMAGED_OVERRIDES[damage](recorded.read_text()))
+    code, err = resume(run, tmp_path, monkeypatch, capsys)
+    assert code == 2
+    assert_one_line(
+        err, rf"^fedlight: error: resume={re.escape(str(run))}: {re.escape(str(recorded))} "
+    )

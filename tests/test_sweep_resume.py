@@ -5,7 +5,9 @@ requeue (its local executor stands in for SLURM here)."""
 
 import json
 import os
+import shlex
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -15,12 +17,19 @@ from pathlib import Path
 import pytest
 
 from fedlight import run_dir
+from fedlight.cli import JobFailedError, continue_command, given_value, interrupted, job_failed
 from fedlight.config import RunSettings
 from fedlight.errors import ConfigError
 from fedlight.preemption import PREEMPTED_EXIT_CODE
-from fedlight.resume import resume_command
-from fedlight.run_files import CHECKPOINT_NAME, PREEMPTED_NAME, SUMMARY_NAME
-from fedlight.sweeps import JobStatus, job_state, sweep_states
+from fedlight.resume import decide, resume_command
+from fedlight.run_files import (
+    CHECKPOINT_NAME,
+    ERROR_NAME,
+    PREEMPTED_NAME,
+    SUMMARY_NAME,
+    lock_holder,
+)
+from fedlight.sweeps import COMMAND_VARIABLE, JobStatus, job_state, sweep_states
 
 from .conftest import REPO, TINY, rows_without_timings, run_cli
 
@@ -285,3 +294,198 @@ def test_a_run_resumed_in_place_counts_as_unfinished_until_it_ends(tmp_path: Pat
     run_dir.prepare(run, "hydra.run.dir", RunSettings(resume=str(run)))
     assert job_state(run).status is JobStatus.STOPPED
     assert (run / CHECKPOINT_NAME).exists() and (run / "metrics.csv").exists()
+
+
+def test_a_stopped_run_whose_checkpoint_is_damaged_is_refused_not_started_again(
+    tmp_path: Path,
+) -> None:
+    """A preempted run (requeued: its command again) or a killed one (`resume=auto`) whose
+    checkpoint.pt cannot be read: refused in one line naming the file, as `resume=<dir>` refuses
+    it, not started again over its rounds."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / CHECKPOINT_NAME).write_bytes(b"\x00" * 100)
+    (run / "metrics.csv").write_text("round\n1\n2\n")
+    for given, preempted in ((None, True), ("auto", True), ("auto", False)):
+        (run / PREEMPTED_NAME).unlink(missing_ok=True)
+        if preempted:
+            (run / PREEMPTED_NAME).write_text('{"signal": "SIGTERM", "after_round": 2}\n')
+        with pytest.raises(ConfigError, match=rf"{run / CHECKPOINT_NAME} cannot be read"):
+            decide(given, run, lambda saved: None, 4)
+    assert (run / CHECKPOINT_NAME).read_bytes() == b"\x00" * 100
+
+
+AWKWARD = "my sweep, é (1)"  # a space, a comma (a sweep to Hydra), non-ASCII, brackets
+
+
+def test_commands_fedlight_prints_or_runs_name_awkward_directories_as_they_are(
+    tmp_path: Path,
+) -> None:
+    """The command `fedlight resume` runs, and those a preempted or interrupted run prints, give
+    Hydra the directory itself (quoted for Hydra, then for the shell), however it is named."""
+    sweep, run = tmp_path / AWKWARD, tmp_path / AWKWARD / "0"
+    run.mkdir(parents=True)
+    record = {"hydra": {"overrides": {"hydra": [], "task": ["data=digits"]}, "job": {}}}
+    (sweep / "multirun.yaml").write_text(json.dumps(record))
+    assert given_value(resume_command(sweep), "hydra.sweep.dir") == str(sweep)
+
+    assert shlex.split(continue_command(run, str(sweep))) == ["fedlight", "resume", str(sweep)]
+    started_again = shlex.split(interrupted(run, ["data=digits"]).partition(" with: ")[2])
+    assert given_value(started_again, "hydra.run.dir") == str(run)
+    (run / CHECKPOINT_NAME).write_bytes(b"")
+    for line in (continue_command(run, None), interrupted(run, []).partition(" with: ")[2]):
+        words = shlex.split(line)
+        assert words[:3] == ["python", "-m", "fedlight"], words
+        assert given_value(words, "resume") == given_value(words, "hydra.run.dir") == str(run)
+
+
+def test_fedlight_resume_continues_a_sweep_whose_directory_hydra_would_misread(
+    tmp_path: Path,
+) -> None:
+    sweep = tmp_path / AWKWARD
+    args = ["-m", *TINY, "fl.rounds=1", "seed=0,1"]
+    run_cli(*args, f"hydra.sweep.dir='{sweep}'", cwd=tmp_path)
+    resumed = run_cli("resume", str(sweep), cwd=tmp_path)
+    assert "2 jobs: 2 finished (not run again)" in resumed.stderr, resumed.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == [AWKWARD]
+
+
+def test_a_sweep_a_job_of_which_another_process_still_writes_is_refused_writing_nothing(
+    tmp_path: Path,
+) -> None:
+    """A job directory whose lock a live process holds (a job of a killed sweep, left running
+    by its launcher): `fedlight resume` of the sweep is refused in one line naming that process,
+    before it announces or writes anything; nothing is written into the job's directory."""
+    sweep = tmp_path / "sweep"
+    run_cli("-m", *TINY, "fl.rounds=2", "seed=0,1", f"hydra.sweep.dir={sweep}", cwd=tmp_path)
+    (sweep / "0" / SUMMARY_NAME).unlink()  # stopped after its checkpoint: a resume continues it
+    before = {p: p.read_bytes() for p in sorted(sweep.rglob("*")) if p.is_file()}
+    run_dir.acquire(sweep / "0", "hydra.run.dir")  # this process writes job 0
+    try:
+        refused = run_cli("resume", str(sweep), cwd=tmp_path, check=False)
+    finally:
+        run_dir.release(sweep / "0")
+    assert refused.returncode == 2, refused.stderr
+    last = refused.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"fedlight: error: {sweep / '0'} is being written by process ")
+    assert f"process {os.getpid()}," in last and "from their checkpoints" not in refused.stderr
+    assert {p: p.read_bytes() for p in sorted(sweep.rglob("*")) if p.is_file()} == before
+
+
+def test_a_failed_job_writes_no_error_into_a_directory_another_process_writes(
+    tmp_path: Path,
+) -> None:
+    """A job refused because another process holds its directory leaves that directory alone:
+    its error.txt would mark a live run as failed."""
+    run = tmp_path / "run"
+    run.mkdir()
+    hold = (
+        "import sys, time\nfrom pathlib import Path\nfrom fedlight import run_dir\n"
+        "run_dir.acquire(Path(sys.argv[1]), 'hydra.run.dir')\nprint('held', flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", hold, str(run)], cwd=REPO, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        with pytest.raises(JobFailedError):
+            job_failed("refused", 2, True, run)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert not (run / ERROR_NAME).exists()
+    with pytest.raises(JobFailedError):  # its own directory: the line is kept there
+        job_failed("refused", 2, True, run)
+    assert (run / ERROR_NAME).read_text() == "refused\n"
+
+
+@pytest.mark.slow
+def test_the_jobs_of_a_joblib_sweep_end_with_its_process(tmp_path: Path) -> None:
+    """SIGKILL of a joblib sweep's process alone (not its group): its jobs, in loky's worker
+    processes, end within seconds (their directories' locks free) instead of running on for
+    nobody, and `fedlight resume` continues them: the metrics of a sweep never interrupted."""
+    sweep = tmp_path / "sweep"
+    launcher = ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]
+    args = ["-m", *SWEEP[:-1], "fl.rounds=60", "seed=0,1", *launcher]  # both run a while
+    process = started([*args, f"hydra.sweep.dir={sweep}"], tmp_path)
+    try:
+        wait_for(lambda: min(logged(sweep / "0"), logged(sweep / "1")) >= 2, process, "round 2")
+        process.kill()
+        process.wait()
+        deadline = time.monotonic() + 5
+        while any(lock_holder(sweep / j) for j in "01") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert [job_state(sweep / j).status for j in "01"] == [JobStatus.STOPPED] * 2
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)  # what is left of it, if anything
+    # a new interpreter: a joblib sweep run by tests/cli_server.py's fork was seen to hang at exit
+    run_cli("resume", str(sweep), cwd=tmp_path, fresh=True)
+    reference = tmp_path / "reference"
+    run_cli(*args, f"hydra.sweep.dir={reference}", cwd=tmp_path, fresh=True)
+    same_metrics(sweep, reference)
+
+
+def test_a_job_process_whose_command_has_died_ends_before_its_job(tmp_path: Path) -> None:
+    """A worker process left by a `fedlight` command of this host that has died (killed before
+    the job started in it) ends as the job starts; one whose command ran on another host
+    (SLURM's environment is the submitter's) runs its job."""
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    check = "from fedlight.sweeps import end_with_command\nend_with_command()\nprint('ran')"
+    for host, ends in ((socket.gethostname(), True), ("elsewhere", False)):
+        env = {**os.environ, COMMAND_VARIABLE: f"{host}:{gone.pid}"}
+        job = subprocess.run(
+            [sys.executable, "-c", check], cwd=REPO, env=env, capture_output=True, text=True
+        )
+        assert (job.returncode, job.stdout) == ((-signal.SIGKILL, "") if ends else (0, "ran\n"))
+        assert (f"the fedlight command {gone.pid} that started it has ended" in job.stderr) is ends
+
+
+def test_a_preemption_signal_just_after_the_directory_is_locked_stops_the_run_cleanly(
+    tmp_path: Path,
+) -> None:
+    """SIGTERM in the moment between the command locking the run directory and the run setting
+    up its own watch (slowed here): the run is not killed half-way but ends its first round,
+    writes its checkpoint and exits 75, and the same command continues it."""
+    run, marker = tmp_path / "run", tmp_path / "locked"
+    prelude = (
+        "import pathlib, time\nimport fedlight.cli as c\nsettings = c.non_default_settings\n"
+        "def slow(*args):\n"
+        f"    pathlib.Path({str(marker)!r}).touch()\n"
+        "    time.sleep(3)\n"
+        "    return settings(*args)\n"
+        "c.non_default_settings = slow\n"
+    )
+    args = [*RUN, "fl.workers=1"]
+    process = started([*args, f"hydra.run.dir={run}"], tmp_path, prelude)
+    wait_for(marker.exists, process, "the run directory locked")
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=240)
+    assert process.returncode == PREEMPTED_EXIT_CODE, stderr
+    assert json.loads((run / PREEMPTED_NAME).read_text())["after_round"] == 1
+    again = run_cli(*args, f"hydra.run.dir={run}", cwd=tmp_path)
+    assert f"{run}: was preempted: resumes from its checkpoint" in again.stdout
+
+
+@pytest.mark.slow
+def test_sigterm_to_a_joblib_sweeps_process_group_exits_75_with_its_jobs_checkpointed(
+    tmp_path: Path,
+) -> None:
+    """A preemption of a joblib sweep (SIGTERM to its process group, as SLURM sends it): the
+    sweep's process is not killed by it but waits for its jobs and exits 75, not 143. The first
+    job to end its round writes its checkpoint and preempted.json; joblib then ends the other
+    at once (it may lose its round in progress: docs/failure-modes.md); `fedlight resume`
+    continues both."""
+    sweep = tmp_path / "sweep"
+    launcher = ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]
+    args = ["-m", *SWEEP[:-1], "fl.rounds=60", "seed=0,1", *launcher]  # both run a while
+    process = started([*args, f"hydra.sweep.dir={sweep}"], tmp_path)
+    wait_for(lambda: min(logged(sweep / "0"), logged(sweep / "1")) >= 2, process, "round 2")
+    os.killpg(process.pid, signal.SIGTERM)
+    _, stderr = process.communicate(timeout=240)
+    assert process.returncode == PREEMPTED_EXIT_CODE, stderr
+    assert any(job_state(sweep / j).preempted for j in "01")
+    assert [job_state(sweep / j).status for j in "01"] == [JobStatus.STOPPED] * 2
+    run_cli("resume", str(sweep), cwd=tmp_path, fresh=True)
+    assert all(job_state(sweep / j).done for j in "01")
