@@ -52,6 +52,7 @@ def test_every_group_has_its_documented_options() -> None:
         "shards",
         "dirichlet",
         "label_quantity",
+        "label_blocks",
         "natural",
         "from_file",
         "callable",
