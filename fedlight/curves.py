@@ -29,6 +29,7 @@ class Panel:
     title: str | None = None
     legend_title: str | None = None
     xlabel: str = "round"  # "round" draws integer ticks
+    log_y: bool = False  # a loss spanning orders of magnitude (a diverging run beside the others)
 
 
 LEGEND_INSIDE = 6  # a panel with more labelled lines has its legend below its axes
@@ -48,13 +49,22 @@ def save(fig: "Figure", path: Path, dpi: int) -> None:
         fig.savefig(file, format="png", dpi=dpi, bbox_inches="tight")  # nothing cut off
 
 
-def write_curves(path: Path, panels: list[Panel], width: float, dpi: int) -> None:
+def write_curves(
+    path: Path, panels: list[Panel], width: float, dpi: int, stacked: bool = False
+) -> None:
+    """The panels side by side, or `stacked` one above the other (several metrics of the same
+    lines: one legend, under the last)."""
     from matplotlib import colormaps
     from matplotlib.ticker import MaxNLocator
 
     below = max((labelled(panel) for panel in panels if labelled(panel) > LEGEND_INSIDE), default=0)
-    fig = figure(width, (4.5 if len(panels) == 1 else 4) + LEGEND_ROW * below)
-    axes = fig.subplots(1, len(panels), squeeze=False)[0]
+    if stacked:  # its one legend under the panels
+        below = labelled(panels[-1])
+        fig = figure(width, 3.5 * len(panels) + LEGEND_ROW * below)
+        axes = fig.subplots(len(panels), 1, squeeze=False)[:, 0]
+    else:
+        fig = figure(width, (4.5 if len(panels) == 1 else 4) + LEGEND_ROW * below)
+        axes = fig.subplots(1, len(panels), squeeze=False)[0]
     for ax, panel in zip(axes, panels, strict=True):
         if len(panel.lines) > 10:  # matplotlib's default cycle repeats after 10 colours
             ax.set_prop_cycle(color=colormaps["tab20"].colors)
@@ -72,11 +82,24 @@ def write_curves(path: Path, panels: list[Panel], width: float, dpi: int) -> Non
         if panel.title:
             ax.set_title("\n".join(textwrap.wrap(panel.title, TITLE_WIDTH)))
         ax.grid(alpha=0.3)
-        if labelled(panel):  # many lines: a list under the axes, none hidden
+        if panel.log_y:
+            ax.set_yscale("log")
+        if labelled(panel) and not stacked:  # many lines: a list under the axes, none hidden
             below_axes = {"loc": "upper center", "bbox_to_anchor": (0.5, -0.12)}
             where = below_axes if labelled(panel) > LEGEND_INSIDE else {}
             ax.legend(title=panel.legend_title, fontsize="small", **where)
-    fig.tight_layout()
+    if stacked and labelled(panels[-1]):  # one legend for all, under the figure
+        height = fig.get_figheight()
+        legend_part = (LEGEND_ROW * (below + 1)) / height
+        fig.legend(
+            *axes[-1].get_legend_handles_labels(),
+            title=panels[-1].legend_title,
+            fontsize="small",
+            loc="lower center",
+        )
+        fig.tight_layout(rect=(0, legend_part, 1, 1))
+    else:
+        fig.tight_layout()
     save(fig, path, dpi)
 
 

@@ -1033,7 +1033,9 @@ def write_curves(output_dir: Path, title: str, sections: list[Section]) -> None:
     column the layouts' `curves` name (the test accuracy by default)."""
     columns = list(dict.fromkeys(c for section in sections for c in section.layout.curves))
     panels = [column_panel(column, title, sections) for column in columns]
-    curves.write_curves(output_dir / "curves.png", panels, width=7, dpi=120)
+    for panel in panels[1:]:  # stacked under the first, which names them
+        panel.title = None
+    curves.write_curves(output_dir / "curves.png", panels, 7, 120, stacked=len(panels) > 1)
 
 
 def column_panel(column: str, title: str, sections: list[Section]) -> Panel:
@@ -1066,6 +1068,7 @@ def column_panel(column: str, title: str, sections: list[Section]) -> Panel:
         title,
         "mean over seeds, band ± std" if banded else None,
         "virtual time (s), mean over seeds" if on_clock else "round",
+        log_y=column.endswith("loss"),
     )
 
 
