@@ -123,3 +123,24 @@ def test_two_cells_of_one_published_key_are_told_apart_by_the_override_between_t
     ]
     assert rows[0][1:] == ["81.3", "81.3", "78.10 ± 2.51", "+3.2", "exceeded |"]
     assert rows[1][1:] == ["81.1", "77.7", "78.10 ± 2.51", "+3.0", "exceeded |"]
+
+
+def test_a_table_of_final_accuracy_shows_the_final_accuracy_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The SCAFFOLD tutorial's table compares final accuracy: one column of it, not two."""
+    sweep = tmp_path / "a"
+    job(sweep / "0", ["+experiment/niid_bench=fedavg", "seed=0"], {"final_accuracy": 0.609})
+    published = tmp_path / "published.yaml"
+    table = {
+        "metric": "final_accuracy",
+        "within": 2.0,
+        "keys": ["experiment/niid_bench"],
+        "cells": {"fedavg": "72.3"},
+    }
+    published.write_text(yaml.safe_dump(table, allow_unicode=True))
+    monkeypatch.setattr(sys, "argv", ["beside_published", str(published), str(sweep)])
+    beside_published.main()
+    header, _, row = capsys.readouterr().out.splitlines()
+    assert header.count("final_accuracy") == 2  # fedlight's and the published one
+    assert row.split(" | ")[1:] == ["60.9", "72.3", "-11.4", "missed |"]
