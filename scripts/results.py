@@ -141,13 +141,15 @@ def write_yaml(path: Path, content: Any) -> None:
 
 
 def export(sweep_dir: Path, dest: Path, renames: dict[str, str] | None = None) -> list[str]:
-    """The compact records of the sweep's jobs (only finished ones: a record is a result) under
-    `dest`, with the sweep's command, absolute paths rewritten (`renames`: some by name);
-    returns the jobs written."""
+    """The compact records of the sweep's jobs (only finished ones: a record is a result; a
+    folder of single runs is read the same way) under `dest`, with the sweep's command, absolute
+    paths rewritten (`renames`: some by name); returns the jobs written."""
     renames = renames or {}
     sweep_dir = sweep_dir.resolve()
     sweep = str(sweep_dir)
-    record = read_yaml(sweep_dir / "multirun.yaml")
+    # a folder of single runs (`python -m fedlight hydra.run.dir=<folder>/<name>`) has none
+    has_record = (sweep_dir / "multirun.yaml").is_file()
+    record = read_yaml(sweep_dir / "multirun.yaml") if has_record else {}
     cwd = ((record.get("hydra") or {}).get("runtime") or {}).get("cwd") or str(REPO)
     written = []
     for job_dir in job_dirs(sweep_dir):

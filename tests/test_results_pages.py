@@ -145,3 +145,14 @@ def test_no_tracked_file_names_this_machines_paths() -> None:
         text = path.read_bytes().decode("utf-8", errors="ignore")
         found += [f"{name}: {p}" for p in machine_paths() if p in text]
     assert not found, "absolute paths of this machine in tracked files:\n" + "\n".join(found)
+
+
+def test_a_folder_of_single_runs_is_exported_like_a_sweep(tmp_path: Path) -> None:
+    """The headline command is one run, not a sweep: its folder has no multirun.yaml."""
+    sweep = make_sweep(tmp_path)
+    (sweep / "multirun.yaml").unlink()
+    dest = tmp_path / "records"
+    assert export(sweep, dest) == ["0"]
+    assert not (dest / "multirun.yaml").exists()
+    assert (dest / "0/summary.json").is_file() and (dest / "0/.hydra/config.yaml").is_file()
+    assert str(tmp_path) not in "".join(p.read_text() for p in dest.rglob("*") if p.is_file())
