@@ -5,9 +5,11 @@ the indented comment lines below it, an option's is the comment block above its 
 key of an option and every run setting must have one (its meaning): a key without it is refused,
 naming its file. One page per config group (every option: its `_target_`, every key with its
 default, type and meaning), one for the run settings of conf/config.yaml (typed by
-fedlight.config's dataclasses) and one for the experiment presets. The pages are committed;
-tests/test_config_reference.py fails while they differ from what this writes. Run from the
-repository root after changing conf/:
+fedlight.config's dataclasses) and one for the experiment presets. An option's summary, the first
+sentence of its header comment, is its row in the short table of its group that this writes into
+docs/configuration.md, between the markers `<!-- config-group <group> -->` and
+`<!-- /config-group -->`. The pages and those tables are committed; tests/test_config_reference.py
+fails while they differ from what this writes. Run from the repository root after changing conf/:
 
     python -m scripts.config_reference
 """
@@ -28,6 +30,14 @@ ROOT = Path(__file__).resolve().parent.parent
 CONF = ROOT / "fedlight" / "conf"
 OUT = ROOT / "docs" / "reference" / "config"
 COMMAND = "python -m scripts.config_reference"
+CONFIGURATION = ROOT / "docs" / "configuration.md"
+# A generated short table in docs/configuration.md: the group's name, then what was generated.
+GROUP_BLOCK = re.compile(
+    r"<!-- config-group (?P<group>[\w/]+)(?P<note>[^>]*)-->\n.*?<!-- /config-group -->", re.DOTALL
+)
+GROUP_BLOCK_NOTE = f": generated from fedlight/conf by `{COMMAND}`, do not edit "
+# A sentence ends at a full stop followed by a capital letter, a quote or a backtick.
+SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"`(])")
 GENERATED = (
     f"<!-- Generated from fedlight/conf by scripts/config_reference.py: do not edit; run "
     f"`{COMMAND}` -->"
@@ -497,8 +507,75 @@ def pages() -> dict[str, str]:
     return {name: text.rstrip("\n") + "\n" for name, text in written.items()}
 
 
-def write(out: Path) -> None:
-    """Write every page into `out`, removing pages of groups that no longer exist."""
+def option_summary(yaml_file: YamlFile) -> str:
+    """An option's one line: the first sentence of its header comment's first paragraph. An
+    option without a header comment is refused, naming its file."""
+    first: list[str] = []
+    for line in yaml_file.header:
+        if not line.strip() or line.startswith("  "):
+            break
+        first.append(line.strip())
+    if not first:
+        raise SystemExit(
+            f"{display_path(yaml_file.path)} has no header comment: start it with one sentence "
+            f"saying what the option is (its row in docs/configuration.md), then run `{COMMAND}`"
+        )
+    return SENTENCE_END.split(" ".join(first), maxsplit=1)[0]
+
+
+def group_table(group: str, description: str, default: str | None) -> list[str]:
+    """A group's short table for docs/configuration.md: what it chooses, then each option (the
+    default marked) with its one line, each linking to its section of the reference."""
+    page = f"reference/config/{page_name(group)}"
+    paths = sorted((CONF / group).glob("*.yaml"))
+    usage = f"`{group}=<option>`"
+    if (default or "").startswith("["):
+        usage = f"`{group}=[<option>,...]`"
+    intro = escape(description[0].upper() + description[1:], in_table=False)
+    lines = [f"{intro}. Choose with {usage}; every key of each option: [{group}]({page}).", ""]
+    lines += ["| option | in one line |", "| --- | --- |"]
+    for path in paths:
+        marked = " (default)" if path.stem == default else ""
+        summary = escape(option_summary(read_yaml(path)))
+        lines.append(f"| [`{path.stem}`]({page}#{path.stem}){marked} | {summary} |")
+    return lines
+
+
+def configuration_page(text: str) -> str:
+    """docs/configuration.md with each `<!-- config-group <group> -->` block filled with that
+    group's short table; a group without a block (or a block of no group) is refused."""
+    config = read_yaml(CONF / "config.yaml")
+    known = groups()
+    chosen = chosen_defaults(config)
+    found = [match.group("group") for match in GROUP_BLOCK.finditer(text)]
+    if unknown := [group for group in found if group not in known]:
+        raise SystemExit(f"{display_path(CONFIGURATION)}: config-group {unknown[0]} is no group")
+    if missing := [group for group in known if group not in found]:
+        raise SystemExit(
+            f"{display_path(CONFIGURATION)} has no short table of config group {missing[0]}: add "
+            f"`<!-- config-group {missing[0]} -->` and `<!-- /config-group -->` lines where it "
+            f"goes, then run `{COMMAND}`"
+        )
+
+    def filled(match: re.Match[str]) -> str:
+        group = match.group("group")
+        table = group_table(group, known[group], chosen.get(group))
+        return "\n".join(
+            [
+                f"<!-- config-group {group}{GROUP_BLOCK_NOTE}-->",
+                "",
+                *table,
+                "",
+                "<!-- /config-group -->",
+            ]
+        )
+
+    return GROUP_BLOCK.sub(filled, text)
+
+
+def write(out: Path, configuration: Path | None = CONFIGURATION) -> None:
+    """Write every page into `out`, removing pages of groups that no longer exist, and the short
+    tables into `configuration` (None: not)."""
     out.mkdir(parents=True, exist_ok=True)
     written = pages()
     for stale in out.glob("*.md"):
@@ -506,6 +583,9 @@ def write(out: Path) -> None:
             stale.unlink()
     for name, text in written.items():
         (out / name).write_text(text, encoding="utf-8")
+    if configuration is not None:
+        text = configuration.read_text(encoding="utf-8")
+        configuration.write_text(configuration_page(text), encoding="utf-8")
 
 
 def main() -> None:

@@ -6,11 +6,20 @@ from pathlib import Path
 import pytest
 
 from scripts import config_reference
-from scripts.config_reference import COMMAND, OUT, key_table, read_yaml, write
+from scripts.config_reference import (
+    COMMAND,
+    CONFIGURATION,
+    OUT,
+    configuration_page,
+    key_table,
+    option_summary,
+    read_yaml,
+    write,
+)
 
 
 def test_committed_pages_are_what_the_script_writes(tmp_path: Path) -> None:
-    write(tmp_path)
+    write(tmp_path, configuration=None)
     written = {path.name: path.read_text(encoding="utf-8") for path in tmp_path.glob("*.md")}
     committed = {path.name: path.read_text(encoding="utf-8") for path in OUT.glob("*.md")}
     stale = sorted(
@@ -22,6 +31,37 @@ def test_committed_pages_are_what_the_script_writes(tmp_path: Path) -> None:
         f"docs/reference/config/ differs from fedlight/conf in {', '.join(stale)}; run `{COMMAND}` "
         "from the repository root and commit the pages"
     )
+
+
+def test_the_configuration_page_s_short_tables_are_what_the_script_writes() -> None:
+    committed = CONFIGURATION.read_text(encoding="utf-8")
+    assert configuration_page(committed) == committed, (
+        f"docs/configuration.md's short tables differ from fedlight/conf; run `{COMMAND}` from the "
+        "repository root and commit docs/configuration.md"
+    )
+    assert "| [`fedavg`](reference/config/algo.md#fedavg) (default) | FedAvg (McMahan" in committed
+
+
+def test_an_option_s_one_line_is_its_header_s_first_sentence(tmp_path: Path) -> None:
+    path = tmp_path / "option.yaml"
+    path.write_text(
+        "# @package _global_\n"
+        "# Krum (Blanchard et al., NeurIPS 2017): the update closest\n"
+        "# to its others. Needs n ≥ 2f + 3.\n"
+        "f: 1  # attackers\n",
+        encoding="utf-8",
+    )
+    assert option_summary(read_yaml(path)) == (
+        "Krum (Blanchard et al., NeurIPS 2017): the update closest to its others."
+    )
+    path.write_text("# A launcher, e.g.\n#   python -m fedlight -m\nkey: 1  # a key\n", "utf-8")
+    assert option_summary(read_yaml(path)) == "A launcher, e.g."
+    path.write_text("_target_: mypkg.Thing\n", encoding="utf-8")
+    with pytest.raises(SystemExit, match="has no header comment: start it with one sentence"):
+        option_summary(read_yaml(path))
+    text = "# Configuration\n\n<!-- config-group algo -->\n<!-- /config-group -->\n"
+    with pytest.raises(SystemExit, match="has no short table of config group "):
+        configuration_page(text)
 
 
 def test_every_option_and_key_is_on_its_page() -> None:
