@@ -424,12 +424,16 @@ def experiment_page() -> str:
             continue
         lines += [f"## experiment/{sub.name}", "", f"The cells of [{sub.name}](#{sub.name}),"]
         lines += [f"chosen with `{group}=<cell>`.", "", "| cell | what it does |", "| --- | --- |"]
+        more = []  # what a cell's header says after its first sentence, under the table
         for path in options:
             yaml_file = read_yaml(path)
-            header = escape(" ".join(line.strip() for line in yaml_file.header))
-            said = " ".join([header, *summary(yaml_file, with_sets=True)]).strip()
+            first, *rest = SENTENCE_END.split(
+                " ".join(line.strip() for line in yaml_file.header), 1
+            )
+            said = " ".join([escape(first), *summary(yaml_file, with_sets=True)]).strip()
             lines.append(f"| `{path.stem}` | {said or 'Nothing beyond the preset.'} |")
-        lines.append("")
+            more += [f"- `{path.stem}`: {escape(rest[0], in_table=False)}"] if rest else []
+        lines += ["", *([*more, ""] if more else [])]
     return "\n".join(lines)
 
 
