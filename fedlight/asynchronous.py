@@ -42,7 +42,8 @@ from fedlight.aggregation.base import all_finite
 from fedlight.algorithms.asynchronous import Arrival, AsynchronousFedAvg
 from fedlight.algorithms.base import ClientUpload
 from fedlight.context import RoundContext
-from fedlight.driver import Driver, RoundStats
+from fedlight.driver import Driver
+from fedlight.history import RoundStats
 from fedlight.hooks import round_means
 from fedlight.pipeline.server import Arrived, ServerRound
 from fedlight.rng import Stream, numpy_generator

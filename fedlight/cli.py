@@ -13,17 +13,19 @@ import shlex
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NoReturn
 
 import hydra
 import torch
 import yaml
+from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
+from hydra.core.plugins import Plugins
 from hydra.errors import CompactHydraException, OverrideParseException
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -43,7 +45,7 @@ from fedlight.config import (
 )
 from fedlight.data.base import DataError, DataSource
 from fedlight.data.source import check_data_target
-from fedlight.errors import ConfigError, error_chain, one_line, require
+from fedlight.errors import ConfigError, error_chain, fail, one_line, require
 from fedlight.experiment import (
     RESUME_FREE_KEYS,
     DivergenceError,
@@ -91,6 +93,47 @@ from fedlight.workers import Parallelism, Terminated, WorkerError, auto_parallel
 
 CONF_DIR = str(STAGES_CONF_DIR)
 LIST_GROUPS = ("upload", "download")  # groups whose options form a chain, in list order
+
+
+def register_configs() -> None:
+    """fedlight's schema, and its Hydra plugins' configs over Hydra's (after Hydra's plugin
+    scan, which runs once per process and stores theirs)."""
+    register_schema()
+    Plugins.instance()
+    register_optuna_config()
+
+
+def register_optuna_config() -> None:
+    """`hydra/sweeper=optuna` as fedlight's sweeper (`hydra_plugins.fedlight_optuna`) with
+    fedlight's defaults, over Hydra's; nothing without the `optuna` extra (fedlight's checks then
+    name the extra to install)."""
+    try:
+        from hydra_plugins.hydra_optuna_sweeper.config import OptunaSweeperConf
+    except ImportError:
+        return
+    # alembic (Optuna's storage) says at INFO how it sets itself up when Hydra imports optuna
+    # for the sampler: seven lines in Hydra's log format that tell a user nothing
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+
+    @dataclass
+    class FedlightOptunaSweeperConf(OptunaSweeperConf):
+        """Hydra's settings with fedlight's defaults: see fedlight/optuna_sweeper.py."""
+
+        _target_: str = "hydra_plugins.fedlight_optuna.FedlightOptunaSweeper"
+        # TPE's (or another sampler's) draws; a continued study continues its pickled sampler
+        sampler: Any = field(default_factory=lambda: {"seed": 0})
+        direction: Any = None  # maximize | minimize; None: the objective's
+        storage: Any = None  # an Optuna storage URL; None: sqlite:///<sweep dir>/optuna.db
+        study_name: str | None = "fedlight"
+        n_trials: int = 20  # the study's trials in all: a continued study runs those it lacks
+        n_jobs: int = 1  # trials asked at once (run in parallel by hydra/launcher=joblib)
+
+    ConfigStore.instance().store(
+        group="hydra/sweeper",
+        name="optuna",
+        node=FedlightOptunaSweeperConf,
+        provider="fedlight",
+    )
 
 
 def build_job(
@@ -680,11 +723,6 @@ def writing(output_dir: Path, setting: str, settings: RunSettings) -> Iterator[N
         yield
 
 
-def fail(message: str, code: int) -> NoReturn:
-    print(f"fedlight: error: {message}", file=sys.stderr)
-    sys.exit(code)
-
-
 class JobFailedError(CompactHydraException):
     """A job of a sweep failed (it said why on its own line): Hydra runs the sweep's other jobs,
     then raises the first such error, prints it and exits; `main` exits with the job's code."""
@@ -856,7 +894,7 @@ def main() -> None:
     whose jobs run in other processes (joblib's) waits for them to, instead of dying at once."""
     os.environ[STARTED_VARIABLE] = repr(STARTED)
     os.environ[COMMAND_VARIABLE] = command_value()
-    register_schema()
+    register_configs()
     command = parse_command(sys.argv[1:])
     locked = None
     with ExitStack() as noticing:

@@ -12,14 +12,12 @@ from typing import Any
 
 import torch
 from hydra.core.config_store import ConfigStore
-from hydra.core.plugins import Plugins
 
 from fedlight.allocator import MAX_THRESHOLD_MB
 from fedlight.errors import ConfigError, require
 from fedlight.layout import MEMORY_FORMATS
 from fedlight.preemption import signal_number
 from fedlight.sweeps import OBJECTIVES
-from hydra_plugins.fedlight_optuna import register_config as register_optuna_config
 from hydra_plugins.fedlight_stage_kinds import ENTRY_POINTS as STAGE_KINDS_ENTRY_POINTS
 from hydra_plugins.fedlight_stage_kinds import plugged_kinds
 
@@ -530,11 +528,9 @@ def is_config_key(name: str) -> bool:
 
 
 def register_schema() -> None:
-    """fedlight's schema, and its Hydra plugins' configs over Hydra's (after Hydra's plugin
-    scan, which runs once per process and stores theirs)."""
+    """fedlight's schema in Hydra's config store (the entry point adds its plugins' configs:
+    `fedlight.cli.register_configs`)."""
     ConfigStore.instance().store(name="fedlight_schema", node=config_schema())
-    Plugins.instance()
-    register_optuna_config()
 
 
 register_stage_kinds()

@@ -15,7 +15,7 @@ import sys
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ from fedlight.evaluation import ACCURACY, LOSS, VAL_ACCURACY, VAL_LOSS
 from fedlight.history import (
     STATE_FORMAT,
     History,
+    RoundStats,
     history_state,
     passed_multiple,
     restored_history,
@@ -45,10 +46,10 @@ from fedlight.hooks import Optimization, optimization_of
 from fedlight.loggers.base import MetricsRow, RoundLogger, RoundProgress, SilentProgress
 from fedlight.pipeline.client import ClientPipeline
 from fedlight.pipeline.stage import StageSetup, StageStates, UploadStage
+from fedlight.pool import ClientPool
 from fedlight.preemption import Preempted, requested
 from fedlight.rng import Stream
 from fedlight.run_evaluation import Evaluated, RunEvaluation
-from fedlight.selection.base import ClientPool
 from fedlight.stages import Stages
 from fedlight.tensors import StateDict, detached_copy, on_device
 from fedlight.workers import OneWorker, Workers
@@ -62,24 +63,6 @@ class Clients:
     train: Sequence[Tensor]  # each client's training examples (indices into the pool)
     test: Sequence[Tensor] | None = None  # each client's local test set; None without them
     validation: Sequence[Tensor] | None = None  # each client's local validation part, or None
-
-
-@dataclass
-class RoundStats:
-    # nan when no participant held data, every update was rejected, or secure aggregation could
-    # not unmask the round (it reveals nothing of the participants)
-    train_loss: float
-    num_samples: int  # trained on by the participants whose updates were accepted (and revealed)
-    lr: float
-    bytes_up: int
-    bytes_down: int
-    client_seconds: float  # summed local-training time of the round's participants
-    metrics: dict[str, float] = field(default_factory=dict)  # the stages' reported numbers
-    every_update_rejected: bool = False  # clients trained, and none sent finite numbers
-    virtual_seconds: float = 0.0  # how long the round lasted on the system's clock
-    # what the client module logged in training (`self.log`), its mean over the round's local
-    # steps (weighted by examples, see fedlight.hooks.TrainingLogs)
-    logged: dict[str, float] = field(default_factory=dict)
 
 
 def not_finite(stats: RoundStats, weights: StateDict) -> str | None:

@@ -5,6 +5,8 @@ any error, Hydra's multi-line ones included, into one line (`one_line`).
 """
 
 import re
+import sys
+from typing import NoReturn
 
 
 class ConfigError(ValueError):
@@ -40,3 +42,9 @@ def one_line(error: BaseException, separator: str = "; ", limit: int | None = No
     ]
     flat = (f"{key.group(1)}: " if key else "") + separator.join(lines)
     return flat if limit is None or len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+def fail(message: str, code: int) -> NoReturn:
+    """End the command with `message` on one line of stderr and exit status `code`."""
+    print(f"fedlight: error: {message}", file=sys.stderr)
+    sys.exit(code)

@@ -5,15 +5,32 @@ run needs to reproduce the rows and totals of the uninterrupted run.
 import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fedlight.config import EvalSettings
 from fedlight.loggers.base import SPLIT_ACCURACY, MetricsRow, is_evaluated
 
-if TYPE_CHECKING:
-    from fedlight.driver import RoundStats
-
 STATE_FORMAT = 3  # 3: a row per round (2: rows of evaluated rounds only, no test_columns)
+
+
+@dataclass
+class RoundStats:
+    """What one round did, as a driver reports it to the history."""
+
+    # nan when no participant held data, every update was rejected, or secure aggregation could
+    # not unmask the round (it reveals nothing of the participants)
+    train_loss: float
+    num_samples: int  # trained on by the participants whose updates were accepted (and revealed)
+    lr: float
+    bytes_up: int
+    bytes_down: int
+    client_seconds: float  # summed local-training time of the round's participants
+    metrics: dict[str, float] = field(default_factory=dict)  # the stages' reported numbers
+    every_update_rejected: bool = False  # clients trained, and none sent finite numbers
+    virtual_seconds: float = 0.0  # how long the round lasted on the system's clock
+    # what the client module logged in training (`self.log`), its mean over the round's local
+    # steps (weighted by examples, see fedlight.hooks.TrainingLogs)
+    logged: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -40,7 +57,7 @@ class History:
     virtual_time: float = 0.0  # seconds on the system's clock (`system`), all rounds so far
     split: str = "test"  # the split that evaluates a round and decides the target (`eval.split`)
 
-    def add(self, round_index: int, stats: "RoundStats", wall_seconds: float) -> None:
+    def add(self, round_index: int, stats: RoundStats, wall_seconds: float) -> None:
         """Round `round_index` done: its totals added."""
         self.completed_rounds = round_index
         self.bytes_up += stats.bytes_up

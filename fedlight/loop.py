@@ -32,13 +32,15 @@ from torch import Tensor
 
 from fedlight.client_states import Written
 from fedlight.context import RoundContext, RoundMetrics
-from fedlight.driver import Driver, RoundStats
+from fedlight.driver import Driver
 from fedlight.engines import LocalTask
 from fedlight.engines.base import LocalResult
+from fedlight.history import RoundStats
 from fedlight.hooks import round_means
 from fedlight.pipeline.client import Received
 from fedlight.pipeline.server import Arrived, ServerRound
-from fedlight.selection.base import ClientPool, Population
+from fedlight.pool import ClientPool
+from fedlight.selection.base import Population
 from fedlight.tensors import StateDict
 
 Item = TypeVar("Item")

@@ -19,7 +19,7 @@ from fedlight.data.base import TensorDataset
 from fedlight.engines import Engine, LocalTask
 from fedlight.evaluation import ACCURACY, LOSS, VALIDATION_PREFIX, Evaluator
 from fedlight.pipeline.stage import ClientState
-from fedlight.selection.base import ModelQuality
+from fedlight.pool import ModelQuality
 from fedlight.tensors import StateDict, detached_copy
 
 

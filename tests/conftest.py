@@ -16,14 +16,13 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, open_dict
 
-from fedlight.cli import CONF_DIR, build_job, group_choices
-from fedlight.config import register_schema
+from fedlight.cli import CONF_DIR, build_job, group_choices, register_configs
 from fedlight.driver import Driver
 from fedlight.experiment import Job, run_job
 from fedlight.loggers.base import is_timing
 from fedlight.loop import FederatedLoop
 
-register_schema()
+register_configs()
 
 # Decoded-image caches (data.cache_dir's default, the user's cache) go to a folder of the test
 # run's own, here and in the processes tests start, never to the user's ~/.cache.

@@ -25,7 +25,8 @@ from fedlight.errors import ConfigError
 from fedlight.experiment import Job, run_job
 from fedlight.loop import FederatedLoop
 from fedlight.lr_schedules.constant import Constant
-from fedlight.selection.base import ClientPool, ModelQuality, Population, Selection
+from fedlight.pool import ClientPool, ModelQuality
+from fedlight.selection.base import Population, Selection
 from fedlight.selection.random import RandomSelection
 from fedlight.stages import Stages
 from fedlight.tensors import StateDict

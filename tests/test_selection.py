@@ -18,8 +18,9 @@ from fedlight.context import Federation
 from fedlight.errors import ConfigError
 from fedlight.experiment import Job, run_job
 from fedlight.outputs import jain_index
+from fedlight.pool import ClientPool, ModelQuality
 from fedlight.rng import Stream
-from fedlight.selection.base import ClientPool, ModelQuality, Population
+from fedlight.selection.base import Population
 from fedlight.selection.poisson import Poisson
 from fedlight.selection.power_of_choice import PowerOfChoice
 from fedlight.selection.round_robin import RoundRobin

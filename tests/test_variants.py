@@ -16,7 +16,8 @@ from fedlight.algorithms.scaffold import CONTROL, DELTA_C, DELTA_Y, Scaffold
 from fedlight.context import Federation
 from fedlight.errors import ConfigError
 from fedlight.experiment import Job, run_job
-from fedlight.selection.base import ClientPool, ModelQuality, Population
+from fedlight.pool import ClientPool, ModelQuality
+from fedlight.selection.base import Population
 from fedlight.selection.proportional import Proportional
 from fedlight.server_opt.adam import Adam
 

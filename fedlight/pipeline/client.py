@@ -21,7 +21,7 @@ from fedlight.engines import Engine, LocalTask
 from fedlight.engines.base import LocalResult
 from fedlight.errors import ConfigError
 from fedlight.pipeline.stage import ClientState, ClientStep, UploadStage
-from fedlight.selection.base import REPORTED_NUMBER_BYTES, ClientPool
+from fedlight.pool import REPORTED_NUMBER_BYTES, ClientPool
 from fedlight.tensors import StateDict, nbytes
 from fedlight.wire.base import DOWNLOAD, Wire
 

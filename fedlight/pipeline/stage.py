@@ -27,17 +27,17 @@ server learns only their sum (`hides_uploads`).
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from fedlight.config import RunSettings
 from fedlight.context import Federation, RoundContext
 from fedlight.engines.base import LocalResult
+from fedlight.pool import ClientPool
 from fedlight.tensors import StateDict
 
 if TYPE_CHECKING:
     from fedlight.aggregation.base import RoundAggregation
     from fedlight.algorithms.base import Algorithm, ClientUpload
-    from fedlight.selection.base import ClientPool, Selection
 
 # Each stage's server state, by stage name.
 StageStates = dict[str, StateDict]
@@ -53,6 +53,22 @@ class StageSetup:
     algorithm: "Algorithm"  # what each upload holds (a mechanism that noises it must know)
 
 
+class SelectionTraits(Protocol):
+    """What a stage may ask of the run's selector (`Selection` declares each)."""
+
+    @property
+    def measures_training_data(self) -> str | None:
+        """What the selector measures on the clients' training data, in words; None: nothing."""
+
+    @property
+    def poisson_sampling(self) -> bool:
+        """Whether each client takes part independently with probability K/N."""
+
+    @property
+    def draws_by_size(self) -> bool:
+        """Whether each client is drawn with probability ∝ its data size."""
+
+
 @dataclass(frozen=True)
 class Plan:
     """What a stage's `check_run` may ask of the run before any work: the settings, each config
@@ -61,7 +77,7 @@ class Plan:
     settings: RunSettings
     choices: Mapping[str, str]
     algorithm: "Algorithm"
-    selection: "Selection"
+    selection: SelectionTraits
     stages: Sequence["UploadStage"]  # chain order
 
     def after(self, stage: "UploadStage") -> Sequence["UploadStage"]:
@@ -82,7 +98,7 @@ class ClientStep:
     local: LocalResult  # what its local training produced
     algorithm: "Algorithm"
     broadcast: Mapping[str, StateDict]  # each stage's server state as the round began
-    pool: "ClientPool"  # the selector's questions (a report evaluates the trained model)
+    pool: ClientPool  # the selector's questions (a report evaluates the trained model)
     stages: Sequence["UploadStage"] = ()  # the whole chain (a stage that must know the others)
 
 

@@ -15,8 +15,9 @@ import torch
 
 from fedlight.context import Federation, RoundContext
 from fedlight.errors import require
+from fedlight.pool import ClientPool
 from fedlight.rng import Stream
-from fedlight.selection.base import ClientPool, Population, Selection
+from fedlight.selection.base import Population, Selection
 from fedlight.tensors import StateDict
 
 SCORE = "score"
