@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import fedlight.cli
 import fedlight.config
 from fedlight.aggregation.base import Aggregator
-from fedlight.experiment import resolve_device
+from fedlight.launch import resolve_device
 from fedlight.stages import instantiate_group
 from fedlight.tensors import StateDict
 

@@ -56,7 +56,7 @@ from fedlight.data.mnist import MNIST
 from fedlight.driver import Clients
 from fedlight.engines import LocalTask
 from fedlight.engines.base import LocalResult
-from fedlight.experiment import resolve_device
+from fedlight.launch import resolve_device
 from fedlight.loop import FederatedLoop
 from fedlight.rng import Stream, derive_seed, numpy_generator
 

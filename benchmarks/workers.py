@@ -5,7 +5,7 @@ round, E=1, B=10, SGD lr 0.05, `--rounds` rounds (default 20: 12,000 local steps
 (2NN) and `cnn`.
 
 The benchmark starts one group of 2 worker processes the way `fl.workers=2` does
-(`fedlight.workers.spawn_workers`) and keeps it for every repeat, as torchrun would. Each worker
+(`fedlight.launch.spawn_workers`) and keeps it for every repeat, as torchrun would. Each worker
 decodes MNIST once, outside the timed region. Repeats alternate, after one untimed one-round
 warm-up of each:
 
@@ -59,7 +59,8 @@ import fedlight.config
 from fedlight.config import FLSettings, RunSettings
 from fedlight.data.mnist import MNIST
 from fedlight.experiment import Job, run_job, run_worker
-from fedlight.workers import OneWorker, Workers, spawn_workers
+from fedlight.launch import spawn_workers
+from fedlight.workers import OneWorker, Workers
 
 WORKERS = 2
 TWO_WORKERS = [f"fl.workers={WORKERS}", "fl.threads_per_worker=1"]

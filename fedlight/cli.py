@@ -66,6 +66,7 @@ from fedlight.jobs import (
     parse_command,
     with_config_dirs,
 )
+from fedlight.launch import Parallelism, Terminated, auto_parallelism
 from fedlight.loggers.base import job_name
 from fedlight.loggers.console import Tee, sweep_line
 from fedlight.partitions.base import ClientCount
@@ -89,7 +90,7 @@ from fedlight.sweeps import (
     end_with_command,
     expected_jobs,
 )
-from fedlight.workers import Parallelism, Terminated, WorkerError, auto_parallelism
+from fedlight.workers import WorkerError
 
 CONF_DIR = str(STAGES_CONF_DIR)
 LIST_GROUPS = ("upload", "download")  # groups whose options form a chain, in list order
@@ -190,7 +191,7 @@ def data_source(cfg: DictConfig) -> DataSource:
 
 def settle_workers(cfg: DictConfig, choices: dict[str, str], algorithm: Algorithm) -> Parallelism:
     """`fl.workers` and `fl.threads_per_worker` as numbers: what `fl.workers=auto` chooses for
-    this run on the torch threads of this process (`fedlight.workers.auto_parallelism`)."""
+    this run on the torch threads of this process (`fedlight.launch.auto_parallelism`)."""
     one_process = None
     if algorithm.asynchronous:
         one_process = f"algo={choices['algo']} runs its event queue in one process"

@@ -7,6 +7,7 @@ the objects the config groups instantiate.
 import keyword
 import math
 import re
+import signal
 from dataclasses import dataclass, field, fields, make_dataclass
 from typing import Any
 
@@ -16,14 +17,49 @@ from hydra.core.config_store import ConfigStore
 from fedlight.allocator import MAX_THRESHOLD_MB
 from fedlight.errors import ConfigError, require
 from fedlight.layout import MEMORY_FORMATS
-from fedlight.preemption import signal_number
-from fedlight.sweeps import OBJECTIVES
-from hydra_plugins.fedlight_stage_kinds import ENTRY_POINTS as STAGE_KINDS_ENTRY_POINTS
-from hydra_plugins.fedlight_stage_kinds import plugged_kinds
+from fedlight.stage_kinds import ENTRY_POINTS as STAGE_KINDS_ENTRY_POINTS
+from fedlight.stage_kinds import plugged_kinds
 
 # The largest float32: torch trains in it, so a larger setting overflows where it is used
 # (optim.lr=1e300 in the optimizer's step, fl.client_state_memory_mb=1e308 once in bytes).
 FLOAT32_MAX = torch.finfo(torch.float32).max
+
+
+# Signals a run cannot take as a preemption notice: Ctrl-C has its own meaning (exit 130), a
+# child's end and SIGKILL/SIGSTOP cannot be caught.
+UNCATCHABLE = ("SIGINT", "SIGKILL", "SIGSTOP", "SIGCHLD")
+
+
+def signal_number(name: str) -> signal.Signals:
+    """`SIGTERM`, `TERM` or `term` as a signal; a ValueError naming the choices otherwise."""
+    full = name.upper() if name.upper().startswith("SIG") else f"SIG{name.upper()}"
+    if full in UNCATCHABLE or full not in signal.Signals.__members__:
+        raise ValueError(full)
+    return signal.Signals[full]
+
+
+@dataclass(frozen=True)
+class Objective:
+    """A summary.json number that a sweep may optimize (`objective`): which way is better, and
+    the value an optimizing sweeper gives a job that diverged or never reached its target (the
+    worst the number can be; None where it is unbounded, and such a job is a failed trial)."""
+
+    direction: str  # maximize | minimize
+    worst: float | None
+
+
+# summary.json's numbers that a sweep may optimize (`objective`)
+OBJECTIVES = {
+    "final_accuracy": Objective("maximize", 0.0),
+    "best_accuracy": Objective("maximize", 0.0),
+    "val_accuracy": Objective("maximize", 0.0),  # the last evaluated round's (validation set)
+    "rounds_to_target": Objective("minimize", None),
+    "comm_mb": Objective("minimize", None),
+    "upload_mb": Objective("minimize", None),
+    "mb_to_target": Objective("minimize", None),
+    "wall_seconds": Objective("minimize", None),
+    "command_seconds": Objective("minimize", None),
+}
 
 
 def require_finite(config: Any, path: str = "") -> None:

@@ -36,6 +36,15 @@ from fedlight.export import write_model
 from fedlight.files import write_text
 from fedlight.history import STATE_KEYS, History
 from fedlight.hooks import setup_module
+from fedlight.launch import (
+    Parallelism,
+    in_process_group,
+    join_workers,
+    resolve_device,
+    spawn_workers,
+    threads_of,
+    workers_start_method,
+)
 from fedlight.layout import layout_for
 from fedlight.loggers.base import (
     RoundLogger,
@@ -66,17 +75,7 @@ from fedlight.run_dir import SUMMARY_NAME
 from fedlight.selection.base import Selection
 from fedlight.stages import Stages
 from fedlight.variants import resolved_variants
-from fedlight.workers import (
-    OneWorker,
-    Parallelism,
-    Workers,
-    in_process_group,
-    join_workers,
-    resolve_device,
-    spawn_workers,
-    threads_of,
-    workers_start_method,
-)
+from fedlight.workers import OneWorker, Workers
 
 # Settings that may differ between a run and its resumption without changing any number (dotted
 # for nested keys): a run may continue on another number of workers, checkpoint at another pace,

@@ -43,12 +43,13 @@ from omegaconf import DictConfig, OmegaConf
 from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, Trial, TrialState
 
+from fedlight.config import OBJECTIVES
 from fedlight.errors import ConfigError, one_line, require
 from fedlight.experiment import RESUME_FREE_KEYS
 from fedlight.files import write_bytes, write_text
 from fedlight.run_files import SAMPLER_FILE, STUDY_FILE, STUDY_NAME
 from fedlight.study_report import AFRESH, study_read
-from fedlight.sweeps import OBJECTIVES, JobStatus, job_state
+from fedlight.sweeps import JobStatus, job_state
 from fedlight.tuned import RESULTS_FILE
 
 

@@ -19,14 +19,12 @@ from fedlight.loggers.base import (
     MetricsRow,
     evaluated,
 )
-
-CURVES_NAME = "curves.png"
-LABEL_HISTOGRAM_NAME = "label_histogram.png"
-PARTICIPATION_NAME = "participation.png"
-LOCAL_ACCURACY_NAME = "local_accuracy.png"
-# The figures a run draws (local_accuracy.png only with local test sets), in the order a tracker
-# shows them.
-FIGURES = (CURVES_NAME, LABEL_HISTOGRAM_NAME, PARTICIPATION_NAME, LOCAL_ACCURACY_NAME)
+from fedlight.run_files import (
+    CURVES_NAME,
+    LABEL_HISTOGRAM_NAME,
+    LOCAL_ACCURACY_NAME,
+    PARTICIPATION_NAME,
+)
 
 
 def label_histogram(

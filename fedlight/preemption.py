@@ -23,10 +23,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from fedlight.config import signal_number
+
 PREEMPTED_EXIT_CODE = 75  # sysexits.h EX_TEMPFAIL: a temporary failure, try again
-# Signals a run cannot take as a preemption notice: Ctrl-C has its own meaning (exit 130), a
-# child's end and SIGKILL/SIGSTOP cannot be caught.
-UNCATCHABLE = ("SIGINT", "SIGKILL", "SIGSTOP", "SIGCHLD")
 
 Handler = Callable[[int, Any], Any] | int | signal.Handlers | None
 
@@ -39,14 +38,6 @@ class Preempted(BaseException):
         super().__init__(signal_name, round_index)
         self.signal_name = signal_name
         self.round_index = round_index
-
-
-def signal_number(name: str) -> signal.Signals:
-    """`SIGTERM`, `TERM` or `term` as a signal; a ValueError naming the choices otherwise."""
-    full = name.upper() if name.upper().startswith("SIG") else f"SIG{name.upper()}"
-    if full in UNCATCHABLE or full not in signal.Signals.__members__:
-        raise ValueError(full)
-    return signal.Signals[full]
 
 
 @dataclass

@@ -15,6 +15,13 @@ LOCK_NAME = ".fedlight.lock"
 ERROR_NAME = "error.txt"  # the one line a run that fedlight ended with an error printed
 PREEMPTED_NAME = "preempted.json"  # a run stopped by a preemption signal, resumed on its own
 STUDY_FILE = "optuna.db"  # a sweep's Optuna study (hydra/sweeper=optuna), in its directory
+CURVES_NAME = "curves.png"
+LABEL_HISTOGRAM_NAME = "label_histogram.png"
+PARTICIPATION_NAME = "participation.png"
+LOCAL_ACCURACY_NAME = "local_accuracy.png"
+# The figures a run draws (local_accuracy.png only with local test sets), in the order a tracker
+# shows them.
+FIGURES = (CURVES_NAME, LABEL_HISTOGRAM_NAME, PARTICIPATION_NAME, LOCAL_ACCURACY_NAME)
 STUDY_NAME = "fedlight"
 SAMPLER_FILE = "optuna_sampler.pkl"  # the study's sampler after its latest draw (its RNG state)
 

@@ -40,30 +40,6 @@ COMMAND_VARIABLE = "FEDLIGHT_COMMAND"
 PARENT_POLL_SECONDS = 0.5
 
 
-@dataclass(frozen=True)
-class Objective:
-    """A summary.json number that a sweep may optimize (`objective`): which way is better, and
-    the value an optimizing sweeper gives a job that diverged or never reached its target (the
-    worst the number can be; None where it is unbounded, and such a job is a failed trial)."""
-
-    direction: str  # maximize | minimize
-    worst: float | None
-
-
-# summary.json's numbers that a sweep may optimize (`objective`)
-OBJECTIVES = {
-    "final_accuracy": Objective("maximize", 0.0),
-    "best_accuracy": Objective("maximize", 0.0),
-    "val_accuracy": Objective("maximize", 0.0),  # the last evaluated round's (validation set)
-    "rounds_to_target": Objective("minimize", None),
-    "comm_mb": Objective("minimize", None),
-    "upload_mb": Objective("minimize", None),
-    "mb_to_target": Objective("minimize", None),
-    "wall_seconds": Objective("minimize", None),
-    "command_seconds": Objective("minimize", None),
-}
-
-
 class JobStatus(StrEnum):
     FINISHED = "finished"
     DIVERGED = "diverged"

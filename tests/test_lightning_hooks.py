@@ -17,7 +17,7 @@ from fedlight.config import FLSettings, RunSettings
 from fedlight.data.digits import Digits
 from fedlight.errors import ConfigError
 from fedlight.experiment import Job, build_module, run_job
-from fedlight.workers import spawn_workers
+from fedlight.launch import spawn_workers
 
 from . import lightning_modules, worker_targets
 from .conftest import TINY, rows_without_timings

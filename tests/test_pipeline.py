@@ -23,6 +23,7 @@ from fedlight.data.digits import Digits
 from fedlight.driver import Clients
 from fedlight.errors import ConfigError
 from fedlight.experiment import Job, run_job
+from fedlight.launch import spawn_workers
 from fedlight.loggers.base import METRIC_COLUMNS, is_timing
 from fedlight.loop import FederatedLoop
 from fedlight.rng import Stream, derive_seed
@@ -31,7 +32,6 @@ from fedlight.tensors import StateDict, nbytes
 from fedlight.wire.base import DOWNLOAD, UPLOAD, Payload, Wire, WireTransform
 from fedlight.wire.bf16 import BF16
 from fedlight.wire.fp16 import FP16
-from fedlight.workers import spawn_workers
 
 from . import worker_targets
 from .conftest import TINY, rows_without_timings, run_killed_in_round

@@ -19,7 +19,8 @@ from fedlight import run_dir
 from fedlight.checkpoint import CHECKPOINT_NAME
 from fedlight.config import FLSettings, RunSettings
 from fedlight.errors import ConfigError
-from fedlight.workers import WorkerError, WorkerLostError, spawn_workers
+from fedlight.launch import spawn_workers
+from fedlight.workers import WorkerError, WorkerLostError
 
 from . import worker_targets
 from .conftest import TINY

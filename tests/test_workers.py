@@ -18,6 +18,7 @@ from fedlight.client_states import CLIENT_STATES_DIR, DiskClientStates
 from fedlight.config import FLSettings, RunSettings
 from fedlight.errors import ConfigError
 from fedlight.experiment import Job, run_job
+from fedlight.launch import spawn_workers
 from fedlight.workers import (
     OneWorker,
     WorkerError,
@@ -27,7 +28,6 @@ from fedlight.workers import (
     exchange_bytes,
     rebuild,
     received,
-    spawn_workers,
 )
 
 from . import worker_targets

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from fedlight.aggregation.base import Contributor, RoundAggregation, RoundRefused
 from fedlight.algorithms.base import Algorithm, ClientUpload, ServerState
 from fedlight.context import RoundContext
-from fedlight.pipeline.stage import Delivered, StageStates, UploadStage
+from fedlight.pipeline.stage import Delivered, StageStates, UploadStage, round_aggregation
 from fedlight.tensors import StateDict
 
 
@@ -53,15 +53,7 @@ class ServerRound:
         the first stage's aggregation that replaces the algorithm's, else the algorithm's, as
         each stage adapts it in chain order."""
         round_ = cls(ctx, algorithm, stages, dict(states))
-        replaced = (
-            stage.start_aggregation(ctx, states.get(stage.name, {}), algorithm, sample_counts)
-            for stage in stages
-        )
-        chosen = next((a for a in replaced if a is not None), None)
-        aggregation = algorithm.start_aggregation(sample_counts) if chosen is None else chosen
-        for stage in stages:
-            aggregation = stage.adapt_aggregation(ctx, states.get(stage.name, {}), aggregation)
-        round_.aggregation = aggregation
+        round_.aggregation = round_aggregation(ctx, algorithm, stages, states, sample_counts)
         return round_
 
     def holds_uploads(self) -> bool:

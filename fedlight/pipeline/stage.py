@@ -343,3 +343,24 @@ class UploadStage:
             The stage's new server state; by default as it came.
         """
         return state
+
+
+def round_aggregation(
+    ctx: RoundContext,
+    algorithm: "Algorithm",
+    stages: Sequence[UploadStage],
+    states: StageStates,
+    sample_counts: Sequence[int],
+) -> "RoundAggregation":
+    """The round's aggregation for participants with `sample_counts` (participant order): the
+    first stage's that replaces the algorithm's, else the algorithm's, as each stage adapts it
+    in chain order (`ServerRound.start`; a stage that must know its upload's weights)."""
+    replaced = (
+        stage.start_aggregation(ctx, states.get(stage.name, {}), algorithm, sample_counts)
+        for stage in stages
+    )
+    chosen = next((a for a in replaced if a is not None), None)
+    aggregation = algorithm.start_aggregation(sample_counts) if chosen is None else chosen
+    for stage in stages:
+        aggregation = stage.adapt_aggregation(ctx, states.get(stage.name, {}), aggregation)
+    return aggregation

@@ -48,8 +48,7 @@ from fedlight.aggregation.base import (
 from fedlight.algorithms.base import ClientUpload
 from fedlight.context import RoundContext
 from fedlight.errors import require
-from fedlight.pipeline.server import ServerRound
-from fedlight.pipeline.stage import ClientStep, Plan
+from fedlight.pipeline.stage import ClientStep, Plan, round_aggregation
 from fedlight.rng import Stream
 from fedlight.secure_aggregation.none import SecureAggregation
 from fedlight.tensors import StateDict
@@ -175,9 +174,9 @@ class PairwiseMasking(SecureAggregation):
         contribution = Contribution(upload.contributor, parts)
         if not all_finite(parts):  # no entry leaves unmasked: the client drops out
             return replace(upload, tensors={}, withheld=True), state
-        aggregation = ServerRound.start(
+        aggregation = round_aggregation(
             ctx, algorithm, step.stages, step.broadcast, [upload.num_samples]
-        ).aggregation
+        )
         weights = aggregation.weights(contribution)
         where = {id(t): (name, key) for name, part in parts.items() for key, t in part.items()}
         masked: dict[str, StateDict] = {}

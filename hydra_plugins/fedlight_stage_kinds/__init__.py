@@ -4,23 +4,18 @@
 that `+<kind>=<option>` finds them without `--config-dir`.
 
 Hydra imports every module of the `hydra_plugins` namespace at start-up, in any Hydra program, so
-this one stays light: it reads the entry points and finds where their modules lie, importing
-neither fedlight nor those modules (only their parent packages, as `find_spec` does).
+this one stays light: it reads the entry points (`fedlight.stage_kinds`, which imports nothing
+else of fedlight) and finds where their modules lie, importing none of those modules (only their
+parent packages, as `find_spec` does).
 """
 
-from importlib.metadata import entry_points
 from importlib.util import find_spec
 from pathlib import Path
 
 from hydra.core.config_search_path import ConfigSearchPath
 from hydra.plugins.search_path_plugin import SearchPathPlugin
 
-ENTRY_POINTS = "fedlight.stage_kinds"
-
-
-def plugged_kinds() -> dict[str, str]:
-    """Each plugged-in stage kind and its default stage class, `module:Class`."""
-    return {entry.name: entry.value for entry in entry_points(group=ENTRY_POINTS)}
+from fedlight.stage_kinds import plugged_kinds
 
 
 def conf_dir(kind: str, target: str) -> Path | None:
