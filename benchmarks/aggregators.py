@@ -38,7 +38,7 @@ import fedlight.cli
 import fedlight.config
 from fedlight.aggregation.base import Aggregator
 from fedlight.launch import resolve_device
-from fedlight.stages import instantiate_group
+from fedlight.round.stages import instantiate_group
 from fedlight.tensors import StateDict
 
 AGGREGATORS = (

@@ -32,20 +32,20 @@ PUBLIC: dict[str, str] = {
     # server optimizers (`server_opt=`)
     "ServerOptimizer": "fedlight.server_opt.base",
     # upload stages and the round they see
-    "UploadStage": "fedlight.pipeline.stage",
-    "ClientStep": "fedlight.pipeline.stage",
-    "Delivered": "fedlight.pipeline.stage",
-    "Plan": "fedlight.pipeline.stage",
+    "UploadStage": "fedlight.stages.base",
+    "ClientStep": "fedlight.stages.base",
+    "Delivered": "fedlight.stages.base",
+    "Plan": "fedlight.stages.base",
     "Federation": "fedlight.context",
     "RoundContext": "fedlight.context",
     "Stream": "fedlight.rng",
     # codecs (`upload=`, `download=`)
-    "WireTransform": "fedlight.wire.base",
-    "LossyTransform": "fedlight.wire.base",
-    "Payload": "fedlight.wire.base",
-    "Quantizer": "fedlight.compression.quantizer",
+    "WireTransform": "fedlight.stages.wire.base",
+    "LossyTransform": "fedlight.stages.wire.base",
+    "Payload": "fedlight.stages.wire.base",
+    "Quantizer": "fedlight.stages.compression.quantizer",
     # selection and learning-rate schedules (`selection=`, `lr_schedule=`)
-    "Selection": "fedlight.selection.base",
+    "Selection": "fedlight.stages.selection.base",
     "LRSchedule": "fedlight.lr_schedules.base",
     # data and partitions (`data=`, `partition=`)
     "DataSource": "fedlight.data.base",
@@ -93,19 +93,19 @@ if TYPE_CHECKING:  # what type checkers see; at run time `__getattr__` imports e
     from fedlight.aggregation.base import Accumulator, Aggregator, Part, RobustAggregator
     from fedlight.aggregation.mean import Mean
     from fedlight.algorithms.base import Algorithm, ClientUpload, ServerState
-    from fedlight.compression.quantizer import Quantizer
     from fedlight.context import Federation, RoundContext
     from fedlight.data.base import DataSource, TensorDataset
     from fedlight.engines.base import LocalCallback, LocalResult
     from fedlight.errors import ConfigError, require
     from fedlight.lr_schedules.base import LRSchedule
     from fedlight.partitions.base import Partition
-    from fedlight.pipeline.stage import ClientStep, Delivered, Plan, UploadStage
     from fedlight.rng import Stream
-    from fedlight.selection.base import Selection
     from fedlight.server_opt.base import ServerOptimizer
+    from fedlight.stages.base import ClientStep, Delivered, Plan, UploadStage
+    from fedlight.stages.compression.quantizer import Quantizer
+    from fedlight.stages.selection.base import Selection
+    from fedlight.stages.wire.base import LossyTransform, Payload, WireTransform
     from fedlight.tensors import StateDict
-    from fedlight.wire.base import LossyTransform, Payload, WireTransform
 
 
 def __getattr__(name: str) -> Any:

@@ -1,5 +1,5 @@
 """The asynchronous driver: FedAsync and FedBuff on the system's virtual clock, a sibling of the
-synchronous driver over the same pipelines (`fedlight.pipeline`: download, engine, the
+synchronous driver over the same pipelines (`fedlight.round`: download, engine, the
 algorithm's upload and every upload stage at each dispatch; the stages' server sides at each
 arrival and their `finish_round` after each update) and the same run machinery (`Driver`:
 evaluation, metrics, checkpoints). A "round" here is one server update, and its index the server
@@ -45,8 +45,8 @@ from fedlight.context import RoundContext
 from fedlight.driver import Driver
 from fedlight.history import RoundStats
 from fedlight.hooks import round_means
-from fedlight.pipeline.server import Arrived, ServerRound
 from fedlight.rng import Stream, numpy_generator
+from fedlight.round.server import Arrived, ServerRound
 from fedlight.tensors import StateDict, on_device
 
 

@@ -69,8 +69,8 @@ from fedlight.jobs import (
 from fedlight.launch import Parallelism, Terminated, auto_parallelism
 from fedlight.loggers.base import job_name
 from fedlight.loggers.console import Tee, sweep_line
+from fedlight.moved import check_targets
 from fedlight.partitions.base import ClientCount
-from fedlight.pipeline.stage import Plan
 from fedlight.preemption import (
     PREEMPTED_EXIT_CODE,
     Preempted,
@@ -79,10 +79,11 @@ from fedlight.preemption import (
 )
 from fedlight.report import plural
 from fedlight.resume import Decision, decide, hydra_override
+from fedlight.round.stages import CONF_DIR as STAGES_CONF_DIR
+from fedlight.round.stages import build_stages, instantiate_group
 from fedlight.run_dir import CONSOLE_NAME
 from fedlight.run_files import ERROR_NAME, PREEMPTED_NAME, lock_holder
-from fedlight.stages import CONF_DIR as STAGES_CONF_DIR
-from fedlight.stages import build_stages, instantiate_group
+from fedlight.stages.base import Plan
 from fedlight.sweeps import (
     COMMAND_VARIABLE,
     SWEEP_JOBS_VARIABLE,
@@ -147,6 +148,7 @@ def build_job(
     """Typed settings and instantiated components out of a composed config; `announce`: say a
     number of clients the partition gives; `name`: the job's, for the loggers that name runs."""
     require_finite(OmegaConf.to_container(cfg, resolve=True))
+    check_targets(OmegaConf.to_container(cfg, resolve=False))
     check_data_target(OmegaConf.select(cfg, "data._target_"))
     data, partition = data_source(cfg), instantiate_group(cfg, "partition")
     settle_num_clients(cfg, partition.client_count(data), choices["partition"], announce)

@@ -445,11 +445,13 @@ def check_device_available(device: str) -> None:
 
 
 # Upload stages that no driver asks for by name, in the order a client applies them (after
-# privacy, before the wire; `fedlight.stages` builds them, `fedlight.pipeline.stage` says what a
+# privacy, before the wire; `fedlight.round.stages` builds them, `fedlight.stages.base` says what a
 # stage is): a new stage kind in fedlight is its package, its YAMLs, its default in
 # conf/config.yaml and one entry here; one of another package is an entry point (below).
 BUILT_IN_CHAINED_GROUPS: dict[str, str] = {
-    "secure_aggregation": "masks that hide each upload in the sum (fedlight/secure_aggregation)",
+    "secure_aggregation": (
+        "masks that hide each upload in the sum (fedlight/stages/secure_aggregation)"
+    ),
 }
 # Stage kinds of other packages: entry points of group `fedlight.stage_kinds` in their
 # pyproject.toml, each `<kind> = "<module>:<class>"`, the class being the kind's default stage
@@ -460,25 +462,28 @@ BUILT_IN_CHAINED_GROUPS: dict[str, str] = {
 CHAINED_GROUPS: dict[str, str] = {}  # every chained kind in chain order (`register_stage_kinds`)
 PLUGIN_STAGE_DEFAULTS: dict[str, str] = {}  # a plugged-in kind -> its default class, dotted
 # Plugged-in kinds named like no config key (`bad-name!`), which no run can choose: left out of
-# the groups (`fedlight.stages` says so, once per process), so that they stop no run.
+# the groups (`fedlight.round.stages` says so, once per process), so that they stop no run.
 UNNAMEABLE_STAGE_KINDS: dict[str, str] = {}
 
 # Every config group, registered here and only here: its folder conf/<group>/ holds one YAML per
-# option and its package fedlight/<package>/ one module per option (see fedlight.stages for what
-# each one builds). The schema, the command-line checks and the run's choices derive from it.
+# option and its package (fedlight/<package>/, a stage kind's fedlight/stages/<package>/) one
+# module per option (see fedlight.round.stages for what each one builds). The schema, the
+# command-line checks and the run's choices derive from it.
 GROUPS_BEFORE_CHAIN: dict[str, str] = {
     "algo": "the federated algorithm (fedlight/algorithms)",
     "data": "the dataset (fedlight/data)",
     "model": "the client LightningModule (fedlight/models)",
     "partition": "how training data is split among clients (fedlight/partitions)",
-    "selection": "which clients take part in a round (fedlight/selection)",
+    "selection": "which clients take part in a round (fedlight/stages/selection)",
     "lr_schedule": "the clients' learning rate per round (fedlight/lr_schedules)",
-    "attack": "which clients are malicious and what they send (fedlight/attacks)",
+    "attack": "which clients are malicious and what they send (fedlight/stages/attacks)",
     "aggregator": "how the server combines the uploads (fedlight/aggregation)",
     "server_opt": "how the server applies the aggregate (fedlight/server_opt)",
-    "upload": "the uploads' codec: transforms in list order (fedlight/compression, wire)",
-    "download": "the broadcast's codec: transforms in list order (fedlight/compression, wire)",
-    "privacy": "differential privacy: clipping, noise, accounting (fedlight/privacy)",
+    "upload": "the uploads' codec: transforms in list order (fedlight/stages/compression, wire)",
+    "download": (
+        "the broadcast's codec: transforms in list order (fedlight/stages/compression, wire)"
+    ),
+    "privacy": "differential privacy: clipping, noise, accounting (fedlight/stages/privacy)",
 }
 GROUPS_AFTER_CHAIN: dict[str, str] = {
     "system": "client speeds on a virtual clock, deadlines, dropouts (fedlight/system)",

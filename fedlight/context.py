@@ -27,7 +27,7 @@ class Federation:
     # point of methods that keep a model per client).
     initial_weights: StateDict = field(default_factory=dict, repr=False)
     rounds: int = 1  # the run's total rounds (`fl.rounds`), e.g. the horizon of a cosine schedule
-    malicious: frozenset[int] = frozenset()  # the attack's clients (`fedlight.attacks`)
+    malicious: frozenset[int] = frozenset()  # the attack's clients (`fedlight.stages.attacks`)
 
     def round(
         self,

@@ -44,13 +44,13 @@ from fedlight.history import (
 )
 from fedlight.hooks import Optimization, optimization_of
 from fedlight.loggers.base import MetricsRow, RoundLogger, RoundProgress, SilentProgress
-from fedlight.pipeline.client import ClientPipeline
-from fedlight.pipeline.stage import StageSetup, StageStates, UploadStage
-from fedlight.pool import ClientPool
 from fedlight.preemption import Preempted, requested
 from fedlight.rng import Stream
+from fedlight.round.client import ClientPipeline
+from fedlight.round.stages import Stages
 from fedlight.run_evaluation import Evaluated, RunEvaluation
-from fedlight.stages import Stages
+from fedlight.stages.base import StageSetup, StageStates, UploadStage
+from fedlight.stages.pool import ClientPool
 from fedlight.tensors import StateDict, detached_copy, on_device
 from fedlight.workers import OneWorker, Workers
 

@@ -56,6 +56,7 @@ from fedlight.loggers.base import (
 from fedlight.loggers.console import ConsoleProgress
 from fedlight.loop import FederatedLoop
 from fedlight.lr_schedules.base import LRSchedule
+from fedlight.moved import current_path
 from fedlight.outputs import (
     Chance,
     label_histogram,
@@ -71,9 +72,9 @@ from fedlight.outputs import (
 from fedlight.partitions.base import Partition
 from fedlight.preemption import Preempted
 from fedlight.rng import Stream, derive_seed, numpy_generator
+from fedlight.round.stages import Stages
 from fedlight.run_dir import SUMMARY_NAME
-from fedlight.selection.base import Selection
-from fedlight.stages import Stages
+from fedlight.stages.selection.base import Selection
 from fedlight.variants import resolved_variants
 from fedlight.workers import OneWorker, Workers
 
@@ -233,7 +234,8 @@ def first_difference(saved: Any, current: Any, derived: Collection[str] = ()) ->
 
 
 def comparable_config(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """The config without the RESUME_FREE_KEYS, its PATH_KEYS normalized."""
+    """The config without the RESUME_FREE_KEYS, its PATH_KEYS normalized, its `_target_`s named
+    by their modules' current paths."""
     comparable: dict[str, Any] = {}
     for key, value in config.items():
         dotted = f"{prefix}{key}"
@@ -243,6 +245,8 @@ def comparable_config(config: dict[str, Any], prefix: str = "") -> dict[str, Any
             value = comparable_config(value, f"{dotted}.")
         elif dotted in PATH_KEYS and isinstance(value, str):
             value = os.path.normpath(value)
+        elif key == "_target_" and isinstance(value, str):
+            value = current_path(value)  # a run recorded before its module moved
         comparable[key] = value
     return comparable
 

@@ -1,6 +1,6 @@
 """The synchronous driver: a round selects its clients, dispatches their local training to the
 engine and the workers, gathers what they sent, and hands it to the server pipeline; the
-pipelines (`fedlight.pipeline`) do everything in between, the same for the asynchronous driver.
+pipelines (`fedlight.round`) do everything in between, the same for the asynchronous driver.
 
 select (the selector; the system's failures; clients without data are left out) → dispatch: each
 participant of this worker's share through the client pipeline (download decoded, local training
@@ -37,10 +37,10 @@ from fedlight.engines import LocalTask
 from fedlight.engines.base import LocalResult
 from fedlight.history import RoundStats
 from fedlight.hooks import round_means
-from fedlight.pipeline.client import Received
-from fedlight.pipeline.server import Arrived, ServerRound
-from fedlight.pool import ClientPool
-from fedlight.selection.base import Population
+from fedlight.round.client import Received
+from fedlight.round.server import Arrived, ServerRound
+from fedlight.stages.pool import ClientPool
+from fedlight.stages.selection.base import Population
 from fedlight.tensors import StateDict
 
 Item = TypeVar("Item")

@@ -18,8 +18,8 @@ from fedlight.context import Federation
 from fedlight.data.base import TensorDataset
 from fedlight.engines import Engine, LocalTask
 from fedlight.evaluation import ACCURACY, LOSS, VALIDATION_PREFIX, Evaluator
-from fedlight.pipeline.stage import ClientState
-from fedlight.pool import ModelQuality
+from fedlight.stages.base import ClientState
+from fedlight.stages.pool import ModelQuality
 from fedlight.tensors import StateDict, detached_copy
 
 

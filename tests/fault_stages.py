@@ -5,7 +5,7 @@ the upload passed on and the stage's client state), plugged in by tests/test_sta
 from typing import Any
 
 from fedlight.algorithms.base import ClientUpload
-from fedlight.pipeline.stage import ClientStep, UploadStage
+from fedlight.stages.base import ClientStep, UploadStage
 from fedlight.tensors import StateDict
 
 

@@ -27,7 +27,7 @@ from fedlight.algorithms.fedavg import UPDATE, FedAvg
 from fedlight.context import Federation
 from fedlight.errors import ConfigError
 from fedlight.experiment import Job
-from fedlight.stages import CONF_DIR
+from fedlight.round.stages import CONF_DIR
 from fedlight.tensors import StateDict
 
 AGGREGATOR_YAMLS = sorted(p.stem for p in (Path(CONF_DIR) / "aggregator").glob("*.yaml"))

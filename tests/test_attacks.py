@@ -18,12 +18,6 @@ from fedlight.aggregation.mean import Mean, WeightedMean
 from fedlight.algorithms.base import ClientUpload
 from fedlight.algorithms.fedavg import BUFFERS, UPDATE, FedAvg
 from fedlight.algorithms.scaffold import DELTA_C, DELTA_Y, Scaffold
-from fedlight.attacks.alie import ALIE, paper_z
-from fedlight.attacks.gaussian import Gaussian
-from fedlight.attacks.ipm import IPM
-from fedlight.attacks.label_flip import LabelFlip
-from fedlight.attacks.scaled import Scaled
-from fedlight.attacks.sign_flip import SignFlip
 from fedlight.checkpoint import load_checkpoint
 from fedlight.context import Federation
 from fedlight.data.digits import Digits
@@ -31,6 +25,12 @@ from fedlight.engines import LocalTask, make_engine
 from fedlight.errors import ConfigError
 from fedlight.experiment import Job, run_job
 from fedlight.rng import Stream, derive_seed
+from fedlight.stages.attacks.alie import ALIE, paper_z
+from fedlight.stages.attacks.gaussian import Gaussian
+from fedlight.stages.attacks.ipm import IPM
+from fedlight.stages.attacks.label_flip import LabelFlip
+from fedlight.stages.attacks.scaled import Scaled
+from fedlight.stages.attacks.sign_flip import SignFlip
 
 from .conftest import TINY, rows_without_timings, run_killed_in_round
 from .test_pipeline import read_rows

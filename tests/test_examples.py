@@ -60,7 +60,7 @@ def test_the_public_api_imports_on_first_use() -> None:
     from fedlight import Algorithm, UploadStage
 
     assert Algorithm.__module__ == "fedlight.algorithms.base"
-    assert UploadStage.__module__ == "fedlight.pipeline.stage"
+    assert UploadStage.__module__ == "fedlight.stages.base"
     with pytest.raises(AttributeError, match="has no attribute 'Algorithms'"):
         _ = fedlight.Algorithms
     probe = "import sys, fedlight; print(sorted(m for m in sys.modules if m.startswith('torch')))"

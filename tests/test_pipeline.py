@@ -28,10 +28,10 @@ from fedlight.loggers.base import METRIC_COLUMNS, is_timing
 from fedlight.loop import FederatedLoop
 from fedlight.rng import Stream, derive_seed
 from fedlight.server_opt.adam import Adam
+from fedlight.stages.wire.base import DOWNLOAD, UPLOAD, Payload, Wire, WireTransform
+from fedlight.stages.wire.bf16 import BF16
+from fedlight.stages.wire.fp16 import FP16
 from fedlight.tensors import StateDict, nbytes
-from fedlight.wire.base import DOWNLOAD, UPLOAD, Payload, Wire, WireTransform
-from fedlight.wire.bf16 import BF16
-from fedlight.wire.fp16 import FP16
 
 from . import worker_targets
 from .conftest import TINY, rows_without_timings, run_killed_in_round

@@ -23,13 +23,13 @@ from fedlight.engines.base import Engine, LocalResult, LocalTask
 from fedlight.engines.sequential import SequentialEngine
 from fedlight.errors import ConfigError
 from fedlight.experiment import Job, run_job
-from fedlight.pipeline.stage import Delivered
-from fedlight.privacy.accountant import CALIBRATION_TOLERANCE, ORDERS, PRV_EPS_ERROR, epsilon
-from fedlight.privacy.adaptive_clip import AdaptiveClip
-from fedlight.privacy.base import as_state, default_delta, update_norm
-from fedlight.privacy.dp_fedavg import DPFedAvg, PrivateAggregation
-from fedlight.privacy.dp_sgd import DPSGDEngine
 from fedlight.rng import Stream
+from fedlight.stages.base import Delivered
+from fedlight.stages.privacy.accountant import CALIBRATION_TOLERANCE, ORDERS, PRV_EPS_ERROR, epsilon
+from fedlight.stages.privacy.adaptive_clip import AdaptiveClip
+from fedlight.stages.privacy.base import as_state, default_delta, update_norm
+from fedlight.stages.privacy.dp_fedavg import DPFedAvg, PrivateAggregation
+from fedlight.stages.privacy.dp_sgd import DPSGDEngine
 from fedlight.tensors import detached_copy
 from tests.conftest import REPO, TINY, rows_without_timings, run_cli, run_killed_in_round
 from tests.independent_dp import PLD_INTERVAL, RdpAccountant, pld_epsilon, sampled_gaussian

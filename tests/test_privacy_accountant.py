@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from fedlight.privacy.accountant import (
+from fedlight.stages.privacy.accountant import (
     CALIBRATION_TOLERANCE,
     ORDERS,
     PRV_EPS_ERROR,

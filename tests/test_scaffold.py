@@ -25,12 +25,12 @@ from fedlight.errors import ConfigError
 from fedlight.experiment import Job, run_job
 from fedlight.loop import FederatedLoop
 from fedlight.lr_schedules.constant import Constant
-from fedlight.pool import ClientPool, ModelQuality
-from fedlight.selection.base import Population, Selection
-from fedlight.selection.random import RandomSelection
-from fedlight.stages import Stages
+from fedlight.round.stages import Stages
+from fedlight.stages.pool import ClientPool, ModelQuality
+from fedlight.stages.selection.base import Population, Selection
+from fedlight.stages.selection.random import RandomSelection
+from fedlight.stages.wire.base import Wire
 from fedlight.tensors import StateDict
-from fedlight.wire.base import Wire
 
 from .conftest import TINY, rows_without_timings, run_killed_in_round
 

@@ -18,12 +18,12 @@ from fedlight.context import Federation, RoundContext
 from fedlight.engines.base import LocalResult
 from fedlight.errors import ConfigError
 from fedlight.experiment import Job, run_job
-from fedlight.pipeline.server import ServerRound
-from fedlight.pipeline.stage import ClientStep, UploadStage
-from fedlight.pool import ClientPool
-from fedlight.privacy.base import as_state
-from fedlight.privacy.dp_fedavg import DPFedAvg
-from fedlight.secure_aggregation.pairwise import PairwiseMasking
+from fedlight.round.server import ServerRound
+from fedlight.stages.base import ClientStep, UploadStage
+from fedlight.stages.pool import ClientPool
+from fedlight.stages.privacy.base import as_state
+from fedlight.stages.privacy.dp_fedavg import DPFedAvg
+from fedlight.stages.secure_aggregation.pairwise import PairwiseMasking
 from tests.conftest import TINY, rows_without_timings, run_killed_in_round
 
 FEDERATION = Federation(num_clients=20, trainable=frozenset({"w", "b"}), seed=3)

@@ -18,13 +18,13 @@ from fedlight.context import Federation
 from fedlight.errors import ConfigError
 from fedlight.experiment import Job, run_job
 from fedlight.outputs import jain_index
-from fedlight.pool import ClientPool, ModelQuality
 from fedlight.rng import Stream
-from fedlight.selection.base import Population
-from fedlight.selection.poisson import Poisson
-from fedlight.selection.power_of_choice import PowerOfChoice
-from fedlight.selection.round_robin import RoundRobin
-from fedlight.selection.weighted import SCORE, Weighted
+from fedlight.stages.pool import ClientPool, ModelQuality
+from fedlight.stages.selection.base import Population
+from fedlight.stages.selection.poisson import Poisson
+from fedlight.stages.selection.power_of_choice import PowerOfChoice
+from fedlight.stages.selection.round_robin import RoundRobin
+from fedlight.stages.selection.weighted import SCORE, Weighted
 from fedlight.tensors import StateDict, nbytes
 
 from .conftest import TINY, rows_without_timings, run_killed_in_round

@@ -16,10 +16,10 @@ from fedlight.algorithms.scaffold import CONTROL, DELTA_C, DELTA_Y, Scaffold
 from fedlight.context import Federation
 from fedlight.errors import ConfigError
 from fedlight.experiment import Job, run_job
-from fedlight.pool import ClientPool, ModelQuality
-from fedlight.selection.base import Population
-from fedlight.selection.proportional import Proportional
 from fedlight.server_opt.adam import Adam
+from fedlight.stages.pool import ClientPool, ModelQuality
+from fedlight.stages.selection.base import Population
+from fedlight.stages.selection.proportional import Proportional
 
 from .conftest import TINY
 from .test_scaffold import (

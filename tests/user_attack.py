@@ -5,8 +5,8 @@ from dataclasses import dataclass
 
 import torch
 
-from fedlight.attacks.base import Attack
 from fedlight.context import RoundContext
+from fedlight.stages.attacks.base import Attack
 from fedlight.tensors import StateDict
 
 

@@ -7,8 +7,8 @@ from dataclasses import replace
 
 from fedlight.algorithms.base import ClientUpload
 from fedlight.context import RoundContext
-from fedlight.pipeline.stage import ClientStep, UploadStage
-from fedlight.privacy.none import NoPrivacy
+from fedlight.stages.base import ClientStep, UploadStage
+from fedlight.stages.privacy.none import NoPrivacy
 from fedlight.tensors import StateDict
 
 

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from fedlight import Quantizer
-from fedlight.compression.packing import pack_bits, shape_tensor, unpack_bits
+from fedlight.stages.compression.packing import pack_bits, shape_tensor, unpack_bits
 
 LEVEL_BITS = 2  # the levels −1, 0, 1 travel as 0, 1, 2
 

@@ -256,7 +256,7 @@ class Algorithm(ABC):
 
     def model_update_keys(self, ctx: RoundContext, tensors: StateDict) -> list[str]:
         """The entries of an upload that are the client's model update, what an attacking
-        client forges (`fedlight.attacks`): by default the trainable parameters' entries.
+        client forges (`fedlight.stages.attacks`): by default the trainable parameters' entries.
 
         Args:
             ctx: the round.
