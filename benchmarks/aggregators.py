@@ -35,11 +35,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import fedlight.cli
-import fedlight.config
+import fedlight.core.config
 from fedlight.aggregation.base import Aggregator
+from fedlight.core.tensors import StateDict
 from fedlight.launch import resolve_device
 from fedlight.round.stages import instantiate_group
-from fedlight.tensors import StateDict
 
 AGGREGATORS = (
     "mean",
@@ -133,7 +133,7 @@ def parse_args() -> argparse.Namespace:
 def main() -> None:
     args = parse_args()
     torch.set_num_threads(args.threads)
-    fedlight.config.register_schema()
+    fedlight.core.config.register_schema()
     device = resolve_device(args.device)
     shapes = cnn_shapes()
     parameters = sum(shape.numel() for shape in shapes.values())

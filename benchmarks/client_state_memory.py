@@ -38,11 +38,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import fedlight.cli
-import fedlight.config
+import fedlight.core.config
 from fedlight.checkpoint import CHECKPOINT_NAME
 from fedlight.client_states import CLIENT_STATES_DIR
+from fedlight.core.tensors import nbytes
 from fedlight.experiment import run_job
-from fedlight.tensors import nbytes
 
 MB = 1e6
 
@@ -141,7 +141,7 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
-    fedlight.config.register_schema()
+    fedlight.core.config.register_schema()
     if args.output_dir is not None:
         run(args, args.output_dir)
         return

@@ -31,9 +31,9 @@ from torch.nn import functional as F  # noqa: N812
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from fedlight.core.layout import LAYOUTS
 from fedlight.data.base import TensorDataset
 from fedlight.data.fmnist import FashionMNIST
-from fedlight.layout import LAYOUTS
 from fedlight.models.simple_cnn import SimpleCNN
 
 EXAMPLES, BATCH = 6000, 64

@@ -48,7 +48,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import fedlight.cli
-import fedlight.config
+import fedlight.core.config
+from fedlight.core.rng import Stream, derive_seed, numpy_generator
 from fedlight.data.augment import CropFlip
 from fedlight.data.base import TensorDataset
 from fedlight.data.cifar10 import CIFAR10, MEAN, STD
@@ -58,7 +59,6 @@ from fedlight.engines import LocalTask
 from fedlight.engines.base import LocalResult
 from fedlight.launch import resolve_device
 from fedlight.loop import FederatedLoop
-from fedlight.rng import Stream, derive_seed, numpy_generator
 
 ENGINES = ("sequential", "vectorized")
 SEED = 0
@@ -247,7 +247,7 @@ def workloads(args: argparse.Namespace) -> list[tuple[Workload, str]]:
 def main() -> None:
     args = parse_args()
     torch.set_num_threads(args.threads)
-    fedlight.config.register_schema()
+    fedlight.core.config.register_schema()
     device = resolve_device(args.device)
     chosen = workloads(args)
     loaders = {"mnist": load_mnist, "cifar": load_cifar}

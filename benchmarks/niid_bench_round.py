@@ -53,14 +53,14 @@ from torch.nn import functional as F  # noqa: N812
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import fedlight.cli
-import fedlight.config
+import fedlight.core.config
+from fedlight.core.layout import LAYOUTS
+from fedlight.core.rng import Stream, derive_seed, numpy_generator
 from fedlight.data.base import TensorDataset
 from fedlight.data.fmnist import FashionMNIST
 from fedlight.evaluation import Evaluator
 from fedlight.experiment import Job, Loaded, run_job
-from fedlight.layout import LAYOUTS
 from fedlight.models.simple_cnn import SimpleCNN
-from fedlight.rng import Stream, derive_seed, numpy_generator
 
 SEED = 0
 CLIENTS = 10
@@ -276,7 +276,7 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
-    fedlight.config.register_schema()
+    fedlight.core.config.register_schema()
     data = FashionMNIST(root=args.data_root, download=False).load()
     overrides: dict[str, tuple[str, ...]] = {"fedlight": (), "fedlight_before": BEFORE}
     clients = client_sets(niid_bench_job(data, 1, ()), data)

@@ -29,12 +29,12 @@ from torch.nn import functional as F  # noqa: N812
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fedlight.config import LocalSettings, OptimSettings, RunSettings
+from fedlight.core.config import LocalSettings, OptimSettings, RunSettings
+from fedlight.core.layout import LAYOUTS
 from fedlight.data.base import TensorDataset
 from fedlight.data.fmnist import FashionMNIST
 from fedlight.engines.base import LocalTask, batch_indices
 from fedlight.engines.sequential import SequentialEngine
-from fedlight.layout import LAYOUTS
 from fedlight.models.simple_cnn import SimpleCNN
 
 EXAMPLES = 6000

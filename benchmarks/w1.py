@@ -46,14 +46,14 @@ from torch.nn import functional as F  # noqa: N812
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import fedlight.cli
-import fedlight.config
+import fedlight.core.config
+from fedlight.core.rng import Stream, derive_seed, numpy_generator
 from fedlight.data.base import TensorDataset
 from fedlight.data.mnist import MNIST
 from fedlight.experiment import Job, run_job
 from fedlight.models.cnn import CNN
 from fedlight.models.mlp import MLP
 from fedlight.partitions.shards import Shards
-from fedlight.rng import Stream, derive_seed, numpy_generator
 
 SEED = 0
 NUM_CLIENTS = 100
@@ -262,7 +262,7 @@ def parse_args() -> argparse.Namespace:
 def main() -> None:
     args = parse_args()
     torch.set_num_threads(args.threads)
-    fedlight.config.register_schema()
+    fedlight.core.config.register_schema()
     data = MNIST(root=args.data_root, download=False).load()
     client_indices = shard_client_indices(data)
     assert all(len(s) == SAMPLES_PER_CLIENT for s in client_indices)

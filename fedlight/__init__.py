@@ -36,9 +36,9 @@ PUBLIC: dict[str, str] = {
     "ClientStep": "fedlight.stages.base",
     "Delivered": "fedlight.stages.base",
     "Plan": "fedlight.stages.base",
-    "Federation": "fedlight.context",
-    "RoundContext": "fedlight.context",
-    "Stream": "fedlight.rng",
+    "Federation": "fedlight.core.context",
+    "RoundContext": "fedlight.core.context",
+    "Stream": "fedlight.core.rng",
     # codecs (`upload=`, `download=`)
     "WireTransform": "fedlight.stages.wire.base",
     "LossyTransform": "fedlight.stages.wire.base",
@@ -52,9 +52,9 @@ PUBLIC: dict[str, str] = {
     "TensorDataset": "fedlight.data.base",
     "Partition": "fedlight.partitions.base",
     # models' state and settings' refusals
-    "StateDict": "fedlight.tensors",
-    "ConfigError": "fedlight.errors",
-    "require": "fedlight.errors",
+    "StateDict": "fedlight.core.tensors",
+    "ConfigError": "fedlight.core.errors",
+    "require": "fedlight.core.errors",
 }
 __all__ = [
     "Accumulator",
@@ -93,19 +93,19 @@ if TYPE_CHECKING:  # what type checkers see; at run time `__getattr__` imports e
     from fedlight.aggregation.base import Accumulator, Aggregator, Part, RobustAggregator
     from fedlight.aggregation.mean import Mean
     from fedlight.algorithms.base import Algorithm, ClientUpload, ServerState
-    from fedlight.context import Federation, RoundContext
+    from fedlight.core.context import Federation, RoundContext
+    from fedlight.core.errors import ConfigError, require
+    from fedlight.core.rng import Stream
+    from fedlight.core.tensors import StateDict
     from fedlight.data.base import DataSource, TensorDataset
     from fedlight.engines.base import LocalCallback, LocalResult
-    from fedlight.errors import ConfigError, require
     from fedlight.lr_schedules.base import LRSchedule
     from fedlight.partitions.base import Partition
-    from fedlight.rng import Stream
     from fedlight.server_opt.base import ServerOptimizer
     from fedlight.stages.base import ClientStep, Delivered, Plan, UploadStage
     from fedlight.stages.compression.quantizer import Quantizer
     from fedlight.stages.selection.base import Selection
     from fedlight.stages.wire.base import LossyTransform, Payload, WireTransform
-    from fedlight.tensors import StateDict
 
 
 def __getattr__(name: str) -> Any:

@@ -41,13 +41,13 @@ from typing import Any
 from fedlight.aggregation.base import all_finite
 from fedlight.algorithms.asynchronous import Arrival, AsynchronousFedAvg
 from fedlight.algorithms.base import ClientUpload
-from fedlight.context import RoundContext
+from fedlight.core.context import RoundContext
+from fedlight.core.rng import Stream, numpy_generator
+from fedlight.core.tensors import StateDict, on_device
 from fedlight.driver import Driver
 from fedlight.history import RoundStats
 from fedlight.hooks import round_means
-from fedlight.rng import Stream, numpy_generator
 from fedlight.round.server import Arrived, ServerRound
-from fedlight.tensors import StateDict, on_device
 
 
 @dataclass

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from fedlight.errors import ConfigError, one_line
+from fedlight.core.errors import ConfigError, one_line
 from fedlight.files import replaced
 from fedlight.run_files import CHECKPOINT_NAME
 

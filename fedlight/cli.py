@@ -34,7 +34,7 @@ from fedlight import STARTED, STARTED_VARIABLE, run_dir
 from fedlight.algorithms.base import Algorithm
 from fedlight.checkpoint import CHECKPOINT_NAME
 from fedlight.client_states import ClientStateLostError
-from fedlight.config import (
+from fedlight.core.config import (
     CONFIG_GROUPS,
     DATA_SETTING_KEYS,
     PLUGIN_STAGE_DEFAULTS,
@@ -43,9 +43,10 @@ from fedlight.config import (
     register_schema,
     require_finite,
 )
+from fedlight.core.errors import ConfigError, error_chain, fail, one_line, require
+from fedlight.core.moved import check_targets
 from fedlight.data.base import DataError, DataSource
 from fedlight.data.source import check_data_target
-from fedlight.errors import ConfigError, error_chain, fail, one_line, require
 from fedlight.experiment import (
     RESUME_FREE_KEYS,
     DivergenceError,
@@ -69,7 +70,6 @@ from fedlight.jobs import (
 from fedlight.launch import Parallelism, Terminated, auto_parallelism
 from fedlight.loggers.base import job_name
 from fedlight.loggers.console import Tee, sweep_line
-from fedlight.moved import check_targets
 from fedlight.partitions.base import ClientCount
 from fedlight.preemption import (
     PREEMPTED_EXIT_CODE,

@@ -24,15 +24,17 @@ import torch
 from torch import Tensor
 
 from fedlight.algorithms.base import ServerState
-from fedlight.allocator import release_freed
 from fedlight.checkpoint import save_checkpoint
 from fedlight.client_states import ClientStates, MemoryClientStates
-from fedlight.config import RunSettings
-from fedlight.context import Federation
+from fedlight.core.allocator import release_freed
+from fedlight.core.config import RunSettings
+from fedlight.core.context import Federation
+from fedlight.core.errors import ConfigError, require
+from fedlight.core.rng import Stream
+from fedlight.core.tensors import StateDict, detached_copy, on_device
 from fedlight.data.base import TensorDataset
 from fedlight.engines import Engine, LocalTask, make_engine
 from fedlight.engines.base import LocalCallback, LocalResult
-from fedlight.errors import ConfigError, require
 from fedlight.evaluation import ACCURACY, LOSS, VAL_ACCURACY, VAL_LOSS
 from fedlight.history import (
     STATE_FORMAT,
@@ -45,13 +47,11 @@ from fedlight.history import (
 from fedlight.hooks import Optimization, optimization_of
 from fedlight.loggers.base import MetricsRow, RoundLogger, RoundProgress, SilentProgress
 from fedlight.preemption import Preempted, requested
-from fedlight.rng import Stream
 from fedlight.round.client import ClientPipeline
 from fedlight.round.stages import Stages
 from fedlight.run_evaluation import Evaluated, RunEvaluation
 from fedlight.stages.base import StageSetup, StageStates, UploadStage
 from fedlight.stages.pool import ClientPool
-from fedlight.tensors import StateDict, detached_copy, on_device
 from fedlight.workers import OneWorker, Workers
 
 

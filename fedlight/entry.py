@@ -48,7 +48,7 @@ def rerun(name: str, command_of: Callable[[Path], list[str]], usage: str, args: 
     if not args or args[0].startswith("-"):
         print(f"usage: {usage}", file=sys.stderr)
         return 2
-    from fedlight.errors import ConfigError
+    from fedlight.core.errors import ConfigError
 
     try:
         command = command_of(Path(args[0]))
@@ -66,8 +66,8 @@ def rerun(name: str, command_of: Callable[[Path], list[str]], usage: str, args: 
 
 def run_cli() -> None:
     """fedlight's Hydra command line; an installed package's stage kind that fedlight refuses
-    as it loads (fedlight.config) is a one-line error, exit code 2."""
-    from fedlight.errors import ConfigError
+    as it loads (fedlight.core.config) is a one-line error, exit code 2."""
+    from fedlight.core.errors import ConfigError
 
     try:
         from fedlight.cli import main as run_main

@@ -55,7 +55,7 @@ def float_environment(
     device: torch.device, engine: str, workers: int, memory_format: str
 ) -> dict[str, Any]:
     """This process's values of what decides float rounding (its torch threads are each
-    worker's; `memory_format`: the client module's layout, `fedlight.layout`); the CUDA entries
+    worker's; `memory_format`: the client module's layout, `fedlight.core.layout`); the CUDA entries
     are null on other devices."""
     cuda = device.type == "cuda"
     return {

@@ -22,8 +22,8 @@ import torch
 from torch import Tensor
 from torch.nn import functional as F  # noqa: N812
 
+from fedlight.core.tensors import StateDict
 from fedlight.hooks import Logs, as_number, computed, local_metrics, logging_to, overrides
-from fedlight.tensors import StateDict
 
 ACCURACY, LOSS = "test_accuracy", "test_loss"
 # The validation set's columns: `val_accuracy`, `val_loss`, `val_<a module's own metric>`

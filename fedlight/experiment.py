@@ -22,16 +22,20 @@ import torch
 
 from fedlight import command_seconds
 from fedlight.algorithms.base import Algorithm
-from fedlight.allocator import fix_mmap_threshold
 from fedlight.asynchronous import AsynchronousLoop
 from fedlight.checkpoint import CHECKPOINT_NAME, load_checkpoint, resumable_checkpoint
 from fedlight.client_states import ClientStateLostError, check_state_files, client_state_store
-from fedlight.config import FLSettings, RunSettings
+from fedlight.core.allocator import fix_mmap_threshold
+from fedlight.core.config import FLSettings, RunSettings
+from fedlight.core.errors import ConfigError, require
+from fedlight.core.layout import layout_for
+from fedlight.core.moved import current_path
+from fedlight.core.rng import Stream, derive_seed, numpy_generator
+from fedlight.core.variants import resolved_variants
 from fedlight.data.base import DataError, DataSource, TensorDataset
 from fedlight.data.validation import split_validation
 from fedlight.driver import Clients, Driver
 from fedlight.environment import float_environment, resumed_environment
-from fedlight.errors import ConfigError, require
 from fedlight.export import write_model
 from fedlight.files import write_text
 from fedlight.history import STATE_KEYS, History
@@ -45,7 +49,6 @@ from fedlight.launch import (
     threads_of,
     workers_start_method,
 )
-from fedlight.layout import layout_for
 from fedlight.loggers.base import (
     RoundLogger,
     RoundProgress,
@@ -56,7 +59,6 @@ from fedlight.loggers.base import (
 from fedlight.loggers.console import ConsoleProgress
 from fedlight.loop import FederatedLoop
 from fedlight.lr_schedules.base import LRSchedule
-from fedlight.moved import current_path
 from fedlight.outputs import (
     Chance,
     label_histogram,
@@ -71,11 +73,9 @@ from fedlight.outputs import (
 )
 from fedlight.partitions.base import Partition
 from fedlight.preemption import Preempted
-from fedlight.rng import Stream, derive_seed, numpy_generator
 from fedlight.round.stages import Stages
 from fedlight.run_dir import SUMMARY_NAME
 from fedlight.stages.selection.base import Selection
-from fedlight.variants import resolved_variants
 from fedlight.workers import OneWorker, Workers
 
 # Settings that may differ between a run and its resumption without changing any number (dotted

@@ -21,8 +21,8 @@ from typing import Any
 import pytorch_lightning as pl
 
 from fedlight.checkpoint import save_checkpoint
-from fedlight.errors import one_line
-from fedlight.tensors import StateDict
+from fedlight.core.errors import one_line
+from fedlight.core.tensors import StateDict
 
 MODEL_NAME = "model.pt"
 LIGHTNING_CHECKPOINT_NAME = "model.ckpt"

@@ -50,8 +50,8 @@ import torch
 from torch import Tensor
 from torchmetrics import Metric
 
-from fedlight.config import LocalSettings
-from fedlight.errors import ConfigError
+from fedlight.core.config import LocalSettings
+from fedlight.core.errors import ConfigError
 
 # Hooks a Trainer calls that change a step's arithmetic and that fedlight does not call.
 REFUSED_OVERRIDES = ("backward", "optimizer_step", "optimizer_zero_grad")

@@ -37,9 +37,9 @@ import torch.multiprocessing as torch_mp
 from torch.multiprocessing.spawn import ProcessException, ProcessRaisedException
 
 from fedlight import run_dir
-from fedlight.allocator import fix_mmap_threshold
-from fedlight.config import FLSettings, RunSettings, check_nccl
-from fedlight.errors import one_line, require
+from fedlight.core.allocator import fix_mmap_threshold
+from fedlight.core.config import FLSettings, RunSettings, check_nccl
+from fedlight.core.errors import one_line, require
 from fedlight.preemption import (
     PREEMPTED_EXIT_CODE,
     Preempted,

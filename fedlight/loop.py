@@ -31,7 +31,8 @@ from typing import TypeVar
 from torch import Tensor
 
 from fedlight.client_states import Written
-from fedlight.context import RoundContext, RoundMetrics
+from fedlight.core.context import RoundContext, RoundMetrics
+from fedlight.core.tensors import StateDict
 from fedlight.driver import Driver
 from fedlight.engines import LocalTask
 from fedlight.engines.base import LocalResult
@@ -41,7 +42,6 @@ from fedlight.round.client import Received
 from fedlight.round.server import Arrived, ServerRound
 from fedlight.stages.pool import ClientPool
 from fedlight.stages.selection.base import Population
-from fedlight.tensors import StateDict
 
 Item = TypeVar("Item")
 

@@ -43,8 +43,8 @@ from omegaconf import DictConfig, OmegaConf
 from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, Trial, TrialState
 
-from fedlight.config import OBJECTIVES
-from fedlight.errors import ConfigError, one_line, require
+from fedlight.core.config import OBJECTIVES
+from fedlight.core.errors import ConfigError, one_line, require
 from fedlight.experiment import RESUME_FREE_KEYS
 from fedlight.files import write_bytes, write_text
 from fedlight.run_files import SAMPLER_FILE, STUDY_FILE, STUDY_NAME

@@ -31,8 +31,8 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from fedlight import curves
+from fedlight.core.errors import ConfigError
 from fedlight.curves import Line, Panel
-from fedlight.errors import ConfigError
 from fedlight.loggers.base import MetricsRow, evaluated
 from fedlight.study_report import studies_markdown
 from fedlight.sweeps import command_flags, job_dirs, job_order, job_state

@@ -26,7 +26,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import OverrideParseException
 
 from fedlight.checkpoint import load_checkpoint
-from fedlight.errors import ConfigError
+from fedlight.core.errors import ConfigError
 from fedlight.run_dir import results_in
 from fedlight.run_files import CHECKPOINT_NAME
 from fedlight.sweeps import JobState, command_flags, job_state

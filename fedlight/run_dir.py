@@ -29,8 +29,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from fedlight.client_states import CLIENT_STATES_DIR
-from fedlight.config import RunSettings
-from fedlight.errors import ConfigError
+from fedlight.core.config import RunSettings
+from fedlight.core.errors import ConfigError
 from fedlight.export import LIGHTNING_CHECKPOINT_NAME, MODEL_NAME
 from fedlight.files import linked
 from fedlight.loggers.mlflow import MLRUNS_DIR

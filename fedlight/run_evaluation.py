@@ -14,13 +14,13 @@ from torch import Tensor
 
 from fedlight.algorithms.base import Algorithm, ServerState
 from fedlight.client_states import ClientStates
-from fedlight.context import Federation
+from fedlight.core.context import Federation
+from fedlight.core.tensors import StateDict, detached_copy
 from fedlight.data.base import TensorDataset
 from fedlight.engines import Engine, LocalTask
 from fedlight.evaluation import ACCURACY, LOSS, VALIDATION_PREFIX, Evaluator
 from fedlight.stages.base import ClientState
 from fedlight.stages.pool import ModelQuality
-from fedlight.tensors import StateDict, detached_copy
 
 
 @dataclass

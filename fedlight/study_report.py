@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from fedlight import curves
-from fedlight.errors import ConfigError, require
+from fedlight.core.errors import ConfigError, require
 from fedlight.run_files import STUDY_FILE, STUDY_NAME
 
 # What to do with a study file Optuna cannot read, in a sweep and in a report.

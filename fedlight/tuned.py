@@ -14,7 +14,7 @@ from pathlib import Path
 import yaml
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
-from fedlight.errors import ConfigError
+from fedlight.core.errors import ConfigError
 from fedlight.resume import AUTO, recorded_command
 
 RESULTS_FILE = "optimization_results.yaml"  # the study's best trial (fedlight.optuna_sweeper)

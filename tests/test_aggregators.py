@@ -24,11 +24,11 @@ from fedlight.aggregation.norm_clip import NormClip
 from fedlight.aggregation.trimmed_mean import TrimmedMean
 from fedlight.algorithms.base import ClientUpload
 from fedlight.algorithms.fedavg import UPDATE, FedAvg
-from fedlight.context import Federation
-from fedlight.errors import ConfigError
+from fedlight.core.context import Federation
+from fedlight.core.errors import ConfigError
+from fedlight.core.tensors import StateDict
 from fedlight.experiment import Job
 from fedlight.round.stages import CONF_DIR
-from fedlight.tensors import StateDict
 
 AGGREGATOR_YAMLS = sorted(p.stem for p in (Path(CONF_DIR) / "aggregator").glob("*.yaml"))
 SHAPES = {"w": (2, 2), "b": (1,)}  # two tensors of different shapes: d = 5

@@ -16,12 +16,12 @@ from fedlight.algorithms.fednova import FedNova
 from fedlight.algorithms.fedprox import FedProx, ProximalTerm
 from fedlight.algorithms.fedyogi import FedYogi
 from fedlight.checkpoint import load_checkpoint
-from fedlight.context import Federation, RoundContext
+from fedlight.core.context import Federation, RoundContext
+from fedlight.core.errors import ConfigError
+from fedlight.core.tensors import StateDict
 from fedlight.engines.base import LocalResult
-from fedlight.errors import ConfigError
 from fedlight.experiment import Job, run_job
 from fedlight.models.mlp import MLP
-from fedlight.tensors import StateDict
 
 from .conftest import TINY, rows_without_timings, run_killed_in_round
 

@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
-from fedlight.config import FLSettings
-from fedlight.errors import ConfigError
+from fedlight.core.config import FLSettings
+from fedlight.core.errors import ConfigError
 from tests.conftest import REPO
 
 GLIBC = sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
@@ -28,7 +28,7 @@ RETAINED = """
 import sys
 from pathlib import Path
 import torch
-from fedlight.allocator import fix_mmap_threshold, release_freed
+from fedlight.core.allocator import fix_mmap_threshold, release_freed
 
 def private_mb():
     rows = Path("/proc/self/smaps_rollup").read_text().splitlines()[1:]

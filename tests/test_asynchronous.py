@@ -16,8 +16,8 @@ from fedlight.algorithms.fedasync import FedAsync
 from fedlight.algorithms.fedbuff import FedBuff
 from fedlight.algorithms.staleness import Staleness
 from fedlight.asynchronous import AsynchronousLoop
-from fedlight.context import Federation
-from fedlight.errors import ConfigError
+from fedlight.core.context import Federation
+from fedlight.core.errors import ConfigError
 from fedlight.experiment import Job, run_job
 from tests.conftest import TINY, rows_without_timings, run_killed_in_round
 

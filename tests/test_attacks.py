@@ -19,12 +19,12 @@ from fedlight.algorithms.base import ClientUpload
 from fedlight.algorithms.fedavg import BUFFERS, UPDATE, FedAvg
 from fedlight.algorithms.scaffold import DELTA_C, DELTA_Y, Scaffold
 from fedlight.checkpoint import load_checkpoint
-from fedlight.context import Federation
+from fedlight.core.context import Federation
+from fedlight.core.errors import ConfigError
+from fedlight.core.rng import Stream, derive_seed
 from fedlight.data.digits import Digits
 from fedlight.engines import LocalTask, make_engine
-from fedlight.errors import ConfigError
 from fedlight.experiment import Job, run_job
-from fedlight.rng import Stream, derive_seed
 from fedlight.stages.attacks.alie import ALIE, paper_z
 from fedlight.stages.attacks.gaussian import Gaussian
 from fedlight.stages.attacks.ipm import IPM

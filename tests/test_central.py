@@ -8,11 +8,11 @@ import torch
 from torch import Tensor
 
 from fedlight.algorithms.central import POOLED_TRAINER
+from fedlight.core.rng import Stream, derive_seed
 from fedlight.data.digits import Digits
 from fedlight.driver import Clients
 from fedlight.experiment import Job, run_job
 from fedlight.loop import FederatedLoop
-from fedlight.rng import Stream, derive_seed
 
 from .conftest import TINY, rows_without_timings, run_killed_in_round
 

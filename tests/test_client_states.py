@@ -18,9 +18,9 @@ from fedlight.client_states import (
     DiskClientStates,
     MemoryClientStates,
 )
-from fedlight.errors import ConfigError
+from fedlight.core.errors import ConfigError
+from fedlight.core.tensors import StateDict
 from fedlight.experiment import Job, run_job
-from fedlight.tensors import StateDict
 
 from .conftest import TINY, rows_without_timings, run_killed_in_round
 

@@ -15,15 +15,15 @@ import torch
 from torch import Tensor
 
 from fedlight.checkpoint import CHECKPOINT_NAME, load_checkpoint
-from fedlight.context import Federation, RoundContext
-from fedlight.errors import ConfigError
+from fedlight.core.context import Federation, RoundContext
+from fedlight.core.errors import ConfigError
+from fedlight.core.tensors import StateDict, nbytes
 from fedlight.experiment import Job, resumed_checkpoint, run_job
 from fedlight.stages.compression.int8 import Int8
 from fedlight.stages.compression.packing import pack_bits, packed_size, unpack_bits
 from fedlight.stages.compression.qsgd import QSGD
 from fedlight.stages.compression.sign import Sign
 from fedlight.stages.wire.base import UPLOAD, Payload, Wire, WireTransform
-from fedlight.tensors import StateDict, nbytes
 
 from .conftest import TINY, rows_without_timings, run_killed_in_round
 from .test_pipeline import read_rows

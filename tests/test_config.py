@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from fedlight.cli import CONF_DIR, group_options, validate_command_line
-from fedlight.config import CONFIG_GROUPS
-from fedlight.errors import ConfigError
+from fedlight.core.config import CONFIG_GROUPS
+from fedlight.core.errors import ConfigError
 from fedlight.experiment import Job
 
 OWN_SPLITS = Path(__file__).with_name("own_splits.json")  # 3 clients of digits examples

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from fedlight.errors import ConfigError
+from fedlight.core.errors import ConfigError
+from fedlight.core.rng import Stream, numpy_generator
 from fedlight.experiment import Job, run_job
-from fedlight.rng import Stream, numpy_generator
 from tests.conftest import TINY, rows_without_timings, run_killed_in_round
 
 # Two clients, both in every round, one full-batch local step per training.

@@ -14,7 +14,9 @@ from torch.nn import functional as F  # noqa: N812
 from fedlight.algorithms.base import ClientUpload, ServerState
 from fedlight.checkpoint import load_checkpoint
 from fedlight.cli import validate_command_line
-from fedlight.context import RoundContext
+from fedlight.core.context import RoundContext
+from fedlight.core.errors import ConfigError
+from fedlight.core.tensors import StateDict, detached_copy
 from fedlight.data.augment import CropFlip
 from fedlight.data.base import TensorDataset
 from fedlight.data.digits import Digits
@@ -23,12 +25,10 @@ from fedlight.engines import LocalTask, resolve_engine
 from fedlight.engines.base import LocalCallback, LocalResult
 from fedlight.engines.sequential import SequentialEngine
 from fedlight.engines.vectorized import VectorizedEngine
-from fedlight.errors import ConfigError
 from fedlight.experiment import Job, run_job
 from fedlight.loop import FederatedLoop
 from fedlight.models.classifier import Classifier
 from fedlight.models.mlp import MLP
-from fedlight.tensors import StateDict, detached_copy
 
 from .conftest import TINY, rows_without_timings, run_cli, run_killed_in_round
 from .user_module import RecordingModule

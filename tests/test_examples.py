@@ -18,11 +18,11 @@ import pytest
 import torch
 
 import fedlight
-from fedlight import config
+from fedlight.core import config
+from fedlight.core.rng import Stream, numpy_generator
 from fedlight.data.digits import Digits
 from fedlight.experiment import run_job
 from fedlight.models.mlp import MLP
-from fedlight.rng import Stream, numpy_generator
 from tests.conftest import REPO, TINY, rows_without_timings, run_cli, without_timings
 
 EXAMPLES = REPO / "examples"

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from fedlight.cli import group_options, validate_command_line
-from fedlight.errors import ConfigError
+from fedlight.core.errors import ConfigError
 
 from .conftest import REPO, compose_config, run_cli
 

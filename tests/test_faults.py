@@ -18,7 +18,7 @@ import torch
 from fedlight import cli, entry
 from fedlight.checkpoint import CHECKPOINT_NAME, load_checkpoint
 from fedlight.client_states import CLIENT_STATES_DIR
-from fedlight.config import MAX_THREADS
+from fedlight.core.config import MAX_THREADS
 from fedlight.loop import FederatedLoop
 from fedlight.outputs import MAX_CLIENT_BARS, client_blocks, write_participation
 

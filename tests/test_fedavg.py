@@ -6,9 +6,9 @@ import torch
 from fedlight.aggregation.mean import WeightedMean
 from fedlight.algorithms.base import ClientUpload
 from fedlight.algorithms.fedavg import FedAvg
-from fedlight.context import Federation
+from fedlight.core.context import Federation
+from fedlight.core.errors import ConfigError
 from fedlight.engines.base import LocalResult
-from fedlight.errors import ConfigError
 
 CTX = Federation(num_clients=10, trainable=frozenset({"w"})).round(1)
 

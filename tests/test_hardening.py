@@ -23,7 +23,7 @@ from omegaconf import open_dict
 
 from fedlight import cli, run_dir
 from fedlight.checkpoint import CHECKPOINT_NAME, load_checkpoint
-from fedlight.errors import ConfigError
+from fedlight.core.errors import ConfigError
 from fedlight.experiment import (
     DivergenceError,
     Job,

@@ -13,7 +13,7 @@ import yaml
 
 import fedlight
 from fedlight.cli import validate_command_line
-from fedlight.errors import ConfigError
+from fedlight.core.errors import ConfigError
 from tests.conftest import REPO, TINY, rows_without_timings, run_cli
 
 SMALL = [o for o in TINY if not o.startswith("fl.rounds=")]

@@ -13,8 +13,9 @@ import pytest
 import torch
 import wandb
 
+from fedlight.core.errors import ConfigError
+from fedlight.core.rng import Stream, derive_seed
 from fedlight.data.digits import Digits
-from fedlight.errors import ConfigError
 from fedlight.experiment import Job, run_job
 from fedlight.export import LIGHTNING_CHECKPOINT_NAME, MODEL_NAME
 from fedlight.loggers import base as loggers_base
@@ -24,7 +25,6 @@ from fedlight.loggers.tensorboard import TENSORBOARD_DIR
 from fedlight.loggers.wandb import WandbLogger
 from fedlight.models.mlp import MLP
 from fedlight.outputs import write_curves
-from fedlight.rng import Stream, derive_seed
 
 from .conftest import TINY, run_cli, run_killed_in_round
 

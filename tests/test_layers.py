@@ -188,28 +188,34 @@ def planted_copy(tmp_path: Path) -> Path:
     return tmp_path
 
 
+def named(root: Path, leaf: str) -> tuple[str, Path]:
+    """The module of the packages under `root` whose last name is `leaf`, and its file."""
+    return next((m, f) for m, f in modules(root).items() if m.rpartition(".")[2] == leaf)
+
+
 def test_a_planted_upward_import_fails_the_checks(tmp_path: Path) -> None:
     """In a copy: errors.py (core) importing the CLI inside a function is one upward import and
-    a circle (the CLI imports errors.py); under TYPE_CHECKING in rng.py, the same."""
+    a circle (the CLI imports errors.py); a driver under TYPE_CHECKING in rng.py, one more."""
     root = planted_copy(tmp_path)
     assert upward_imports(root) == [] and import_circles(root) == []
-    errors = root / "fedlight" / "errors.py"
-    planted = "\n\ndef later() -> None:\n    from fedlight import cli\n"
-    errors.write_text(errors.read_text() + planted)
-    line = len(errors.read_text().splitlines())
+    (cli, _), (driver, _) = named(root, "cli"), named(root, "driver")
+    errors, errors_file = named(root, "errors")
+    planted = f"\n\ndef later() -> None:\n    import {cli}\n"
+    errors_file.write_text(errors_file.read_text() + planted)
+    line = len(errors_file.read_text().splitlines())
+    where = errors_file.relative_to(root)
     assert upward_imports(root) == [
-        f"fedlight/errors.py:{line}: fedlight.errors (core) imports fedlight.cli "
-        "(cli, a layer above)"
+        f"{where}:{line}: {errors} (core) imports {cli} (cli, a layer above)"
     ]
-    assert any({"fedlight.cli", "fedlight.errors"} <= set(c) for c in import_circles(root))
-    errors.write_text(errors.read_text().removesuffix(planted))
-    rng = root / "fedlight" / "rng.py"
-    rng.write_text(
-        "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n"
-        "    from fedlight.driver import Driver\n" + rng.read_text()
+    assert any({cli, errors} <= set(circle) for circle in import_circles(root))
+    errors_file.write_text(errors_file.read_text().removesuffix(planted))
+    rng, rng_file = named(root, "rng")
+    rng_file.write_text(
+        f"from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    import {driver}\n"
+        + rng_file.read_text()
     )
     assert upward_imports(root) == [
-        "fedlight/rng.py:4: fedlight.rng (core) imports fedlight.driver (drivers, a layer above)"
+        f"{rng_file.relative_to(root)}:4: {rng} (core) imports {driver} (drivers, a layer above)"
     ]
 
 

@@ -13,9 +13,9 @@ from sklearn.metrics import f1_score
 from torch.utils.data import DataLoader, TensorDataset
 
 from fedlight.checkpoint import load_checkpoint
-from fedlight.config import FLSettings, RunSettings
+from fedlight.core.config import FLSettings, RunSettings
+from fedlight.core.errors import ConfigError
 from fedlight.data.digits import Digits
-from fedlight.errors import ConfigError
 from fedlight.experiment import Job, build_module, run_job
 from fedlight.launch import spawn_workers
 

@@ -5,11 +5,11 @@ from pathlib import Path
 
 import torch
 
+from fedlight.core.rng import Stream, derive_seed
 from fedlight.data.digits import Digits
 from fedlight.driver import Clients
 from fedlight.experiment import run_job
 from fedlight.loop import FederatedLoop
-from fedlight.rng import Stream, derive_seed
 
 from .conftest import TINY
 

@@ -9,16 +9,16 @@ from pathlib import Path
 import pytest
 
 from fedlight.algorithms.base import ClientUpload
-from fedlight.context import Federation, RoundContext
+from fedlight.core.context import Federation, RoundContext
+from fedlight.core.errors import ConfigError
+from fedlight.core.tensors import StateDict
 from fedlight.engines.base import LocalResult
-from fedlight.errors import ConfigError
 from fedlight.experiment import Job, resumed_checkpoint, run_job
 from fedlight.lr_schedules.base import LRSchedule
 from fedlight.lr_schedules.cosine import Cosine
 from fedlight.lr_schedules.cyclic import Cyclic
 from fedlight.lr_schedules.exponential import Exponential
 from fedlight.lr_schedules.step import Step
-from fedlight.tensors import StateDict
 
 from .conftest import TINY
 from .test_algorithms import one_torch_thread  # noqa: F401 - autouse fixture

@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 
 from fedlight.cli import validate_command_line
-from fedlight.errors import ConfigError
+from fedlight.core.errors import ConfigError
+from fedlight.core.moved import current_path
 from fedlight.experiment import comparable_config
-from fedlight.moved import current_path
 
 from .conftest import REPO, run_cli
 

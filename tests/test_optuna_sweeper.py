@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from fedlight.cli import group_options, validate_command_line
-from fedlight.errors import ConfigError
+from fedlight.core.errors import ConfigError
 from fedlight.optuna_sweeper import (
     consecutive,
     continued_sampler,

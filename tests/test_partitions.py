@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedlight.errors import ConfigError
+from fedlight.core.errors import ConfigError
 from fedlight.partitions.dirichlet import Dirichlet
 from fedlight.partitions.iid import IID
 from fedlight.partitions.label_blocks import LabelBlocks

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from fedlight.errors import ConfigError
+from fedlight.core.errors import ConfigError
+from fedlight.core.tensors import nbytes
 from fedlight.experiment import Job, run_job
-from fedlight.tensors import nbytes
 from tests.conftest import TINY, rows_without_timings, run_killed_in_round
 
 PERSONAL = [*TINY, "partition=label_quantity", "partition.client_test_fraction=0.3"]

@@ -17,21 +17,21 @@ from fedlight.algorithms.base import ClientUpload
 from fedlight.algorithms.fedprox import FedProx, ProximalTerm
 from fedlight.checkpoint import load_checkpoint
 from fedlight.cli import validate_command_line
-from fedlight.config import FLSettings, RunSettings
-from fedlight.context import Federation, RoundContext
+from fedlight.core.config import FLSettings, RunSettings
+from fedlight.core.context import Federation, RoundContext
+from fedlight.core.errors import ConfigError
+from fedlight.core.rng import Stream, derive_seed
+from fedlight.core.tensors import StateDict, nbytes
 from fedlight.data.digits import Digits
 from fedlight.driver import Clients
-from fedlight.errors import ConfigError
 from fedlight.experiment import Job, run_job
 from fedlight.launch import spawn_workers
 from fedlight.loggers.base import METRIC_COLUMNS, is_timing
 from fedlight.loop import FederatedLoop
-from fedlight.rng import Stream, derive_seed
 from fedlight.server_opt.adam import Adam
 from fedlight.stages.wire.base import DOWNLOAD, UPLOAD, Payload, Wire, WireTransform
 from fedlight.stages.wire.bf16 import BF16
 from fedlight.stages.wire.fp16 import FP16
-from fedlight.tensors import StateDict, nbytes
 
 from . import worker_targets
 from .conftest import TINY, rows_without_timings, run_killed_in_round

@@ -17,20 +17,20 @@ from fedlight.algorithms.base import Algorithm, ClientUpload, ServerState
 from fedlight.algorithms.fedavg import UPDATE, FedAvg
 from fedlight.algorithms.fednova import FedNova
 from fedlight.algorithms.scaffold import Scaffold
-from fedlight.context import Federation
+from fedlight.core.context import Federation
+from fedlight.core.errors import ConfigError
+from fedlight.core.rng import Stream
+from fedlight.core.tensors import detached_copy
 from fedlight.data.base import TensorDataset
 from fedlight.engines.base import Engine, LocalResult, LocalTask
 from fedlight.engines.sequential import SequentialEngine
-from fedlight.errors import ConfigError
 from fedlight.experiment import Job, run_job
-from fedlight.rng import Stream
 from fedlight.stages.base import Delivered
 from fedlight.stages.privacy.accountant import CALIBRATION_TOLERANCE, ORDERS, PRV_EPS_ERROR, epsilon
 from fedlight.stages.privacy.adaptive_clip import AdaptiveClip
 from fedlight.stages.privacy.base import as_state, default_delta, update_norm
 from fedlight.stages.privacy.dp_fedavg import DPFedAvg, PrivateAggregation
 from fedlight.stages.privacy.dp_sgd import DPSGDEngine
-from fedlight.tensors import detached_copy
 from tests.conftest import REPO, TINY, rows_without_timings, run_cli, run_killed_in_round
 from tests.independent_dp import PLD_INTERVAL, RdpAccountant, pld_epsilon, sampled_gaussian
 

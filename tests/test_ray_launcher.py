@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fedlight.errors import ConfigError
+from fedlight.core.errors import ConfigError
 from fedlight.report import main as report_main
 
 from .conftest import TINY, compose_config, rows_without_timings, run_cli

@@ -234,7 +234,7 @@ def test_a_checkpoint_of_evaluated_rows_only_still_resumes(
 
 def test_resume_refuses_a_different_config(make_job, tmp_path: Path) -> None:
     run_job(make_job(TINY), tmp_path / "first")
-    from fedlight.errors import ConfigError
+    from fedlight.core.errors import ConfigError
 
     with pytest.raises(
         ConfigError, match=r"config differs at local.epochs \(checkpoint 1, now 2\)"

@@ -20,7 +20,7 @@ from omegaconf import open_dict
 
 from fedlight import cli, run_dir
 from fedlight.checkpoint import CHECKPOINT_NAME, load_checkpoint, save_checkpoint
-from fedlight.errors import ConfigError
+from fedlight.core.errors import ConfigError
 from fedlight.experiment import run_job
 from fedlight.loggers.base import RunInfo
 from fedlight.loggers.csv import CSVLogger

@@ -16,12 +16,13 @@ from fedlight.algorithms.fedavg import FedAvg
 from fedlight.algorithms.fednova import momentum_step_norm
 from fedlight.algorithms.scaffold import CONTROL, DELTA_C, DELTA_Y, Scaffold
 from fedlight.checkpoint import load_checkpoint
-from fedlight.config import FLSettings, LocalSettings, RunSettings
-from fedlight.context import Federation, RoundContext
+from fedlight.core.config import FLSettings, LocalSettings, RunSettings
+from fedlight.core.context import Federation, RoundContext
+from fedlight.core.errors import ConfigError
+from fedlight.core.tensors import StateDict
 from fedlight.data.base import TensorDataset
 from fedlight.driver import Clients
 from fedlight.engines.base import LocalResult
-from fedlight.errors import ConfigError
 from fedlight.experiment import Job, run_job
 from fedlight.loop import FederatedLoop
 from fedlight.lr_schedules.constant import Constant
@@ -30,7 +31,6 @@ from fedlight.stages.pool import ClientPool, ModelQuality
 from fedlight.stages.selection.base import Population, Selection
 from fedlight.stages.selection.random import RandomSelection
 from fedlight.stages.wire.base import Wire
-from fedlight.tensors import StateDict
 
 from .conftest import TINY, rows_without_timings, run_killed_in_round
 

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from fedlight import config
 from fedlight.aggregation.base import RoundRefused
 from fedlight.algorithms.base import ClientUpload
 from fedlight.algorithms.fedavg import BUFFERS, UPDATE, FedAvg
-from fedlight.context import Federation, RoundContext
+from fedlight.core import config
+from fedlight.core.context import Federation, RoundContext
+from fedlight.core.errors import ConfigError
 from fedlight.engines.base import LocalResult
-from fedlight.errors import ConfigError
 from fedlight.experiment import Job, run_job
 from fedlight.round.server import ServerRound
 from fedlight.stages.base import ClientStep, UploadStage

@@ -14,18 +14,18 @@ import torch
 from torch import Tensor
 
 from fedlight.checkpoint import load_checkpoint
-from fedlight.context import Federation
-from fedlight.errors import ConfigError
+from fedlight.core.context import Federation
+from fedlight.core.errors import ConfigError
+from fedlight.core.rng import Stream
+from fedlight.core.tensors import StateDict, nbytes
 from fedlight.experiment import Job, run_job
 from fedlight.outputs import jain_index
-from fedlight.rng import Stream
 from fedlight.stages.pool import ClientPool, ModelQuality
 from fedlight.stages.selection.base import Population
 from fedlight.stages.selection.poisson import Poisson
 from fedlight.stages.selection.power_of_choice import PowerOfChoice
 from fedlight.stages.selection.round_robin import RoundRobin
 from fedlight.stages.selection.weighted import SCORE, Weighted
-from fedlight.tensors import StateDict, nbytes
 
 from .conftest import TINY, rows_without_timings, run_killed_in_round
 

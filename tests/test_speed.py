@@ -19,10 +19,10 @@ from torch import Tensor, nn
 from torch.nn import functional as F  # noqa: N812
 from torch.utils.data import Dataset
 
-from fedlight.errors import ConfigError
+from fedlight.core.errors import ConfigError
+from fedlight.core.layout import contiguous_state
 from fedlight.experiment import Job, run_job
 from fedlight.launch import Parallelism, auto_parallelism
-from fedlight.layout import contiguous_state
 from tests.conftest import REPO, TINY, rows_without_timings, run_cli
 
 CHANNELS_LAST = torch.channels_last

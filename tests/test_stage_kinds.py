@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from fedlight import config
-from fedlight.errors import ConfigError
+from fedlight.core import config
+from fedlight.core.errors import ConfigError
 from fedlight.experiment import Job, run_job
 
 from .conftest import REPO, TINY, run_cli

@@ -18,8 +18,8 @@ import pytest
 
 from fedlight import run_dir
 from fedlight.cli import JobFailedError, continue_command, given_value, interrupted, job_failed
-from fedlight.config import RunSettings
-from fedlight.errors import ConfigError
+from fedlight.core.config import RunSettings
+from fedlight.core.errors import ConfigError
 from fedlight.preemption import PREEMPTED_EXIT_CODE
 from fedlight.resume import decide, resume_command
 from fedlight.run_files import (

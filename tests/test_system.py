@@ -12,10 +12,10 @@ import torch
 
 from fedlight.algorithms.base import ClientUpload
 from fedlight.algorithms.fedavg import UPDATE, FedAvg
-from fedlight.context import Federation
-from fedlight.errors import ConfigError
+from fedlight.core.context import Federation
+from fedlight.core.errors import ConfigError
+from fedlight.core.rng import Stream, numpy_generator
 from fedlight.experiment import Job, run_job
-from fedlight.rng import Stream, numpy_generator
 from fedlight.system.base import System
 from fedlight.system.homogeneous import Homogeneous
 from fedlight.system.lognormal import LogNormal

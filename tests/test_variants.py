@@ -13,8 +13,8 @@ from torch import Tensor
 from fedlight.algorithms.base import ServerState
 from fedlight.algorithms.fedprox import FedProx
 from fedlight.algorithms.scaffold import CONTROL, DELTA_C, DELTA_Y, Scaffold
-from fedlight.context import Federation
-from fedlight.errors import ConfigError
+from fedlight.core.context import Federation
+from fedlight.core.errors import ConfigError
 from fedlight.experiment import Job, run_job
 from fedlight.server_opt.adam import Adam
 from fedlight.stages.pool import ClientPool, ModelQuality

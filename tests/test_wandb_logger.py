@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import wandb
 
-from fedlight.errors import ConfigError
+from fedlight.core.errors import ConfigError
 from fedlight.experiment import run_job
 from fedlight.loggers import wandb as wandb_logger
 from fedlight.loggers.base import RunInfo

@@ -17,8 +17,8 @@ import pytest
 
 from fedlight import run_dir
 from fedlight.checkpoint import CHECKPOINT_NAME
-from fedlight.config import FLSettings, RunSettings
-from fedlight.errors import ConfigError
+from fedlight.core.config import FLSettings, RunSettings
+from fedlight.core.errors import ConfigError
 from fedlight.launch import spawn_workers
 from fedlight.workers import WorkerError, WorkerLostError
 

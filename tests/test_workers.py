@@ -15,8 +15,8 @@ from torch import Tensor
 from fedlight import workers
 from fedlight.checkpoint import load_checkpoint
 from fedlight.client_states import CLIENT_STATES_DIR, DiskClientStates
-from fedlight.config import FLSettings, RunSettings
-from fedlight.errors import ConfigError
+from fedlight.core.config import FLSettings, RunSettings
+from fedlight.core.errors import ConfigError
 from fedlight.experiment import Job, run_job
 from fedlight.launch import spawn_workers
 from fedlight.workers import (

@@ -5,9 +5,9 @@ from dataclasses import dataclass
 
 import torch
 
-from fedlight.context import RoundContext
+from fedlight.core.context import RoundContext
+from fedlight.core.tensors import StateDict
 from fedlight.stages.attacks.base import Attack
-from fedlight.tensors import StateDict
 
 
 @dataclass

@@ -6,10 +6,10 @@ entry point `shift = "tests.user_stage:Shift"`), `ShiftedPrivacy` as an option o
 from dataclasses import replace
 
 from fedlight.algorithms.base import ClientUpload
-from fedlight.context import RoundContext
+from fedlight.core.context import RoundContext
+from fedlight.core.tensors import StateDict
 from fedlight.stages.base import ClientStep, UploadStage
 from fedlight.stages.privacy.none import NoPrivacy
-from fedlight.tensors import StateDict
 
 
 class Shifting(UploadStage):

@@ -23,8 +23,8 @@ from typing import ClassVar, NamedTuple
 import torch
 from torch import Tensor
 
-from fedlight.errors import require
-from fedlight.tensors import StateDict
+from fedlight.core.errors import require
+from fedlight.core.tensors import StateDict
 
 WEIGHTINGS = ("samples", "uniform")
 

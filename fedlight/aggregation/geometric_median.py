@@ -7,7 +7,7 @@ import torch
 from torch import Tensor
 
 from fedlight.aggregation.base import RobustAggregator
-from fedlight.errors import require
+from fedlight.core.errors import require
 
 
 @dataclass

@@ -7,7 +7,7 @@ from typing import ClassVar
 import torch
 
 from fedlight.aggregation.base import Accumulator, Aggregator
-from fedlight.tensors import StateDict
+from fedlight.core.tensors import StateDict
 
 
 class RunningMean(Accumulator):

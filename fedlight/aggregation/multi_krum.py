@@ -7,7 +7,7 @@ import torch
 from torch import Tensor
 
 from fedlight.aggregation.krum import ByzantineTolerant, krum_scores, pairwise_squared_distances
-from fedlight.errors import require
+from fedlight.core.errors import require
 
 
 @dataclass

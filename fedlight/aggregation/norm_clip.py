@@ -7,8 +7,8 @@ import torch
 
 from fedlight.aggregation.base import Accumulator, Aggregator
 from fedlight.aggregation.mean import RunningMean
-from fedlight.errors import require
-from fedlight.tensors import StateDict
+from fedlight.core.errors import require
+from fedlight.core.tensors import StateDict
 
 
 class ClippedMean(RunningMean):

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from torch import Tensor
 
 from fedlight.aggregation.base import RobustAggregator
-from fedlight.errors import require
+from fedlight.core.errors import require
 
 
 @dataclass

@@ -18,9 +18,9 @@ from typing import ClassVar
 from fedlight.algorithms.base import ClientUpload, ServerState
 from fedlight.algorithms.fedavg import FedAvg
 from fedlight.algorithms.staleness import Staleness
-from fedlight.context import RoundContext
-from fedlight.errors import require
-from fedlight.tensors import StateDict
+from fedlight.core.context import RoundContext
+from fedlight.core.errors import require
+from fedlight.core.tensors import StateDict
 
 
 @dataclass

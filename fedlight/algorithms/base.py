@@ -24,9 +24,9 @@ from fedlight.aggregation.base import (
     RoundAggregation,
 )
 from fedlight.aggregation.mean import Mean
-from fedlight.context import Federation, RoundContext
+from fedlight.core.context import Federation, RoundContext
+from fedlight.core.tensors import StateDict
 from fedlight.engines.base import LocalCallback, LocalResult
-from fedlight.tensors import StateDict
 
 
 @dataclass

@@ -19,9 +19,9 @@ from torch import Tensor
 
 from fedlight.algorithms.base import ServerState
 from fedlight.algorithms.local import Local
-from fedlight.context import Federation, RoundContext
-from fedlight.rng import Stream
-from fedlight.tensors import StateDict
+from fedlight.core.context import Federation, RoundContext
+from fedlight.core.rng import Stream
+from fedlight.core.tensors import StateDict
 
 # The pooled trainer is stored (and checkpointed) as the state of this participant id.
 POOLED_TRAINER = 0

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from fedlight.algorithms.base import OwnModel
 from fedlight.algorithms.fedavg import FedAvg
 from fedlight.algorithms.fedprox import ProximalTerm
-from fedlight.context import RoundContext
+from fedlight.core.context import RoundContext
+from fedlight.core.errors import require
+from fedlight.core.tensors import StateDict, detached_copy
 from fedlight.engines.base import LocalCallback, LocalResult
-from fedlight.errors import require
-from fedlight.tensors import StateDict, detached_copy
 
 
 @dataclass

@@ -7,7 +7,7 @@ from typing import ClassVar
 
 from fedlight.algorithms.fedavg import FedAvg
 from fedlight.algorithms.fedavgm import SHORTCUT
-from fedlight.errors import require
+from fedlight.core.errors import require
 from fedlight.server_opt.adam import Adam
 from fedlight.server_opt.base import ServerOptimizer
 

@@ -14,8 +14,8 @@ from typing import ClassVar
 
 from fedlight.algorithms.asynchronous import Arrival, AsynchronousFedAvg
 from fedlight.algorithms.base import ServerState
-from fedlight.context import RoundContext
-from fedlight.errors import require
+from fedlight.core.context import RoundContext
+from fedlight.core.errors import require
 
 
 @dataclass

@@ -17,12 +17,12 @@ import torch
 from fedlight.aggregation.base import Aggregator, Part
 from fedlight.aggregation.mean import Mean
 from fedlight.algorithms.base import Algorithm, ClientUpload, ServerState
-from fedlight.context import Federation, RoundContext
+from fedlight.core.context import Federation, RoundContext
+from fedlight.core.errors import require
+from fedlight.core.tensors import StateDict, subtract
 from fedlight.engines.base import LocalResult
-from fedlight.errors import require
 from fedlight.server_opt.base import ServerOptimizer
 from fedlight.server_opt.sgd import SGD
-from fedlight.tensors import StateDict, subtract
 
 UPDATE = "update"  # the parameters' deltas: through the aggregator and the server optimizer
 BUFFERS = "buffers"  # the buffers' deltas: sample-weighted mean, added as they are

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from fedlight.algorithms.fedavg import FedAvg
-from fedlight.errors import require
+from fedlight.core.errors import require
 from fedlight.server_opt.base import ServerOptimizer
 from fedlight.server_opt.momentum import Momentum
 

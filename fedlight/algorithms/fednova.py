@@ -31,10 +31,10 @@ from dataclasses import dataclass
 from fedlight.aggregation.base import client_weight
 from fedlight.algorithms.base import ClientUpload, ServerState
 from fedlight.algorithms.fedavg import BUFFERS, UPDATE, FedAvg
-from fedlight.context import RoundContext
+from fedlight.core.context import RoundContext
+from fedlight.core.errors import require
+from fedlight.core.tensors import StateDict, subtract
 from fedlight.engines.base import LocalResult
-from fedlight.errors import require
-from fedlight.tensors import StateDict, subtract
 
 
 def momentum_step_norm(num_steps: int, momentum: float) -> float:

@@ -15,10 +15,10 @@ from typing import ClassVar
 
 from fedlight.algorithms.base import ClientUpload, ServerState
 from fedlight.algorithms.fedavg import FedAvg
-from fedlight.context import Federation, RoundContext
+from fedlight.core.context import Federation, RoundContext
+from fedlight.core.errors import ConfigError
+from fedlight.core.tensors import StateDict, detached_copy, subtract
 from fedlight.engines.base import LocalResult
-from fedlight.errors import ConfigError
-from fedlight.tensors import StateDict, detached_copy, subtract
 
 
 def layers_in_order(weights: StateDict) -> list[str]:

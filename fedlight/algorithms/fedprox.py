@@ -20,11 +20,11 @@ import torch
 
 from fedlight.aggregation.base import WEIGHTINGS, Part
 from fedlight.algorithms.fedavg import BUFFERS, UPDATE, FedAvg
-from fedlight.context import RoundContext
+from fedlight.core.context import RoundContext
+from fedlight.core.errors import require
+from fedlight.core.tensors import StateDict
+from fedlight.core.variants import VariantTable, fill_from_variant
 from fedlight.engines.base import LocalCallback
-from fedlight.errors import require
-from fedlight.tensors import StateDict
-from fedlight.variants import VariantTable, fill_from_variant
 
 
 class ProximalTerm(LocalCallback):

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from fedlight.algorithms.base import Algorithm, ClientUpload, OwnModel, ServerState
-from fedlight.context import RoundContext
+from fedlight.core.context import RoundContext
+from fedlight.core.tensors import StateDict, detached_copy
 from fedlight.engines.base import LocalResult
-from fedlight.tensors import StateDict, detached_copy
 
 
 @dataclass

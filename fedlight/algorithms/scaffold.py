@@ -84,12 +84,12 @@ from fedlight.aggregation.base import WEIGHTINGS, Part
 from fedlight.algorithms.base import ClientUpload, ServerState
 from fedlight.algorithms.fedavg import BUFFERS, FedAvg
 from fedlight.algorithms.fednova import momentum_step_norm
-from fedlight.context import Federation, RoundContext
+from fedlight.core.context import Federation, RoundContext
+from fedlight.core.errors import require
+from fedlight.core.tensors import StateDict
+from fedlight.core.variants import VariantTable, fill_from_variant
 from fedlight.engines.base import LocalCallback, LocalResult
 from fedlight.engines.sequential import training_loss
-from fedlight.errors import require
-from fedlight.tensors import StateDict
-from fedlight.variants import VariantTable, fill_from_variant
 
 CONTROL = "control/"  # key prefix of c in ServerState.extras and of the download
 DELTA_Y = "delta_y/"  # key prefixes of the two parts of an upload

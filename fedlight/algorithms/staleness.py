@@ -7,7 +7,7 @@ took part (the tutorial's code measures that, which is a different quantity)."""
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from fedlight.errors import require
+from fedlight.core.errors import require
 
 
 def constant(staleness: int, weights: "Staleness") -> float:

@@ -10,7 +10,7 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-from fedlight.layout import CONTIGUOUS, Layout
+from fedlight.core.layout import CONTIGUOUS, Layout
 
 BatchAugment = Callable[[Tensor, torch.Generator], Tensor]
 
@@ -98,7 +98,7 @@ class TensorDataset:
     augment: BatchAugment | None = None
     normalization: Normalization | None = None
     train_clients: Tensor | None = None
-    layout: Layout = CONTIGUOUS  # of the model inputs `prepare` makes (`fedlight.layout`)
+    layout: Layout = CONTIGUOUS  # of the model inputs `prepare` makes (`fedlight.core.layout`)
     val_x: Tensor | None = None
     val_y: Tensor | None = None
 

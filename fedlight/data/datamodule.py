@@ -13,6 +13,8 @@ from typing import Any
 import pytorch_lightning as pl
 from torch.utils.data import DataLoader
 
+from fedlight.core.dotted import locate
+from fedlight.core.errors import one_line, require
 from fedlight.data.base import DataError, TensorDataset
 from fedlight.data.torch_dataset import (
     check_arguments,
@@ -21,8 +23,6 @@ from fedlight.data.torch_dataset import (
     require_data,
     to_tensors,
 )
-from fedlight.dotted import locate
-from fedlight.errors import one_line, require
 
 
 @dataclass

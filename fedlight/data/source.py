@@ -6,8 +6,8 @@ line that says how to use it (`data=torch_dataset`, `data=datamodule`), before a
 import pytorch_lightning as pl
 from torch.utils.data import Dataset
 
-from fedlight.dotted import locate
-from fedlight.errors import ConfigError
+from fedlight.core.dotted import locate
+from fedlight.core.errors import ConfigError
 
 OWN_DATA = "docs/data-and-models.md, 'Your own data'"
 

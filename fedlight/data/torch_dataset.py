@@ -29,9 +29,9 @@ from torch import Tensor
 from torch.utils.data import Subset
 from torchvision.transforms.functional import pil_to_tensor
 
+from fedlight.core.dotted import locate
+from fedlight.core.errors import ConfigError, one_line, require
 from fedlight.data.base import DataError, Normalization, TensorDataset
-from fedlight.dotted import locate
-from fedlight.errors import ConfigError, one_line, require
 
 CHUNK = 4096  # examples per step of the per-channel statistics (float64 of a chunk at a time)
 # The most classes a dataset may have beyond one per example: a label far beyond both is an id,

@@ -12,9 +12,9 @@ from dataclasses import replace
 import numpy as np
 import torch
 
+from fedlight.core.errors import require
+from fedlight.core.rng import Stream, numpy_generator
 from fedlight.data.base import TensorDataset
-from fedlight.errors import require
-from fedlight.rng import Stream, numpy_generator
 
 
 def stratified_sample(

@@ -15,12 +15,12 @@
 import pytorch_lightning as pl
 import torch
 
-from fedlight.config import RunSettings
+from fedlight.core.config import RunSettings
+from fedlight.core.rng import Stream
 from fedlight.data.base import TensorDataset
 from fedlight.engines.base import Engine, LocalTask, first_optimizer
 from fedlight.engines.sequential import SequentialEngine
 from fedlight.engines.vectorized import VectorizedEngine
-from fedlight.rng import Stream
 
 ENGINES: dict[str, type[Engine]] = {
     "sequential": SequentialEngine,

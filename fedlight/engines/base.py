@@ -17,11 +17,11 @@ import pytorch_lightning as pl
 import torch
 from torch import Tensor
 
-from fedlight.config import RunSettings
+from fedlight.core.config import RunSettings
+from fedlight.core.rng import Stream, derive_seed
+from fedlight.core.tensors import StateDict
 from fedlight.data.base import TensorDataset
 from fedlight.hooks import optimization_of
-from fedlight.rng import Stream, derive_seed
-from fedlight.tensors import StateDict
 
 
 @dataclass

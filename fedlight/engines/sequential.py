@@ -14,10 +14,12 @@ import pytorch_lightning as pl
 import torch
 from torch import Tensor
 
-from fedlight.config import RunSettings
+from fedlight.core.config import RunSettings
+from fedlight.core.errors import ConfigError
+from fedlight.core.layout import contiguous_state
+from fedlight.core.rng import Stream
 from fedlight.data.base import TensorDataset
 from fedlight.engines.base import Engine, LocalCallback, LocalResult, LocalTask, batch_indices
-from fedlight.errors import ConfigError
 from fedlight.hooks import (
     Logs,
     Optimization,
@@ -29,8 +31,6 @@ from fedlight.hooks import (
     logging_to,
     optimization_of,
 )
-from fedlight.layout import contiguous_state
-from fedlight.rng import Stream
 
 SKIPPED_BATCH = (
     "the model's on_train_batch_start returned -1, with which Lightning skips the rest of the "

@@ -44,7 +44,10 @@ from torch.nn import functional as F  # noqa: N812
 from torch.nn.modules.dropout import _DropoutNd
 from torch.nn.utils.rnn import pad_sequence
 
-from fedlight.config import RunSettings
+from fedlight.core.config import RunSettings
+from fedlight.core.errors import ConfigError
+from fedlight.core.rng import Stream
+from fedlight.core.tensors import StateDict
 from fedlight.data.base import TensorDataset
 from fedlight.engines.base import (
     Engine,
@@ -54,11 +57,8 @@ from fedlight.engines.base import (
     batch_indices,
     num_local_steps,
 )
-from fedlight.errors import ConfigError
 from fedlight.hooks import optimization_of
 from fedlight.models.classifier import Classifier
-from fedlight.rng import Stream
-from fedlight.tensors import StateDict
 
 USE_SEQUENTIAL = "use fl.engine=sequential"
 NET = "net."  # state-dict prefix of `Classifier.net`, the network its training_step runs

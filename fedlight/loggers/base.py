@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from fedlight.errors import require
+from fedlight.core.errors import require
 
 METRIC_COLUMNS = (
     "round",

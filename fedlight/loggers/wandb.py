@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from fedlight.errors import require
+from fedlight.core.errors import require
 from fedlight.loggers.base import MetricsRow, RunInfo, flat_config
 from fedlight.run_files import FIGURES
 

@@ -3,7 +3,7 @@
 from abc import ABC, abstractmethod
 from typing import ClassVar
 
-from fedlight.context import RoundContext
+from fedlight.core.context import RoundContext
 
 
 class LRSchedule(ABC):

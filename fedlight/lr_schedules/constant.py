@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass
 
-from fedlight.context import RoundContext
+from fedlight.core.context import RoundContext
 from fedlight.lr_schedules.base import LRSchedule
 
 

@@ -14,8 +14,8 @@ import math
 from dataclasses import dataclass
 from typing import ClassVar
 
-from fedlight.context import RoundContext
-from fedlight.errors import require
+from fedlight.core.context import RoundContext
+from fedlight.core.errors import require
 from fedlight.lr_schedules.base import LRSchedule
 
 

@@ -12,8 +12,8 @@ for every parameter group alike.
 
 from dataclasses import dataclass
 
-from fedlight.context import RoundContext
-from fedlight.errors import ConfigError, require
+from fedlight.core.context import RoundContext
+from fedlight.core.errors import ConfigError, require
 from fedlight.lr_schedules.base import LRSchedule
 
 

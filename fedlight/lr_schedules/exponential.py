@@ -5,8 +5,8 @@ tune. Default gamma 0.99 halves the rate about every 69 rounds (ln 2 / −ln 0.9
 
 from dataclasses import dataclass
 
-from fedlight.context import RoundContext
-from fedlight.errors import require
+from fedlight.core.context import RoundContext
+from fedlight.core.errors import require
 from fedlight.lr_schedules.base import LRSchedule
 
 

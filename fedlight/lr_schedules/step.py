@@ -9,8 +9,8 @@ to hundreds of rounds, and × 0.1 twice would leave most of it at 1% of the rate
 
 from dataclasses import dataclass
 
-from fedlight.context import RoundContext
-from fedlight.errors import require
+from fedlight.core.context import RoundContext
+from fedlight.core.errors import require
 from fedlight.lr_schedules.base import LRSchedule
 
 

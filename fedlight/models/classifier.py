@@ -5,7 +5,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F  # noqa: N812
 
-from fedlight.errors import ConfigError
+from fedlight.core.errors import ConfigError
 
 
 class Classifier(pl.LightningModule):

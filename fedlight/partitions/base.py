@@ -14,10 +14,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from fedlight.core.errors import ConfigError, require
+from fedlight.core.rng import Stream, numpy_generator
 from fedlight.data.base import DataSource, TensorDataset
 from fedlight.data.validation import stratified_sample
-from fedlight.errors import ConfigError, require
-from fedlight.rng import Stream, numpy_generator
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from fedlight.dotted import locate
-from fedlight.errors import ConfigError, require
+from fedlight.core.dotted import locate
+from fedlight.core.errors import ConfigError, require
 from fedlight.partitions.base import Partition, checked_index_sets
 
 SIGNATURE = "(labels, num_clients, generator) -> one index array per client"

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
+from fedlight.core.errors import ConfigError
 from fedlight.data.base import DataSource, require_regular_files
-from fedlight.errors import ConfigError
 from fedlight.partitions.base import ClientCount, Partition, checked_index_sets
 
 FORMAT = "a JSON list of lists of training-set indices, one list per client: [[0, 5], [1, 2]]"

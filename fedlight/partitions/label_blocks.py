@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedlight.errors import require
+from fedlight.core.errors import require
 from fedlight.partitions.base import Partition
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedlight.errors import require
+from fedlight.core.errors import require
 from fedlight.partitions.base import Partition
 
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedlight.core.errors import require
 from fedlight.data.base import DataSource, TensorDataset
-from fedlight.errors import require
 from fedlight.partitions.base import ClientCount, Partition
 
 

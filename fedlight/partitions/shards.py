@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedlight.errors import ConfigError, require
+from fedlight.core.errors import ConfigError, require
 from fedlight.partitions.base import Partition
 
 

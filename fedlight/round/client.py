@@ -16,14 +16,14 @@ from typing import Any
 from torch import Tensor
 
 from fedlight.algorithms.base import Algorithm, ClientUpload
-from fedlight.context import RoundContext
+from fedlight.core.context import RoundContext
+from fedlight.core.errors import ConfigError
+from fedlight.core.tensors import StateDict, nbytes
 from fedlight.engines import Engine, LocalTask
 from fedlight.engines.base import LocalResult
-from fedlight.errors import ConfigError
 from fedlight.stages.base import ClientState, ClientStep, UploadStage
 from fedlight.stages.pool import REPORTED_NUMBER_BYTES, ClientPool
 from fedlight.stages.wire.base import DOWNLOAD, Wire
-from fedlight.tensors import StateDict, nbytes
 
 
 @dataclass

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 
 from fedlight.aggregation.base import Contributor, RoundAggregation, RoundRefused
 from fedlight.algorithms.base import Algorithm, ClientUpload, ServerState
-from fedlight.context import RoundContext
+from fedlight.core.context import RoundContext
+from fedlight.core.tensors import StateDict
 from fedlight.stages.base import Delivered, StageStates, UploadStage, round_aggregation
-from fedlight.tensors import StateDict
 
 
 @dataclass

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from fedlight.errors import require
+from fedlight.core.errors import require
+from fedlight.core.variants import VariantTable, fill_from_variant
 from fedlight.server_opt.base import AdaptiveServerOptimizer, Slots
-from fedlight.variants import VariantTable, fill_from_variant
 
 VARIANTS: VariantTable = {
     "paper": {"initial_v": "tau_squared", "bias_correction": "none"},

@@ -15,8 +15,8 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from fedlight.errors import require
-from fedlight.tensors import StateDict
+from fedlight.core.errors import require
+from fedlight.core.tensors import StateDict
 
 Slots = dict[str, Tensor]  # one parameter's optimizer state: slot name → tensor
 

@@ -10,7 +10,7 @@ from typing import ClassVar
 
 from torch import Tensor
 
-from fedlight.errors import require
+from fedlight.core.errors import require
 from fedlight.server_opt.base import ServerOptimizer, Slots
 
 

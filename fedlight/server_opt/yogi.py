@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from fedlight.errors import require
+from fedlight.core.errors import require
 from fedlight.server_opt.base import AdaptiveServerOptimizer
 
 

@@ -29,11 +29,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
-from fedlight.config import RunSettings
-from fedlight.context import Federation, RoundContext
+from fedlight.core.config import RunSettings
+from fedlight.core.context import Federation, RoundContext
+from fedlight.core.tensors import StateDict
 from fedlight.engines.base import LocalResult
 from fedlight.stages.pool import ClientPool
-from fedlight.tensors import StateDict
 
 if TYPE_CHECKING:
     from fedlight.aggregation.base import RoundAggregation

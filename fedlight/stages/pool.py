@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
-from fedlight.tensors import StateDict, nbytes
+from fedlight.core.tensors import StateDict, nbytes
 
 REPORTED_NUMBER_BYTES = 4  # a reported number crosses the wire as a float32
 

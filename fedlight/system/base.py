@@ -26,9 +26,9 @@ from typing import ClassVar
 
 import numpy as np
 
-from fedlight.context import RoundContext
-from fedlight.errors import require
-from fedlight.rng import Stream, numpy_generator
+from fedlight.core.context import RoundContext
+from fedlight.core.errors import require
+from fedlight.core.rng import Stream, numpy_generator
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from fedlight.errors import require
+from fedlight.core.errors import require
 from fedlight.system.base import System
 
 

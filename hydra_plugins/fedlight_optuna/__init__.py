@@ -40,7 +40,7 @@ class FedlightOptunaSweeper(Sweeper):
 
 def refused_in_one_line(call: Callable[..., Any], *args: Any) -> Any:
     """`call(*args)`; a setting it refuses ends the command as fedlight's checks do (exit 2)."""
-    from fedlight.errors import ConfigError, fail
+    from fedlight.core.errors import ConfigError, fail
 
     try:
         return call(*args)

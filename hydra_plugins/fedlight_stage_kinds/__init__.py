@@ -1,10 +1,11 @@
 """Stage kinds other packages plug into fedlight: entry points of group `fedlight.stage_kinds`
-(`<kind> = "<module>:<class>"`; fedlight.config makes each a config group). A kind's YAMLs lie in
+(`<kind> = "<module>:<class>"`; fedlight.core.config makes each a config group). A kind's YAMLs lie
+in
 `conf/<kind>/` beside its module, and this plugin puts that `conf/` on Hydra's search path, so
 that `+<kind>=<option>` finds them without `--config-dir`.
 
 Hydra imports every module of the `hydra_plugins` namespace at start-up, in any Hydra program, so
-this one stays light: it reads the entry points (`fedlight.stage_kinds`, which imports nothing
+this one stays light: it reads the entry points (`fedlight.core.stage_kinds`, which imports nothing
 else of fedlight) and finds where their modules lie, importing none of those modules (only their
 parent packages, as `find_spec` does).
 """
@@ -15,7 +16,7 @@ from pathlib import Path
 from hydra.core.config_search_path import ConfigSearchPath
 from hydra.plugins.search_path_plugin import SearchPathPlugin
 
-from fedlight.stage_kinds import plugged_kinds
+from fedlight.core.stage_kinds import plugged_kinds
 
 
 def conf_dir(kind: str, target: str) -> Path | None:

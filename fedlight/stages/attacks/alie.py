@@ -13,8 +13,8 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from fedlight.context import RoundContext
-from fedlight.errors import require
+from fedlight.core.context import RoundContext
+from fedlight.core.errors import require
 from fedlight.stages.attacks.base import Attack
 
 

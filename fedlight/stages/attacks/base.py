@@ -26,14 +26,14 @@ import torch
 from torch import Tensor
 
 from fedlight.aggregation.base import flatten, unflatten
-from fedlight.errors import require
-from fedlight.rng import Stream, numpy_generator
+from fedlight.core.errors import require
+from fedlight.core.rng import Stream, numpy_generator
+from fedlight.core.tensors import StateDict
 from fedlight.stages.base import ClientStep, UploadStage
-from fedlight.tensors import StateDict
 
 if TYPE_CHECKING:
     from fedlight.algorithms.base import Algorithm, ClientUpload
-    from fedlight.context import Federation, RoundContext
+    from fedlight.core.context import Federation, RoundContext
 
 
 @dataclass

@@ -8,11 +8,11 @@ from dataclasses import dataclass
 
 import torch
 
-from fedlight.context import RoundContext
-from fedlight.errors import require
-from fedlight.rng import Stream
+from fedlight.core.context import RoundContext
+from fedlight.core.errors import require
+from fedlight.core.rng import Stream
+from fedlight.core.tensors import StateDict
 from fedlight.stages.attacks.base import Attack
-from fedlight.tensors import StateDict
 
 
 @dataclass

@@ -10,8 +10,8 @@ from typing import ClassVar
 
 from torch import Tensor
 
-from fedlight.context import RoundContext
-from fedlight.errors import require
+from fedlight.core.context import RoundContext
+from fedlight.core.errors import require
 from fedlight.stages.attacks.base import Attack
 
 

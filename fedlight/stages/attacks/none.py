@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass
 
-from fedlight.errors import require
+from fedlight.core.errors import require
 from fedlight.stages.attacks.base import Attack
 
 

@@ -6,10 +6,10 @@ update norms.
 
 from dataclasses import dataclass
 
-from fedlight.context import RoundContext
-from fedlight.errors import require
+from fedlight.core.context import RoundContext
+from fedlight.core.errors import require
+from fedlight.core.tensors import StateDict
 from fedlight.stages.attacks.base import Attack
-from fedlight.tensors import StateDict
 
 
 @dataclass

@@ -7,9 +7,9 @@ p = 0.2 the default s = 4 cancels it, and larger s reverses it.
 
 from dataclasses import dataclass
 
-from fedlight.context import RoundContext
+from fedlight.core.context import RoundContext
+from fedlight.core.tensors import StateDict
 from fedlight.stages.attacks.scaled import Scaled
-from fedlight.tensors import StateDict
 
 
 @dataclass

@@ -25,7 +25,7 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from fedlight.errors import require
+from fedlight.core.errors import require
 from fedlight.stages.compression.packing import shape_tensor
 from fedlight.stages.compression.quantizer import Quantizer
 

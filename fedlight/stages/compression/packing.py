@@ -12,7 +12,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from fedlight.tensors import StateDict
+from fedlight.core.tensors import StateDict
 
 MAX_BITS = 16
 

@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from fedlight.errors import require
+from fedlight.core.errors import require
 from fedlight.stages.compression.packing import (
     pack_bits,
     shape_tensor,

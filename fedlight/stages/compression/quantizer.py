@@ -14,11 +14,11 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from fedlight.context import RoundContext
-from fedlight.rng import Stream
+from fedlight.core.context import RoundContext
+from fedlight.core.rng import Stream
+from fedlight.core.tensors import StateDict
 from fedlight.stages.compression.packing import add_parts, decode_parts, put
 from fedlight.stages.wire.base import LossyTransform, Payload
-from fedlight.tensors import StateDict
 
 
 class Quantizer(LossyTransform):

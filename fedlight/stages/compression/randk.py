@@ -13,12 +13,12 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from fedlight.context import RoundContext
-from fedlight.errors import require
-from fedlight.rng import Stream
+from fedlight.core.context import RoundContext
+from fedlight.core.errors import require
+from fedlight.core.rng import Stream
+from fedlight.core.tensors import StateDict
 from fedlight.stages.compression.topk import SHAPE, VALUES
 from fedlight.stages.wire.base import LossyTransform, Payload
-from fedlight.tensors import StateDict
 
 
 @dataclass

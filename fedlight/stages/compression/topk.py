@@ -19,11 +19,11 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from fedlight.context import RoundContext
-from fedlight.errors import require
+from fedlight.core.context import RoundContext
+from fedlight.core.errors import require
+from fedlight.core.tensors import StateDict
 from fedlight.stages.compression.packing import pack_bits, unpack_bits
 from fedlight.stages.wire.base import LossyTransform, Payload
-from fedlight.tensors import StateDict
 
 SCOPES = ("tensor", "update")
 VALUES, INDICES, BITMAP, SHAPE = ".values", ".indices", ".bitmap", ".shape"

@@ -43,7 +43,7 @@ from opacus.accountants.analysis.prv import (
     discretize,
 )
 
-from fedlight.errors import require
+from fedlight.core.errors import require
 
 ORDERS = (*RDPAccountant.DEFAULT_ALPHAS, *range(64, 257))
 CALIBRATION_TOLERANCE = 0.005  # calibrated ε lies within this of the target, below it

@@ -19,14 +19,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from fedlight.algorithms.base import Algorithm, ClientUpload
-from fedlight.config import RunSettings
-from fedlight.context import RoundContext
-from fedlight.errors import require
-from fedlight.rng import Stream, numpy_generator
+from fedlight.core.config import RunSettings
+from fedlight.core.context import RoundContext
+from fedlight.core.errors import require
+from fedlight.core.rng import Stream, numpy_generator
+from fedlight.core.tensors import StateDict
 from fedlight.stages.base import Delivered, Plan, StageSetup
 from fedlight.stages.privacy.base import as_state, clipped, scalar
 from fedlight.stages.privacy.dp_fedavg import DPFedAvg
-from fedlight.tensors import StateDict
 
 UNCLIPPED = "unclipped"  # b_i, what a client reports besides its update
 COUNT_NOISE_SUBSTREAM = 1  # the count's noise: stream PRIVACY, this round, "client" 1

@@ -32,15 +32,15 @@ import torch
 from torch import Tensor
 
 from fedlight.algorithms.base import Algorithm, ClientUpload
-from fedlight.config import RunSettings
-from fedlight.context import RoundContext
+from fedlight.core.config import RunSettings
+from fedlight.core.context import RoundContext
+from fedlight.core.errors import require
+from fedlight.core.rng import Stream, derive_seed
+from fedlight.core.tensors import StateDict
 from fedlight.data.base import TensorDataset
 from fedlight.engines.base import Engine
-from fedlight.errors import require
-from fedlight.rng import Stream, derive_seed
 from fedlight.stages.base import ClientStep, UploadStage
 from fedlight.stages.privacy.accountant import ACCOUNTANTS, Spent
-from fedlight.tensors import StateDict
 
 # Where the noise's generators are seeded from (`privacy.noise_source`), and what that means.
 NOISE_SOURCES = {

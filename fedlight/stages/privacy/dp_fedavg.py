@@ -46,10 +46,11 @@ from fedlight.aggregation.base import (
 )
 from fedlight.aggregation.mean import RunningMean
 from fedlight.algorithms.base import Algorithm, ClientUpload
-from fedlight.config import RunSettings
-from fedlight.context import RoundContext
+from fedlight.core.config import RunSettings
+from fedlight.core.context import RoundContext
+from fedlight.core.errors import require
+from fedlight.core.tensors import StateDict
 from fedlight.engines.base import LocalResult, num_local_steps
-from fedlight.errors import require
 from fedlight.stages.base import Delivered, Plan, StageSetup
 from fedlight.stages.privacy.accountant import Spent, calibrate_noise, spent
 from fedlight.stages.privacy.base import (
@@ -61,7 +62,6 @@ from fedlight.stages.privacy.base import (
     scalar,
     update_norm,
 )
-from fedlight.tensors import StateDict
 
 PUBLIC_PARTICIPANT = -1  # the client id of the stand-ins in `public_contributors`
 

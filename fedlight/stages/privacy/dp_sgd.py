@@ -39,8 +39,12 @@ from opacus import GradSampleModule
 from opacus.optimizers import DPOptimizer
 from opacus.validators import ModuleValidator
 
-from fedlight.config import RunSettings
-from fedlight.context import RoundContext
+from fedlight.core.config import RunSettings
+from fedlight.core.context import RoundContext
+from fedlight.core.errors import ConfigError, require
+from fedlight.core.layout import contiguous_state
+from fedlight.core.rng import Stream, derive_seed
+from fedlight.core.tensors import StateDict
 from fedlight.data.base import TensorDataset
 from fedlight.engines.base import (
     Engine,
@@ -49,7 +53,6 @@ from fedlight.engines.base import (
     num_local_steps,
 )
 from fedlight.engines.sequential import SequentialEngine, training_loss
-from fedlight.errors import ConfigError, require
 from fedlight.hooks import (
     Optimization,
     TrainingLogs,
@@ -57,12 +60,9 @@ from fedlight.hooks import (
     logging_to,
     optimization_of,
 )
-from fedlight.layout import contiguous_state
-from fedlight.rng import Stream, derive_seed
 from fedlight.stages.base import Delivered, Plan, StageSetup
 from fedlight.stages.privacy.accountant import Spent, calibrate_noise, spent
 from fedlight.stages.privacy.base import GaussianMechanism, as_state, default_delta, scalar
-from fedlight.tensors import StateDict
 
 
 class DPSGDEngine(SequentialEngine):

@@ -46,12 +46,12 @@ from fedlight.aggregation.base import (
     all_finite,
 )
 from fedlight.algorithms.base import ClientUpload
-from fedlight.context import RoundContext
-from fedlight.errors import require
-from fedlight.rng import Stream
+from fedlight.core.context import RoundContext
+from fedlight.core.errors import require
+from fedlight.core.rng import Stream
+from fedlight.core.tensors import StateDict
 from fedlight.stages.base import ClientStep, Plan, round_aggregation
 from fedlight.stages.secure_aggregation.none import SecureAggregation
-from fedlight.tensors import StateDict
 
 # Protocol message sizes (bytes): an X25519 public key, a Shamir share of a 32-byte secret, a
 # client id, and AES-GCM's nonce and tag on each encrypted share message.

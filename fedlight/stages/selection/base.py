@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
-from fedlight.context import Federation, RoundContext
-from fedlight.rng import Stream
+from fedlight.core.context import Federation, RoundContext
+from fedlight.core.rng import Stream
+from fedlight.core.tensors import StateDict
 from fedlight.stages.base import ClientStep, Delivered, StageSetup, UploadStage
 from fedlight.stages.pool import ClientPool
-from fedlight.tensors import StateDict
 
 if TYPE_CHECKING:
     from fedlight.algorithms.base import ClientUpload

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedlight.context import RoundContext
-from fedlight.rng import Stream
+from fedlight.core.context import RoundContext
+from fedlight.core.rng import Stream
 from fedlight.stages.selection.base import Population, Selection
 
 

@@ -12,8 +12,8 @@ training starts on the virtual clock only once the slowest candidate has answere
 from dataclasses import dataclass
 from typing import ClassVar
 
-from fedlight.context import RoundContext
-from fedlight.errors import require
+from fedlight.core.context import RoundContext
+from fedlight.core.errors import require
 from fedlight.stages.selection.base import Population, Selection, draw_by_size
 
 

@@ -10,7 +10,7 @@ of them take part.
 
 from dataclasses import dataclass
 
-from fedlight.context import RoundContext
+from fedlight.core.context import RoundContext
 from fedlight.stages.selection.base import Population, Selection, draw_by_size
 
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedlight.context import RoundContext
-from fedlight.rng import Stream, numpy_generator
+from fedlight.core.context import RoundContext
+from fedlight.core.rng import Stream, numpy_generator
 from fedlight.stages.selection.base import Population, Selection
 
 

@@ -13,12 +13,12 @@ from typing import ClassVar
 
 import torch
 
-from fedlight.context import Federation, RoundContext
-from fedlight.errors import require
-from fedlight.rng import Stream
+from fedlight.core.context import Federation, RoundContext
+from fedlight.core.errors import require
+from fedlight.core.rng import Stream
+from fedlight.core.tensors import StateDict
 from fedlight.stages.pool import ClientPool
 from fedlight.stages.selection.base import Population, Selection
-from fedlight.tensors import StateDict
 
 SCORE = "score"
 ACCURACY = "accuracy"

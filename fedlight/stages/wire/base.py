@@ -34,10 +34,10 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from fedlight.context import RoundContext
-from fedlight.errors import require
+from fedlight.core.context import RoundContext
+from fedlight.core.errors import require
+from fedlight.core.tensors import StateDict
 from fedlight.stages.base import ClientStep, UploadStage
-from fedlight.tensors import StateDict
 
 if TYPE_CHECKING:
     from fedlight.algorithms.base import ClientUpload

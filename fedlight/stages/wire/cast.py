@@ -20,9 +20,9 @@ from typing import ClassVar
 
 import torch
 
-from fedlight.context import RoundContext
+from fedlight.core.context import RoundContext
+from fedlight.core.tensors import StateDict
 from fedlight.stages.wire.base import LossyTransform, Payload
-from fedlight.tensors import StateDict
 
 
 @dataclass

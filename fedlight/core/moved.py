@@ -7,7 +7,7 @@ A config's `_target_` that names an old path is refused in one line naming the n
 
 from typing import Any
 
-from fedlight.errors import ConfigError
+from fedlight.core.errors import ConfigError
 
 # old module path -> new one (a package's modules move with it)
 MOVED: dict[str, str] = {

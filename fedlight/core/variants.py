@@ -9,7 +9,7 @@ docs/configuration.md's "Reference variants" lists each row with the files it wa
 
 from collections.abc import Mapping
 
-from fedlight.errors import require
+from fedlight.core.errors import require
 
 VariantTable = Mapping[str, Mapping[str, object]]
 

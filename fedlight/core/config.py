@@ -14,11 +14,11 @@ from typing import Any
 import torch
 from hydra.core.config_store import ConfigStore
 
-from fedlight.allocator import MAX_THRESHOLD_MB
-from fedlight.errors import ConfigError, require
-from fedlight.layout import MEMORY_FORMATS
-from fedlight.stage_kinds import ENTRY_POINTS as STAGE_KINDS_ENTRY_POINTS
-from fedlight.stage_kinds import plugged_kinds
+from fedlight.core.allocator import MAX_THRESHOLD_MB
+from fedlight.core.errors import ConfigError, require
+from fedlight.core.layout import MEMORY_FORMATS
+from fedlight.core.stage_kinds import ENTRY_POINTS as STAGE_KINDS_ENTRY_POINTS
+from fedlight.core.stage_kinds import plugged_kinds
 
 # The largest float32: torch trains in it, so a larger setting overflows where it is used
 # (optim.lr=1e300 in the optimizer's step, fl.client_state_memory_mb=1e308 once in bytes).
@@ -111,7 +111,8 @@ class FLSettings:
     client_state: str = "auto"
     client_state_memory_mb: float = 256.0  # auto: RAM while num_clients such states fit in it
     engine: str = "auto"  # how clients train locally: see fedlight.engines
-    # The layout the client module trains and evaluates in (fedlight.layout): auto (channels_last
+    # The layout the client module trains and evaluates in (fedlight.core.layout): auto
+    # (channels_last
     # for a model with 2-D convolutions on the CPU), channels_last or contiguous.
     memory_format: str = "auto"
     # Processes that share each round's clients (see fedlight.workers): on this machine, or under
@@ -121,7 +122,7 @@ class FLSettings:
     backend: str = "auto"  # auto: nccl on CUDA, gloo otherwise
     exchange: str = "uploads"  # uploads: bit-identical to 1 worker; sums: one model per worker
     # Blocks of at least this many MB get their own memory mapping, returned to the system when
-    # freed (fedlight.allocator); None: the C library's own, rising threshold.
+    # freed (fedlight.core.allocator); None: the C library's own, rising threshold.
     mmap_threshold_mb: float | None = 8.0
     on_divergence: str = "stop"  # stop: exit at the first non-finite round; continue: go on
     # Seconds a worker waits for the others at an exchange before it ends the run naming them

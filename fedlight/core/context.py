@@ -3,7 +3,8 @@
 A hook never reaches for global state: the round index, the federation size, which entries are
 trainable parameters, the round's clients and learning rates, the device and every random
 generator come from the context it is handed. Generators are derived from (seed, stream, round,
-client) (see `fedlight.rng`), so a stage draws the same numbers on every worker and after a resume.
+client) (see `fedlight.core.rng`), so a stage draws the same numbers on every worker and after a
+resume.
 """
 
 from dataclasses import dataclass, field
@@ -11,8 +12,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from fedlight.rng import Stream, derive_seed, numpy_generator
-from fedlight.tensors import StateDict
+from fedlight.core.rng import Stream, derive_seed, numpy_generator
+from fedlight.core.tensors import StateDict
 
 
 @dataclass(frozen=True)

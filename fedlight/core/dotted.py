@@ -4,7 +4,7 @@ imported here so that a wrong path is one line naming the setting, never an impo
 import importlib
 from typing import Any
 
-from fedlight.errors import ConfigError
+from fedlight.core.errors import ConfigError
 
 
 def locate(path: str, setting: str, expected: str) -> Any:

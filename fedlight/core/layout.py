@@ -24,7 +24,7 @@ from typing import ClassVar
 import torch
 from torch import Tensor, nn
 
-from fedlight.tensors import StateDict
+from fedlight.core.tensors import StateDict
 
 MEMORY_FORMATS = ("auto", "channels_last", "contiguous")
 
