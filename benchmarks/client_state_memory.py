@@ -39,10 +39,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import fedlight.cli
 import fedlight.core.config
-from fedlight.checkpoint import CHECKPOINT_NAME
-from fedlight.client_states import CLIENT_STATES_DIR
 from fedlight.core.tensors import nbytes
 from fedlight.experiment import run_job
+from fedlight.store.checkpoint import CHECKPOINT_NAME
+from fedlight.store.client_states import CLIENT_STATES_DIR
 
 MB = 1e6
 

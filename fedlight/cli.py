@@ -32,8 +32,6 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from fedlight import STARTED, STARTED_VARIABLE, run_dir
 from fedlight.algorithms.base import Algorithm
-from fedlight.checkpoint import CHECKPOINT_NAME
-from fedlight.client_states import ClientStateLostError
 from fedlight.core.config import (
     CONFIG_GROUPS,
     DATA_SETTING_KEYS,
@@ -56,7 +54,6 @@ from fedlight.experiment import (
     resumed_checkpoint,
     run_job,
 )
-from fedlight.files import open_to_append, write_text
 from fedlight.jobs import (
     Command,
     ComposedJob,
@@ -82,9 +79,12 @@ from fedlight.resume import Decision, decide, hydra_override
 from fedlight.round.stages import CONF_DIR as STAGES_CONF_DIR
 from fedlight.round.stages import build_stages, instantiate_group
 from fedlight.run_dir import CONSOLE_NAME
-from fedlight.run_files import ERROR_NAME, PREEMPTED_NAME, lock_holder
 from fedlight.stages.base import Plan
-from fedlight.sweeps import (
+from fedlight.store.checkpoint import CHECKPOINT_NAME
+from fedlight.store.client_states import ClientStateLostError
+from fedlight.store.files import open_to_append, write_text
+from fedlight.store.run_files import ERROR_NAME, PREEMPTED_NAME, lock_holder
+from fedlight.store.sweeps import (
     COMMAND_VARIABLE,
     SWEEP_JOBS_VARIABLE,
     command_value,
@@ -744,7 +744,7 @@ class JobFailedError(CompactHydraException):
 def job_failed(message: str, code: int, multirun: bool, output_dir: Path) -> NoReturn:
     """A run's failure ends it with `code`; a sweep's job says so on one line and the sweep goes
     on, as with a diverged job, but ends with the job's code. The line is also kept in the run
-    directory's error.txt (the job is *failed* to `fedlight.sweeps`) until the next attempt,
+    directory's error.txt (the job is *failed* to `fedlight.store.sweeps`) until the next attempt,
     unless another process holds the directory (the job was refused by that live run)."""
     if writes_run_dir() and output_dir.is_dir() and not written_by_another(output_dir):
         try:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fedlight.files import replaced
+from fedlight.store.files import replaced
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -24,8 +24,6 @@ import torch
 from torch import Tensor
 
 from fedlight.algorithms.base import ServerState
-from fedlight.checkpoint import save_checkpoint
-from fedlight.client_states import ClientStates, MemoryClientStates
 from fedlight.core.allocator import release_freed
 from fedlight.core.config import RunSettings
 from fedlight.core.context import Federation
@@ -52,6 +50,8 @@ from fedlight.round.stages import Stages
 from fedlight.run_evaluation import Evaluated, RunEvaluation
 from fedlight.stages.base import StageSetup, StageStates, UploadStage
 from fedlight.stages.pool import ClientPool
+from fedlight.store.checkpoint import save_checkpoint
+from fedlight.store.client_states import ClientStates, MemoryClientStates
 from fedlight.workers import OneWorker, Workers
 
 

@@ -23,8 +23,6 @@ import torch
 from fedlight import command_seconds
 from fedlight.algorithms.base import Algorithm
 from fedlight.asynchronous import AsynchronousLoop
-from fedlight.checkpoint import CHECKPOINT_NAME, load_checkpoint, resumable_checkpoint
-from fedlight.client_states import ClientStateLostError, check_state_files, client_state_store
 from fedlight.core.allocator import fix_mmap_threshold
 from fedlight.core.config import FLSettings, RunSettings
 from fedlight.core.errors import ConfigError, require
@@ -37,7 +35,6 @@ from fedlight.data.validation import split_validation
 from fedlight.driver import Clients, Driver
 from fedlight.environment import float_environment, resumed_environment
 from fedlight.export import write_model
-from fedlight.files import write_text
 from fedlight.history import STATE_KEYS, History
 from fedlight.hooks import setup_module
 from fedlight.launch import (
@@ -76,6 +73,9 @@ from fedlight.preemption import Preempted
 from fedlight.round.stages import Stages
 from fedlight.run_dir import SUMMARY_NAME
 from fedlight.stages.selection.base import Selection
+from fedlight.store.checkpoint import CHECKPOINT_NAME, load_checkpoint, resumable_checkpoint
+from fedlight.store.client_states import ClientStateLostError, check_state_files, client_state_store
+from fedlight.store.files import write_text
 from fedlight.workers import OneWorker, Workers
 
 # Settings that may differ between a run and its resumption without changing any number (dotted

@@ -20,9 +20,9 @@ from typing import Any
 
 import pytorch_lightning as pl
 
-from fedlight.checkpoint import save_checkpoint
 from fedlight.core.errors import one_line
 from fedlight.core.tensors import StateDict
+from fedlight.store.checkpoint import save_checkpoint
 
 MODEL_NAME = "model.pt"
 LIGHTNING_CHECKPOINT_NAME = "model.ckpt"

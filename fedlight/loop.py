@@ -30,7 +30,6 @@ from typing import TypeVar
 
 from torch import Tensor
 
-from fedlight.client_states import Written
 from fedlight.core.context import RoundContext, RoundMetrics
 from fedlight.core.tensors import StateDict
 from fedlight.driver import Driver
@@ -42,6 +41,7 @@ from fedlight.round.client import Received
 from fedlight.round.server import Arrived, ServerRound
 from fedlight.stages.pool import ClientPool
 from fedlight.stages.selection.base import Population
+from fedlight.store.client_states import Written
 
 Item = TypeVar("Item")
 

@@ -11,7 +11,6 @@ import numpy as np
 from fedlight import curves
 from fedlight.curves import Line, Panel
 from fedlight.evaluation import VALIDATION_PREFIX
-from fedlight.files import write_text
 from fedlight.loggers.base import (
     METRIC_COLUMNS,
     SPLIT_ACCURACY,
@@ -19,7 +18,8 @@ from fedlight.loggers.base import (
     MetricsRow,
     evaluated,
 )
-from fedlight.run_files import (
+from fedlight.store.files import write_text
+from fedlight.store.run_files import (
     CURVES_NAME,
     LABEL_HISTOGRAM_NAME,
     LOCAL_ACCURACY_NAME,

@@ -34,8 +34,8 @@ from fedlight import curves
 from fedlight.core.errors import ConfigError
 from fedlight.curves import Line, Panel
 from fedlight.loggers.base import MetricsRow, evaluated
+from fedlight.store.sweeps import command_flags, job_dirs, job_order, job_state
 from fedlight.study_report import studies_markdown
-from fedlight.sweeps import command_flags, job_dirs, job_order, job_state
 
 ERROR_PREFIX = "fedlight report: error: "
 PASS_INSTEAD = "pass the sweep directory that `fedlight -m ...` wrote, e.g. multirun/<date>/<time>"

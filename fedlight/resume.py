@@ -1,4 +1,5 @@
-"""`resume=auto`: each job decides from what its own directory holds (`fedlight.sweeps`) whether
+"""`resume=auto`: each job decides from what its own directory holds (`fedlight.store.sweeps`)
+whether
 it runs, so that rerunning a sweep's command with `resume=auto` (or `fedlight resume <sweep dir>`)
 skips the jobs that finished with the same config, continues those that stopped from their last
 checkpoint (bit-exact, as `resume=<dir>` does) and starts those that never ran, under any
@@ -25,11 +26,11 @@ import yaml
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import OverrideParseException
 
-from fedlight.checkpoint import load_checkpoint
 from fedlight.core.errors import ConfigError
 from fedlight.run_dir import results_in
-from fedlight.run_files import CHECKPOINT_NAME
-from fedlight.sweeps import JobState, command_flags, job_state
+from fedlight.store.checkpoint import load_checkpoint
+from fedlight.store.run_files import CHECKPOINT_NAME
+from fedlight.store.sweeps import JobState, command_flags, job_state
 
 AUTO = "auto"
 

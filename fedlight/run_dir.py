@@ -11,7 +11,7 @@ writes `multirun.yaml` until its last job ends.
 
 Nothing is read or written through a symbolic link: the lock file is opened with `O_NOFOLLOW` and
 must be a regular file of one link, and a run directory holding a link where fedlight or Hydra
-writes is refused before anything is written (see `fedlight.files` for the files themselves).
+writes is refused before anything is written (see `fedlight.store.files` for the files themselves).
 
 A new run never replaces the results of another: a directory that holds a checkpoint, metrics or
 summary is refused unless the run resumes from it in place or the user says `overwrite=true`,
@@ -28,14 +28,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from fedlight.client_states import CLIENT_STATES_DIR
 from fedlight.core.config import RunSettings
 from fedlight.core.errors import ConfigError
 from fedlight.export import LIGHTNING_CHECKPOINT_NAME, MODEL_NAME
-from fedlight.files import linked
 from fedlight.loggers.mlflow import MLRUNS_DIR
 from fedlight.loggers.tensorboard import TENSORBOARD_DIR
-from fedlight.run_files import (
+from fedlight.store.client_states import CLIENT_STATES_DIR
+from fedlight.store.files import linked
+from fedlight.store.run_files import (
     CHECKPOINT_NAME,
     ERROR_NAME,
     LOCK_NAME,
@@ -112,7 +112,8 @@ def acquire(directory: Path, setting: str) -> None:
 
 def locked_soon(descriptor: int) -> bool:
     """Whether this process got the exclusive lock within a few tries: a probe of who holds it
-    (`fedlight.run_files.lock_holder`, e.g. a sweep's progress line) holds it for an instant."""
+    (`fedlight.store.run_files.lock_holder`, e.g. a sweep's progress line) holds it for an
+    instant."""
     for attempt in range(LOCK_TRIES):
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -240,7 +241,7 @@ def prepare(directory: Path, setting: str, settings: RunSettings) -> None:
 
 def forget_last_attempt(directory: Path) -> None:
     """How the last attempt in `directory` ended (an error, a preemption), forgotten as this one
-    starts: it is said again if this one ends so (`fedlight.sweeps` reads these files)."""
+    starts: it is said again if this one ends so (`fedlight.store.sweeps` reads these files)."""
     for name in (ERROR_NAME, PREEMPTED_NAME):
         (directory / name).unlink(missing_ok=True)
 

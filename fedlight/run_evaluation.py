@@ -13,7 +13,6 @@ import torch
 from torch import Tensor
 
 from fedlight.algorithms.base import Algorithm, ServerState
-from fedlight.client_states import ClientStates
 from fedlight.core.context import Federation
 from fedlight.core.tensors import StateDict, detached_copy
 from fedlight.data.base import TensorDataset
@@ -21,6 +20,7 @@ from fedlight.engines import Engine, LocalTask
 from fedlight.evaluation import ACCURACY, LOSS, VALIDATION_PREFIX, Evaluator
 from fedlight.stages.base import ClientState
 from fedlight.stages.pool import ModelQuality
+from fedlight.store.client_states import ClientStates
 
 
 @dataclass

@@ -13,7 +13,7 @@ from typing import Any
 
 from fedlight import curves
 from fedlight.core.errors import ConfigError, require
-from fedlight.run_files import STUDY_FILE, STUDY_NAME
+from fedlight.store.run_files import STUDY_FILE, STUDY_NAME
 
 # What to do with a study file Optuna cannot read, in a sweep and in a report.
 AFRESH = "move it away to begin the study afresh (its trials' directories stay)"

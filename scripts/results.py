@@ -49,7 +49,7 @@ from typing import Any
 
 import yaml
 
-from fedlight.sweeps import job_dirs
+from fedlight.store.sweeps import job_dirs
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = Path("docs/results")

@@ -15,13 +15,13 @@ from fedlight.algorithms.fedavgm import FedAvgM
 from fedlight.algorithms.fednova import FedNova
 from fedlight.algorithms.fedprox import FedProx, ProximalTerm
 from fedlight.algorithms.fedyogi import FedYogi
-from fedlight.checkpoint import load_checkpoint
 from fedlight.core.context import Federation, RoundContext
 from fedlight.core.errors import ConfigError
 from fedlight.core.tensors import StateDict
 from fedlight.engines.base import LocalResult
 from fedlight.experiment import Job, run_job
 from fedlight.models.mlp import MLP
+from fedlight.store.checkpoint import load_checkpoint
 
 from .conftest import TINY, rows_without_timings, run_killed_in_round
 

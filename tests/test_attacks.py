@@ -18,7 +18,6 @@ from fedlight.aggregation.mean import Mean, WeightedMean
 from fedlight.algorithms.base import ClientUpload
 from fedlight.algorithms.fedavg import BUFFERS, UPDATE, FedAvg
 from fedlight.algorithms.scaffold import DELTA_C, DELTA_Y, Scaffold
-from fedlight.checkpoint import load_checkpoint
 from fedlight.core.context import Federation
 from fedlight.core.errors import ConfigError
 from fedlight.core.rng import Stream, derive_seed
@@ -31,6 +30,7 @@ from fedlight.stages.attacks.ipm import IPM
 from fedlight.stages.attacks.label_flip import LabelFlip
 from fedlight.stages.attacks.scaled import Scaled
 from fedlight.stages.attacks.sign_flip import SignFlip
+from fedlight.store.checkpoint import load_checkpoint
 
 from .conftest import TINY, rows_without_timings, run_killed_in_round
 from .test_pipeline import read_rows

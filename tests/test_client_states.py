@@ -10,17 +10,17 @@ from typing import Any
 import pytest
 import torch
 
-from fedlight.checkpoint import load_checkpoint
 from fedlight.cli import validate_command_line
-from fedlight.client_states import (
+from fedlight.core.errors import ConfigError
+from fedlight.core.tensors import StateDict
+from fedlight.experiment import Job, run_job
+from fedlight.store.checkpoint import load_checkpoint
+from fedlight.store.client_states import (
     CLIENT_STATES_DIR,
     AutoClientStates,
     DiskClientStates,
     MemoryClientStates,
 )
-from fedlight.core.errors import ConfigError
-from fedlight.core.tensors import StateDict
-from fedlight.experiment import Job, run_job
 
 from .conftest import TINY, rows_without_timings, run_killed_in_round
 

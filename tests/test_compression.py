@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from fedlight.checkpoint import CHECKPOINT_NAME, load_checkpoint
 from fedlight.core.context import Federation
 from fedlight.core.errors import ConfigError
 from fedlight.core.tensors import StateDict, nbytes
@@ -20,6 +19,7 @@ from fedlight.stages.compression.randk import RandK
 from fedlight.stages.compression.topk import TopK, index_dtype
 from fedlight.stages.wire.base import UPLOAD, Payload, Wire
 from fedlight.stages.wire.fp16 import FP16
+from fedlight.store.checkpoint import CHECKPOINT_NAME, load_checkpoint
 
 from .conftest import TINY, rows_without_timings, run_killed_in_round
 from .test_pipeline import read_rows

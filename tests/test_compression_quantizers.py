@@ -14,7 +14,6 @@ import pytest
 import torch
 from torch import Tensor
 
-from fedlight.checkpoint import CHECKPOINT_NAME, load_checkpoint
 from fedlight.core.context import Federation, RoundContext
 from fedlight.core.errors import ConfigError
 from fedlight.core.tensors import StateDict, nbytes
@@ -24,6 +23,7 @@ from fedlight.stages.compression.packing import pack_bits, packed_size, unpack_b
 from fedlight.stages.compression.qsgd import QSGD
 from fedlight.stages.compression.sign import Sign
 from fedlight.stages.wire.base import UPLOAD, Payload, Wire, WireTransform
+from fedlight.store.checkpoint import CHECKPOINT_NAME, load_checkpoint
 
 from .conftest import TINY, rows_without_timings, run_killed_in_round
 from .test_pipeline import read_rows

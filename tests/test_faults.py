@@ -16,11 +16,11 @@ import pytest
 import torch
 
 from fedlight import cli, entry
-from fedlight.checkpoint import CHECKPOINT_NAME, load_checkpoint
-from fedlight.client_states import CLIENT_STATES_DIR
 from fedlight.core.config import MAX_THREADS
 from fedlight.loop import FederatedLoop
 from fedlight.outputs import MAX_CLIENT_BARS, client_blocks, write_participation
+from fedlight.store.checkpoint import CHECKPOINT_NAME, load_checkpoint
+from fedlight.store.client_states import CLIENT_STATES_DIR
 
 from .conftest import TINY
 from .test_data import write_mnist_tree

@@ -22,7 +22,6 @@ import torch
 from omegaconf import open_dict
 
 from fedlight import cli, run_dir
-from fedlight.checkpoint import CHECKPOINT_NAME, load_checkpoint
 from fedlight.core.errors import ConfigError
 from fedlight.experiment import (
     DivergenceError,
@@ -33,6 +32,7 @@ from fedlight.experiment import (
     warn_of_empty_clients,
 )
 from fedlight.loop import FederatedLoop
+from fedlight.store.checkpoint import CHECKPOINT_NAME, load_checkpoint
 
 from .conftest import TINY, compose_config, rows_without_timings
 

@@ -12,12 +12,12 @@ import torch
 from sklearn.metrics import f1_score
 from torch.utils.data import DataLoader, TensorDataset
 
-from fedlight.checkpoint import load_checkpoint
 from fedlight.core.config import FLSettings, RunSettings
 from fedlight.core.errors import ConfigError
 from fedlight.data.digits import Digits
 from fedlight.experiment import Job, build_module, run_job
 from fedlight.launch import spawn_workers
+from fedlight.store.checkpoint import load_checkpoint
 
 from . import lightning_modules, worker_targets
 from .conftest import TINY, rows_without_timings

@@ -26,8 +26,8 @@ from fedlight.optuna_sweeper import (
 )
 from fedlight.report import main as report_main
 from fedlight.resume import resume_command
-from fedlight.run_files import SAMPLER_FILE, STUDY_FILE
-from fedlight.sweeps import JobStatus, job_state, sweep_states
+from fedlight.store.run_files import SAMPLER_FILE, STUDY_FILE
+from fedlight.store.sweeps import JobStatus, job_state, sweep_states
 from fedlight.tuned import tuned_command
 
 from .conftest import TINY, compose_config, run_cli

@@ -15,7 +15,6 @@ import wandb
 
 from fedlight.algorithms.base import ClientUpload
 from fedlight.algorithms.fedprox import FedProx, ProximalTerm
-from fedlight.checkpoint import load_checkpoint
 from fedlight.cli import validate_command_line
 from fedlight.core.config import FLSettings, RunSettings
 from fedlight.core.context import Federation, RoundContext
@@ -32,6 +31,7 @@ from fedlight.server_opt.adam import Adam
 from fedlight.stages.wire.base import DOWNLOAD, UPLOAD, Payload, Wire, WireTransform
 from fedlight.stages.wire.bf16 import BF16
 from fedlight.stages.wire.fp16 import FP16
+from fedlight.store.checkpoint import load_checkpoint
 
 from . import worker_targets
 from .conftest import TINY, rows_without_timings, run_killed_in_round

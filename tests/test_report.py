@@ -1033,7 +1033,7 @@ def test_the_test_accuracy_at_the_validation_best_round_is_a_percentage() -> Non
 
 def test_a_sweep_inside_a_sweep_is_its_own(tmp_path: Path) -> None:
     """A study's `tested` sweep lies in the study's directory; its jobs are not the study's."""
-    from fedlight.sweeps import job_dirs
+    from fedlight.store.sweeps import job_dirs
 
     for job in ("0", "1", "tested/0"):
         (tmp_path / job / ".hydra").mkdir(parents=True)

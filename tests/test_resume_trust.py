@@ -17,8 +17,8 @@ import pytest
 import torch
 
 from fedlight import cli
-from fedlight.checkpoint import CHECKPOINT_NAME, load_checkpoint, save_checkpoint
-from fedlight.client_states import CLIENT_STATES_DIR
+from fedlight.store.checkpoint import CHECKPOINT_NAME, load_checkpoint, save_checkpoint
+from fedlight.store.client_states import CLIENT_STATES_DIR
 
 from .conftest import TINY, rows_without_timings
 from .test_hardening import RunsCode, assert_one_line, cli_exit

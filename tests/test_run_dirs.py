@@ -19,12 +19,12 @@ import torch
 from omegaconf import open_dict
 
 from fedlight import cli, run_dir
-from fedlight.checkpoint import CHECKPOINT_NAME, load_checkpoint, save_checkpoint
 from fedlight.core.errors import ConfigError
 from fedlight.experiment import run_job
 from fedlight.loggers.base import RunInfo
 from fedlight.loggers.csv import CSVLogger
 from fedlight.report import main as report_main
+from fedlight.store.checkpoint import CHECKPOINT_NAME, load_checkpoint, save_checkpoint
 
 from .conftest import TINY, compose_config
 from .test_hardening import assert_one_line, cli_exit, hold_lock, read_rows

@@ -15,7 +15,6 @@ from fedlight.algorithms.base import Algorithm, ClientUpload, ServerState
 from fedlight.algorithms.fedavg import FedAvg
 from fedlight.algorithms.fednova import momentum_step_norm
 from fedlight.algorithms.scaffold import CONTROL, DELTA_C, DELTA_Y, Scaffold
-from fedlight.checkpoint import load_checkpoint
 from fedlight.core.config import FLSettings, LocalSettings, RunSettings
 from fedlight.core.context import Federation, RoundContext
 from fedlight.core.errors import ConfigError
@@ -31,6 +30,7 @@ from fedlight.stages.pool import ClientPool, ModelQuality
 from fedlight.stages.selection.base import Population, Selection
 from fedlight.stages.selection.random import RandomSelection
 from fedlight.stages.wire.base import Wire
+from fedlight.store.checkpoint import load_checkpoint
 
 from .conftest import TINY, rows_without_timings, run_killed_in_round
 

@@ -13,7 +13,6 @@ import pytest
 import torch
 from torch import Tensor
 
-from fedlight.checkpoint import load_checkpoint
 from fedlight.core.context import Federation
 from fedlight.core.errors import ConfigError
 from fedlight.core.rng import Stream
@@ -26,6 +25,7 @@ from fedlight.stages.selection.poisson import Poisson
 from fedlight.stages.selection.power_of_choice import PowerOfChoice
 from fedlight.stages.selection.round_robin import RoundRobin
 from fedlight.stages.selection.weighted import SCORE, Weighted
+from fedlight.store.checkpoint import load_checkpoint
 
 from .conftest import TINY, rows_without_timings, run_killed_in_round
 

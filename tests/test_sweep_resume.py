@@ -1,4 +1,5 @@
-"""Long sweeps that survive (`fedlight.resume`, `fedlight.preemption`, `fedlight.sweeps`): a sweep
+"""Long sweeps that survive (`fedlight.resume`, `fedlight.preemption`, `fedlight.store.sweeps`): a
+sweep
 killed half-way resumes with one command, a preemption signal ends a run with its checkpoint and
 exit 75 and the run continues on its own, under Hydra's basic and joblib launchers and submitit's
 requeue (its local executor stands in for SLURM here)."""
@@ -22,14 +23,14 @@ from fedlight.core.config import RunSettings
 from fedlight.core.errors import ConfigError
 from fedlight.preemption import PREEMPTED_EXIT_CODE
 from fedlight.resume import decide, resume_command
-from fedlight.run_files import (
+from fedlight.store.run_files import (
     CHECKPOINT_NAME,
     ERROR_NAME,
     PREEMPTED_NAME,
     SUMMARY_NAME,
     lock_holder,
 )
-from fedlight.sweeps import COMMAND_VARIABLE, JobStatus, job_state, sweep_states
+from fedlight.store.sweeps import COMMAND_VARIABLE, JobStatus, job_state, sweep_states
 
 from .conftest import REPO, TINY, rows_without_timings, run_cli
 
@@ -432,7 +433,7 @@ def test_a_job_process_whose_command_has_died_ends_before_its_job(tmp_path: Path
     (SLURM's environment is the submitter's) runs its job."""
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
-    check = "from fedlight.sweeps import end_with_command\nend_with_command()\nprint('ran')"
+    check = "from fedlight.store.sweeps import end_with_command\nend_with_command()\nprint('ran')"
     for host, ends in ((socket.gethostname(), True), ("elsewhere", False)):
         env = {**os.environ, COMMAND_VARIABLE: f"{host}:{gone.pid}"}
         job = subprocess.run(

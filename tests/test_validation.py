@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 import torch
 
-from fedlight.checkpoint import CHECKPOINT_NAME, load_checkpoint
 from fedlight.cli import validate_command_line
 from fedlight.core.errors import ConfigError
 from fedlight.core.rng import Stream, numpy_generator
@@ -21,6 +20,7 @@ from fedlight.data.digits import Digits
 from fedlight.data.validation import split_validation, stratified_sample, validation_indices
 from fedlight.experiment import DivergenceError, Job, federation, run_job
 from fedlight.loggers.base import METRIC_COLUMNS
+from fedlight.store.checkpoint import CHECKPOINT_NAME, load_checkpoint
 from fedlight.workers import OneWorker
 
 from .conftest import TINY, rows_without_timings, run_cli, run_killed_in_round

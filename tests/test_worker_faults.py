@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from fedlight import run_dir
-from fedlight.checkpoint import CHECKPOINT_NAME
 from fedlight.core.config import FLSettings, RunSettings
 from fedlight.core.errors import ConfigError
 from fedlight.launch import spawn_workers
+from fedlight.store.checkpoint import CHECKPOINT_NAME
 from fedlight.workers import WorkerError, WorkerLostError
 
 from . import worker_targets

@@ -13,12 +13,12 @@ import torch
 from torch import Tensor
 
 from fedlight import workers
-from fedlight.checkpoint import load_checkpoint
-from fedlight.client_states import CLIENT_STATES_DIR, DiskClientStates
 from fedlight.core.config import FLSettings, RunSettings
 from fedlight.core.errors import ConfigError
 from fedlight.experiment import Job, run_job
 from fedlight.launch import spawn_workers
+from fedlight.store.checkpoint import load_checkpoint
+from fedlight.store.client_states import CLIENT_STATES_DIR, DiskClientStates
 from fedlight.workers import (
     OneWorker,
     WorkerError,

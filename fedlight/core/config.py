@@ -91,7 +91,8 @@ def check_nccl(backend: str, is_cuda: bool, device: str) -> None:
     )
 
 
-CLIENT_STATE_STORES = ("auto", "memory", "disk")  # fl.client_state: see fedlight.client_states
+# fl.client_state: see fedlight.store.client_states
+CLIENT_STATE_STORES = ("auto", "memory", "disk")
 ENGINE_CHOICES = ("auto", "sequential", "vectorized")  # fl.engine; see fedlight.engines
 BACKENDS = ("auto", "gloo", "nccl")  # fl.backend: torch.distributed backend of fl.workers > 1
 EXCHANGES = ("uploads", "sums")  # fl.exchange: what workers exchange per round (see fedlight.loop)

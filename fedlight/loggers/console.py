@@ -28,8 +28,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColum
 from rich.text import Text
 
 from fedlight.loggers.base import METRIC_COLUMNS, MetricsRow, RunInfo, is_evaluated
-from fedlight.run_files import SUMMARY_NAME
-from fedlight.sweeps import JobState, JobStatus, sweep_states
+from fedlight.store.run_files import SUMMARY_NAME
+from fedlight.store.sweeps import JobState, JobStatus, sweep_states
 
 REFRESH_PER_SECOND = 2  # the bar's redraws: live enough, and nothing a round would notice
 
@@ -284,7 +284,8 @@ class ConsoleProgress:
 
 
 def sweep_line(sweep_dir: Path, expected: int | None) -> str:
-    """Where the sweep in `sweep_dir` stands, from its job directories' files (`fedlight.sweeps`),
+    """Where the sweep in `sweep_dir` stands, from its job directories' files
+    (`fedlight.store.sweeps`),
     so that the jobs of any launcher (basic, joblib's processes, SLURM's nodes) count alike;
     `expected`: its number of jobs where known (not for a sweeper that picks them as it goes)."""
     states = sweep_states(sweep_dir)

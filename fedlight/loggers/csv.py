@@ -5,7 +5,7 @@ The columns are the fixed ones (`METRIC_COLUMNS`) followed by every other name a
 in the order they first appeared (sorted within a round). A name that appears after the first row
 rewrites the file with the wider header (atomically, from the rows so far), so the file always
 has one header that covers every row; a resumed run replays its rows and gets the same header.
-The file is made by a rename and reopened without following links (`fedlight.files`).
+The file is made by a rename and reopened without following links (`fedlight.store.files`).
 """
 
 import csv
@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from fedlight.files import open_to_append, write_text
 from fedlight.loggers.base import METRIC_COLUMNS, MetricsRow, RunInfo
+from fedlight.store.files import open_to_append, write_text
 
 
 @dataclass

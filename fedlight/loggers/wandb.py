@@ -23,7 +23,7 @@ from urllib.parse import urlparse
 
 from fedlight.core.errors import require
 from fedlight.loggers.base import MetricsRow, RunInfo, flat_config
-from fedlight.run_files import FIGURES
+from fedlight.store.run_files import FIGURES
 
 MODES = ("auto", "online", "offline", "disabled")  # logger.wandb.mode
 ONLINE_MODES = ("online", "run")  # "run" is W&B's old name of online (WANDB_MODE=run)

@@ -41,10 +41,10 @@ from typing import Any, cast
 
 import torch
 
-from fedlight.checkpoint import CHECKPOINT_NAME, save_checkpoint
 from fedlight.core.config import FLSettings
 from fedlight.core.errors import ConfigError, one_line
 from fedlight.core.tensors import StateDict
+from fedlight.store.checkpoint import CHECKPOINT_NAME, save_checkpoint
 
 CLIENT_STATES_DIR = "client_states"  # the disk store's folder inside a run directory
 

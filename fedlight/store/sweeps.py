@@ -1,5 +1,6 @@
 """Where each job of a sweep stands, read from the files its run leaves in its directory (see
-`fedlight.run_files`), so that the jobs of any launcher (basic, joblib, SLURM, Ray: processes on
+`fedlight.store.run_files`), so that the jobs of any launcher (basic, joblib, SLURM, Ray: processes
+on
 other machines that share the filesystem) are counted, resumed and reported the same way.
 
 A job is *finished* once its run wrote summary.json (a diverged run and one the privacy budget
@@ -23,7 +24,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from fedlight.run_files import (
+from fedlight.store.run_files import (
     CHECKPOINT_NAME,
     ERROR_NAME,
     PREEMPTED_NAME,

@@ -1,5 +1,5 @@
 """The files a run leaves in its directory, by name, and who holds its lock: without torch, for
-`fedlight report` and a sweep's bookkeeping (`fedlight.sweeps`) as much as for the run.
+`fedlight report` and a sweep's bookkeeping (`fedlight.store.sweeps`) as much as for the run.
 
 The lock is an `flock` on LOCK_NAME that a run holds while it writes the directory (see
 `fedlight.run_dir`); the kernel drops it when the holder dies, so a held lock means a live run.

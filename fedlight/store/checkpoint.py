@@ -16,12 +16,13 @@ from typing import Any
 import torch
 
 from fedlight.core.errors import ConfigError, one_line
-from fedlight.files import replaced
-from fedlight.run_files import CHECKPOINT_NAME
+from fedlight.store.files import replaced
+from fedlight.store.run_files import CHECKPOINT_NAME
 
 
 def save_checkpoint(path: Path, state: dict[str, Any]) -> None:
-    """`state` in `path`, written whole or not at all, never through a link (`fedlight.files`)."""
+    """`state` in `path`, written whole or not at all, never through a link
+    (`fedlight.store.files`)."""
     try:
         with replaced(path) as file:
             torch.save(state, file)
