@@ -38,8 +38,8 @@ import fedlight.cli
 import fedlight.core.config
 from fedlight.aggregation.base import Aggregator
 from fedlight.core.tensors import StateDict
-from fedlight.launch import resolve_device
 from fedlight.round.stages import instantiate_group
+from fedlight.runs.launch import resolve_device
 
 AGGREGATORS = (
     "mean",

@@ -6,7 +6,8 @@ at the last round only. Every client that has trained keeps its c_i: `fl.client_
 all of them in RAM (6.65 GB once all 1,000 have trained), `fl.client_state=disk` keeps them in
 `<run dir>/client_states/` and holds only the round's clients in RAM.
 
-The real Hydra config is composed and `fedlight.experiment.run_job` runs the job in this process,
+The real Hydra config is composed and `fedlight.runs.experiment.run_job` runs the job in this
+process,
 as `python -m fedlight` would. Printed: peak RSS of the process
 (`getrusage(RUSAGE_SELF).ru_maxrss`), the clients holding state, the bytes of client state on disk
 (and in checkpoint.pt), the wall time of `run_job` and the final accuracy. Peak RSS is per process,
@@ -40,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import fedlight.cli
 import fedlight.core.config
 from fedlight.core.tensors import nbytes
-from fedlight.experiment import run_job
+from fedlight.runs.experiment import run_job
 from fedlight.store.checkpoint import CHECKPOINT_NAME
 from fedlight.store.client_states import CLIENT_STATES_DIR
 

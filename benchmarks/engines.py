@@ -54,11 +54,11 @@ from fedlight.data.augment import CropFlip
 from fedlight.data.base import TensorDataset
 from fedlight.data.cifar10 import CIFAR10, MEAN, STD
 from fedlight.data.mnist import MNIST
-from fedlight.driver import Clients
+from fedlight.drivers.driver import Clients
+from fedlight.drivers.loop import FederatedLoop
 from fedlight.engines import LocalTask
 from fedlight.engines.base import LocalResult
-from fedlight.launch import resolve_device
-from fedlight.loop import FederatedLoop
+from fedlight.runs.launch import resolve_device
 
 ENGINES = ("sequential", "vectorized")
 SEED = 0

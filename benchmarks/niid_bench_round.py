@@ -59,8 +59,8 @@ from fedlight.core.rng import Stream, derive_seed, numpy_generator
 from fedlight.data.base import TensorDataset
 from fedlight.data.fmnist import FashionMNIST
 from fedlight.evaluation import Evaluator
-from fedlight.experiment import Job, Loaded, run_job
 from fedlight.models.simple_cnn import SimpleCNN
+from fedlight.runs.experiment import Job, Loaded, run_job
 
 SEED = 0
 CLIENTS = 10

@@ -29,9 +29,9 @@ import w1
 from fedlight.core.config import register_schema
 from fedlight.data.base import TensorDataset
 from fedlight.data.mnist import MNIST
-from fedlight.experiment import run_job
 from fedlight.loggers.base import RunInfo
 from fedlight.loggers.console import REFRESH_PER_SECOND, ConsoleProgress
+from fedlight.runs.experiment import run_job
 
 MODES = ("bar", "off")
 

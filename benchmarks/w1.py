@@ -12,7 +12,8 @@ should reach the same final accuracy (printed as a sanity check). Repeats altern
 (fedlight, hand-written, fedlight, ...) after one untimed one-round warm-up of each.
 
 - fedlight: the real Hydra config is composed, `fedlight.cli.build_job` builds the job and the
-  whole `fedlight.experiment.run_job` call into a temporary directory is timed (partition, local
+  whole `fedlight.runs.experiment.run_job` call into a temporary directory is timed (partition,
+  local
   training, aggregation, the final evaluation, metrics, plots and the checkpoint).
 - hand-written: per round sample the clients; for each, copy the global weights into the model,
   shuffle its indices, run SGD over batches of B, and add its weights into a sample-weighted
@@ -50,10 +51,10 @@ import fedlight.core.config
 from fedlight.core.rng import Stream, derive_seed, numpy_generator
 from fedlight.data.base import TensorDataset
 from fedlight.data.mnist import MNIST
-from fedlight.experiment import Job, run_job
 from fedlight.models.cnn import CNN
 from fedlight.models.mlp import MLP
 from fedlight.partitions.shards import Shards
+from fedlight.runs.experiment import Job, run_job
 
 SEED = 0
 NUM_CLIENTS = 100

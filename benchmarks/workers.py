@@ -5,7 +5,7 @@ round, E=1, B=10, SGD lr 0.05, `--rounds` rounds (default 20: 12,000 local steps
 (2NN) and `cnn`.
 
 The benchmark starts one group of 2 worker processes the way `fl.workers=2` does
-(`fedlight.launch.spawn_workers`) and keeps it for every repeat, as torchrun would. Each worker
+(`fedlight.runs.launch.spawn_workers`) and keeps it for every repeat, as torchrun would. Each worker
 decodes MNIST once, outside the timed region. Repeats alternate, after one untimed one-round
 warm-up of each:
 
@@ -58,9 +58,9 @@ from w1 import CLIENTS_PER_ROUND, MODELS, STEPS_PER_CLIENT, fedlight_job
 import fedlight.core.config
 from fedlight.core.config import FLSettings, RunSettings
 from fedlight.data.mnist import MNIST
-from fedlight.experiment import Job, run_job, run_worker
-from fedlight.launch import spawn_workers
-from fedlight.workers import OneWorker, Workers
+from fedlight.drivers.workers import OneWorker, Workers
+from fedlight.runs.experiment import Job, run_job, run_worker
+from fedlight.runs.launch import spawn_workers
 
 WORKERS = 2
 TWO_WORKERS = [f"fl.workers={WORKERS}", "fl.threads_per_worker=1"]

@@ -30,7 +30,7 @@ from hydra.errors import CompactHydraException, OverrideParseException
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from fedlight import STARTED, STARTED_VARIABLE, run_dir
+from fedlight import STARTED, STARTED_VARIABLE
 from fedlight.algorithms.base import Algorithm
 from fedlight.core.config import (
     CONFIG_GROUPS,
@@ -45,15 +45,13 @@ from fedlight.core.errors import ConfigError, error_chain, fail, one_line, requi
 from fedlight.core.moved import check_targets
 from fedlight.data.base import DataError, DataSource
 from fedlight.data.source import check_data_target
-from fedlight.experiment import (
-    RESUME_FREE_KEYS,
-    DivergenceError,
-    Job,
-    comparable_config,
-    first_difference,
-    resumed_checkpoint,
-    run_job,
+from fedlight.drivers.preemption import (
+    PREEMPTED_EXIT_CODE,
+    Preempted,
+    requeue_on_slurm,
+    watched,
 )
+from fedlight.drivers.workers import WorkerError
 from fedlight.jobs import (
     Command,
     ComposedJob,
@@ -64,21 +62,25 @@ from fedlight.jobs import (
     parse_command,
     with_config_dirs,
 )
-from fedlight.launch import Parallelism, Terminated, auto_parallelism
 from fedlight.loggers.base import job_name
 from fedlight.loggers.console import Tee, sweep_line
 from fedlight.partitions.base import ClientCount
-from fedlight.preemption import (
-    PREEMPTED_EXIT_CODE,
-    Preempted,
-    requeue_on_slurm,
-    watched,
-)
-from fedlight.report import plural
-from fedlight.resume import Decision, decide, hydra_override
+from fedlight.reports.report import plural
 from fedlight.round.stages import CONF_DIR as STAGES_CONF_DIR
 from fedlight.round.stages import build_stages, instantiate_group
-from fedlight.run_dir import CONSOLE_NAME
+from fedlight.runs import run_dir
+from fedlight.runs.experiment import (
+    RESUME_FREE_KEYS,
+    DivergenceError,
+    Job,
+    comparable_config,
+    first_difference,
+    resumed_checkpoint,
+    run_job,
+)
+from fedlight.runs.launch import Parallelism, Terminated, auto_parallelism
+from fedlight.runs.resume import Decision, decide, hydra_override
+from fedlight.runs.run_dir import CONSOLE_NAME
 from fedlight.stages.base import Plan
 from fedlight.store.checkpoint import CHECKPOINT_NAME
 from fedlight.store.client_states import ClientStateLostError
@@ -91,7 +93,6 @@ from fedlight.store.sweeps import (
     end_with_command,
     expected_jobs,
 )
-from fedlight.workers import WorkerError
 
 CONF_DIR = str(STAGES_CONF_DIR)
 LIST_GROUPS = ("upload", "download")  # groups whose options form a chain, in list order
@@ -119,7 +120,7 @@ def register_optuna_config() -> None:
 
     @dataclass
     class FedlightOptunaSweeperConf(OptunaSweeperConf):
-        """Hydra's settings with fedlight's defaults: see fedlight/optuna_sweeper.py."""
+        """Hydra's settings with fedlight's defaults: see fedlight/runs/optuna_sweeper.py."""
 
         _target_: str = "hydra_plugins.fedlight_optuna.FedlightOptunaSweeper"
         # TPE's (or another sampler's) draws; a continued study continues its pickled sampler
@@ -193,7 +194,7 @@ def data_source(cfg: DictConfig) -> DataSource:
 
 def settle_workers(cfg: DictConfig, choices: dict[str, str], algorithm: Algorithm) -> Parallelism:
     """`fl.workers` and `fl.threads_per_worker` as numbers: what `fl.workers=auto` chooses for
-    this run on the torch threads of this process (`fedlight.launch.auto_parallelism`)."""
+    this run on the torch threads of this process (`fedlight.runs.launch.auto_parallelism`)."""
     one_process = None
     if algorithm.asynchronous:
         one_process = f"algo={choices['algo']} runs its event queue in one process"
@@ -411,7 +412,7 @@ def checked_jobs(
 ) -> tuple[Jobs, list[tuple[ComposedJob, RunSettings, Decision]]]:
     """The command's jobs (`fedlight.jobs`), each composed by Hydra and built, so that a bad
     setting of any of them is refused in one line before any job works; with its settings and
-    what it does with its directory (`resume=auto`, `fedlight.resume`; decided again when it
+    what it does with its directory (`resume=auto`, `fedlight.runs.resume`; decided again when it
     runs, for jobs that a sweeper lists in advance)."""
     check_overrides(command.overrides)
     checked = []
@@ -459,7 +460,7 @@ def checked_jobs(
 
 
 def resume_decision(job: Job, output_dir: Path) -> Decision:
-    """What the job does with `output_dir` (`fedlight.resume.decide`): the config it compares
+    """What the job does with `output_dir` (`fedlight.runs.resume.decide`): the config it compares
     with a saved one is the one a resume compares."""
     comparable = comparable_config(job.config)
 
@@ -604,7 +605,7 @@ def run_hydra_job(cfg: DictConfig, hydra_cfg: DictConfig, sweep: Path | None) ->
 
 
 def run_until_preempted(job: Job, output_dir: Path) -> dict[str, Any]:
-    """The job's summary; a preemption signal (`fedlight.preemption`) ends the process with
+    """The job's summary; a preemption signal (`fedlight.drivers.preemption`) ends the process with
     PREEMPTED_EXIT_CODE once the checkpoint is written, and the directory is marked to resume
     on its own (`preempted.json`), after the handler that was there before (submitit's
     checkpoint-and-requeue) or SLURM's requeue (`preemption.requeue`)."""
@@ -715,7 +716,7 @@ def cannot_write(error: OSError, output_dir: Path) -> str:
 
 @contextmanager
 def writing(output_dir: Path, setting: str, settings: RunSettings) -> Iterator[None]:
-    """The run directory locked for this run and prepared for it (`fedlight.run_dir.prepare`)
+    """The run directory locked for this run and prepared for it (`fedlight.runs.run_dir.prepare`)
     while it runs, where this process writes it."""
     if not writes_run_dir():
         yield
@@ -758,7 +759,7 @@ def job_failed(message: str, code: int, multirun: bool, output_dir: Path) -> NoR
 
 
 def written_by_another(directory: Path) -> bool:
-    """Whether another live process holds `directory`'s lock (`fedlight.run_dir`)."""
+    """Whether another live process holds `directory`'s lock (`fedlight.runs.run_dir`)."""
     holder = lock_holder(directory)
     return holder is not None and holder != str(os.getpid())
 
@@ -870,7 +871,7 @@ def check_output_dir(
     args: list[str], multirun: bool, jobs: list[RunSettings], decided: bool = False
 ) -> Path | None:
     """The run or sweep directory given on the command line, locked for this run (or sweep)
-    alone and prepared for it (no links, no other run's results: see `fedlight.run_dir`) before
+    alone and prepared for it (no links, no other run's results: see `fedlight.runs.run_dir`) before
     Hydra writes into it; None where none is given or this process does not write it.
     `decided`: each job of the sweep decided what to do with its folder (`resume=auto`)."""
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
@@ -892,7 +893,8 @@ def check_output_dir(
 
 def main() -> None:
     """`fedlight [overrides]`: every job of the command checked, then run by Hydra. From before
-    it locks a directory, a preemption signal only takes note (`fedlight.preemption`): the run,
+    it locks a directory, a preemption signal only takes note (`fedlight.drivers.preemption`): the
+    run,
     or each job of the sweep, ends its round, writes its checkpoint and exits 75, and a sweep
     whose jobs run in other processes (joblib's) waits for them to, instead of dying at once."""
     os.environ[STARTED_VARIABLE] = repr(STARTED)

@@ -26,8 +26,8 @@ def version_line() -> str:
 
 def resume_main(args: list[str]) -> int:
     """`fedlight resume <dir> [overrides]`: the command that made the sweep (or run) in `dir`
-    again, with `resume=auto` (`fedlight.resume`) and any further overrides."""
-    from fedlight.resume import resume_command
+    again, with `resume=auto` (`fedlight.runs.resume`) and any further overrides."""
+    from fedlight.runs.resume import resume_command
 
     usage = "fedlight resume <sweep or run dir> [overrides]: continue it (resume=auto)"
     return rerun("resume", resume_command, usage, args)
@@ -35,8 +35,8 @@ def resume_main(args: list[str]) -> int:
 
 def tuned_main(args: list[str]) -> int:
     """`fedlight tuned <study dir> [overrides]`: a study's best configuration with three seeds,
-    tested (`fedlight.tuned`)."""
-    from fedlight.tuned import tuned_command
+    tested (`fedlight.runs.tuned`)."""
+    from fedlight.runs.tuned import tuned_command
 
     usage = "fedlight tuned <study dir> [overrides]: test its best configuration, seeds 0,1,2"
     return rerun("tuned", tuned_command, usage, args)
@@ -83,7 +83,7 @@ def main() -> None:
     study's best configuration."""
     args = sys.argv[1:]
     if args[:1] == ["report"]:
-        from fedlight.report import main as report_main
+        from fedlight.reports.report import main as report_main
 
         sys.exit(report_main(args[1:]))
     if args[:1] == ["resume"]:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import yaml
 
-from fedlight.report import (
+from fedlight.reports.report import (
     MISSING,
     Group,
     cell,

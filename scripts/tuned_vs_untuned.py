@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from fedlight.report import (
+from fedlight.reports.report import (
     MISSING,
     Group,
     cell,
@@ -24,8 +24,8 @@ from fedlight.report import (
     mean_and_std,
     metric_values,
 )
-from fedlight.resume import recorded_command
-from fedlight.tuned import RESULTS_FILE, TESTED_DIR, TUNE_PRESET, best_params
+from fedlight.runs.resume import recorded_command
+from fedlight.runs.tuned import RESULTS_FILE, TESTED_DIR, TUNE_PRESET, best_params
 
 LABELS = {
     "fedavg": "FedAvg",

@@ -17,10 +17,10 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, open_dict
 
 from fedlight.cli import CONF_DIR, build_job, group_choices, register_configs
-from fedlight.driver import Driver
-from fedlight.experiment import Job, run_job
+from fedlight.drivers.driver import Driver
+from fedlight.drivers.loop import FederatedLoop
 from fedlight.loggers.base import is_timing
-from fedlight.loop import FederatedLoop
+from fedlight.runs.experiment import Job, run_job
 
 register_configs()
 

@@ -27,8 +27,8 @@ from fedlight.algorithms.fedavg import UPDATE, FedAvg
 from fedlight.core.context import Federation
 from fedlight.core.errors import ConfigError
 from fedlight.core.tensors import StateDict
-from fedlight.experiment import Job
 from fedlight.round.stages import CONF_DIR
+from fedlight.runs.experiment import Job
 
 AGGREGATOR_YAMLS = sorted(p.stem for p in (Path(CONF_DIR) / "aggregator").glob("*.yaml"))
 SHAPES = {"w": (2, 2), "b": (1,)}  # two tensors of different shapes: d = 5

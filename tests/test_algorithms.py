@@ -19,8 +19,8 @@ from fedlight.core.context import Federation, RoundContext
 from fedlight.core.errors import ConfigError
 from fedlight.core.tensors import StateDict
 from fedlight.engines.base import LocalResult
-from fedlight.experiment import Job, run_job
 from fedlight.models.mlp import MLP
+from fedlight.runs.experiment import Job, run_job
 from fedlight.store.checkpoint import load_checkpoint
 
 from .conftest import TINY, rows_without_timings, run_killed_in_round

@@ -15,10 +15,10 @@ from fedlight.algorithms.base import ClientUpload, ServerState
 from fedlight.algorithms.fedasync import FedAsync
 from fedlight.algorithms.fedbuff import FedBuff
 from fedlight.algorithms.staleness import Staleness
-from fedlight.asynchronous import AsynchronousLoop
 from fedlight.core.context import Federation
 from fedlight.core.errors import ConfigError
-from fedlight.experiment import Job, run_job
+from fedlight.drivers.asynchronous import AsynchronousLoop
+from fedlight.runs.experiment import Job, run_job
 from tests.conftest import TINY, rows_without_timings, run_killed_in_round
 
 FEDERATION = Federation(num_clients=4, trainable=frozenset({"w"}))

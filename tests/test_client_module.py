@@ -5,9 +5,9 @@ from pathlib import Path
 import torch
 
 from fedlight.data.digits import Digits
-from fedlight.driver import Clients
-from fedlight.experiment import run_job
-from fedlight.loop import FederatedLoop
+from fedlight.drivers.driver import Clients
+from fedlight.drivers.loop import FederatedLoop
+from fedlight.runs.experiment import run_job
 
 from .user_module import RecordingModule
 

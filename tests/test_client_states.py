@@ -13,7 +13,7 @@ import torch
 from fedlight.cli import validate_command_line
 from fedlight.core.errors import ConfigError
 from fedlight.core.tensors import StateDict
-from fedlight.experiment import Job, run_job
+from fedlight.runs.experiment import Job, run_job
 from fedlight.store.checkpoint import load_checkpoint
 from fedlight.store.client_states import (
     CLIENT_STATES_DIR,

@@ -8,7 +8,7 @@ import torch
 from fedlight.cli import CONF_DIR, group_options, validate_command_line
 from fedlight.core.config import CONFIG_GROUPS
 from fedlight.core.errors import ConfigError
-from fedlight.experiment import Job
+from fedlight.runs.experiment import Job
 
 OWN_SPLITS = Path(__file__).with_name("own_splits.json")  # 3 clients of digits examples
 # What an option needs besides itself (it refuses to run without, in one line; tested elsewhere).

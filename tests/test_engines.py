@@ -19,15 +19,15 @@ from fedlight.core.tensors import StateDict, detached_copy
 from fedlight.data.augment import CropFlip
 from fedlight.data.base import TensorDataset
 from fedlight.data.digits import Digits
-from fedlight.driver import Clients
+from fedlight.drivers.driver import Clients
+from fedlight.drivers.loop import FederatedLoop
 from fedlight.engines import LocalTask, resolve_engine
 from fedlight.engines.base import LocalCallback, LocalResult
 from fedlight.engines.sequential import SequentialEngine
 from fedlight.engines.vectorized import VectorizedEngine
-from fedlight.experiment import Job, run_job
-from fedlight.loop import FederatedLoop
 from fedlight.models.classifier import Classifier
 from fedlight.models.mlp import MLP
+from fedlight.runs.experiment import Job, run_job
 from fedlight.store.checkpoint import load_checkpoint
 
 from .conftest import TINY, rows_without_timings, run_cli, run_killed_in_round

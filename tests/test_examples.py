@@ -21,8 +21,8 @@ import fedlight
 from fedlight.core import config
 from fedlight.core.rng import Stream, numpy_generator
 from fedlight.data.digits import Digits
-from fedlight.experiment import run_job
 from fedlight.models.mlp import MLP
+from fedlight.runs.experiment import run_job
 from tests.conftest import REPO, TINY, rows_without_timings, run_cli, without_timings
 
 EXAMPLES = REPO / "examples"

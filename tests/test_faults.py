@@ -17,8 +17,8 @@ import torch
 
 from fedlight import cli, entry
 from fedlight.core.config import MAX_THREADS
-from fedlight.loop import FederatedLoop
-from fedlight.outputs import MAX_CLIENT_BARS, client_blocks, write_participation
+from fedlight.drivers.loop import FederatedLoop
+from fedlight.runs.outputs import MAX_CLIENT_BARS, client_blocks, write_participation
 from fedlight.store.checkpoint import CHECKPOINT_NAME, load_checkpoint
 from fedlight.store.client_states import CLIENT_STATES_DIR
 
@@ -424,7 +424,7 @@ def test_far_more_clients_than_examples_are_refused_before_setup(
         "more than 99% of the clients could never hold data or train; give fl.num_clients <= "
         "143800 (at most 1438, so that every client can hold an example)"
     )
-    monkeypatch.setattr("fedlight.experiment.LARGE_FEDERATION", 10)
+    monkeypatch.setattr("fedlight.runs.experiment.LARGE_FEDERATION", 10)
     args = [*TINY, "fl.rounds=1", f"hydra.run.dir={tmp_path / 'said'}"]
     code, err = run_exit(args, monkeypatch, capsys)
     assert code == 0

@@ -21,9 +21,11 @@ import pytest
 import torch
 from omegaconf import open_dict
 
-from fedlight import cli, run_dir
+from fedlight import cli
 from fedlight.core.errors import ConfigError
-from fedlight.experiment import (
+from fedlight.drivers.loop import FederatedLoop
+from fedlight.runs import run_dir
+from fedlight.runs.experiment import (
     DivergenceError,
     Job,
     comparable_config,
@@ -31,7 +33,6 @@ from fedlight.experiment import (
     run_job,
     warn_of_empty_clients,
 )
-from fedlight.loop import FederatedLoop
 from fedlight.store.checkpoint import CHECKPOINT_NAME, load_checkpoint
 
 from .conftest import TINY, compose_config, rows_without_timings
@@ -76,7 +77,7 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
 HOLDER = """
 import sys, time
 from pathlib import Path
-from fedlight import run_dir
+from fedlight.runs import run_dir
 run_dir.acquire(Path(sys.argv[1]), "hydra.run.dir")
 print("locked", flush=True)
 time.sleep(120)

@@ -18,14 +18,14 @@ from tests.test_data import write_mnist_tree
 
 # Imported lazily by fedlight: only the modules below may name them at module level.
 LAZY_ROOTS = {"matplotlib", "wandb", "sklearn", "tensorboard", "mlflow"}
-USES_THEM = {"fedlight.curves", "fedlight.report", "fedlight.data.digits"}
+USES_THEM = {"fedlight.reports.curves", "fedlight.reports.report", "fedlight.data.digits"}
 LOGGING = ("tensorboard", "mlflow", "torch.utils.tensorboard")  # loaded with their loggers only
 
 # Runs the real CLI in this process and records, at the first round and at the exit, which
 # modules are loaded.
 DRIVER = """
 import json, sys
-from fedlight.loop import FederatedLoop
+from fedlight.drivers.loop import FederatedLoop
 
 seen = {}
 run_round = FederatedLoop.run_round
@@ -106,15 +106,16 @@ def test_a_csv_fmnist_run_imports_no_wandb_sklearn_or_plotting_before_its_end(tm
     for module in ("wandb", "fedlight.loggers.wandb", "sklearn", "fedlight.data.digits", *LOGGING):
         assert module not in seen["exit"], module
     at_first_round = [m for m in seen["first_round"] if m.split(".")[0] == "fedlight"]
-    assert "fedlight.loop" in at_first_round and "fedlight.curves" in at_first_round
+    assert "fedlight.drivers.loop" in at_first_round and "fedlight.reports.curves" in at_first_round
     offenders = {
         module: sorted(module_level_imports(fedlight_file(module)) & LAZY_ROOTS)
         for module in at_first_round
         if module not in USES_THEM
     }
     assert {m: names for m, names in offenders.items() if names} == {}
-    # fedlight.curves is loaded (the run's outputs use its dataclasses) but draws only at the end
-    assert module_level_imports(fedlight_file("fedlight.curves")) & LAZY_ROOTS == set()
+    # fedlight.reports.curves is loaded (the run's outputs use its dataclasses) but draws only at
+    # the end
+    assert module_level_imports(fedlight_file("fedlight.reports.curves")) & LAZY_ROOTS == set()
     assert (tmp_path / "run" / "curves.png").exists()
 
 

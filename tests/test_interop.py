@@ -16,15 +16,15 @@ import wandb
 from fedlight.core.errors import ConfigError
 from fedlight.core.rng import Stream, derive_seed
 from fedlight.data.digits import Digits
-from fedlight.experiment import Job, run_job
-from fedlight.export import LIGHTNING_CHECKPOINT_NAME, MODEL_NAME
 from fedlight.loggers import base as loggers_base
 from fedlight.loggers.base import RunInfo, flat_config, job_name
 from fedlight.loggers.mlflow import MLRUNS_DIR
 from fedlight.loggers.tensorboard import TENSORBOARD_DIR
 from fedlight.loggers.wandb import WandbLogger
 from fedlight.models.mlp import MLP
-from fedlight.outputs import write_curves
+from fedlight.runs.experiment import Job, run_job
+from fedlight.runs.export import LIGHTNING_CHECKPOINT_NAME, MODEL_NAME
+from fedlight.runs.outputs import write_curves
 
 from .conftest import TINY, run_cli, run_killed_in_round
 

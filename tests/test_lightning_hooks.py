@@ -15,8 +15,8 @@ from torch.utils.data import DataLoader, TensorDataset
 from fedlight.core.config import FLSettings, RunSettings
 from fedlight.core.errors import ConfigError
 from fedlight.data.digits import Digits
-from fedlight.experiment import Job, build_module, run_job
-from fedlight.launch import spawn_workers
+from fedlight.runs.experiment import Job, build_module, run_job
+from fedlight.runs.launch import spawn_workers
 from fedlight.store.checkpoint import load_checkpoint
 
 from . import lightning_modules, worker_targets

@@ -7,9 +7,9 @@ import torch
 
 from fedlight.core.rng import Stream, derive_seed
 from fedlight.data.digits import Digits
-from fedlight.driver import Clients
-from fedlight.experiment import run_job
-from fedlight.loop import FederatedLoop
+from fedlight.drivers.driver import Clients
+from fedlight.drivers.loop import FederatedLoop
+from fedlight.runs.experiment import run_job
 
 from .conftest import TINY
 

@@ -13,8 +13,8 @@ import torch
 from fedlight.core.errors import ConfigError
 from fedlight.core.rng import Stream, numpy_generator
 from fedlight.evaluation import ACCURACY, Evaluator
-from fedlight.experiment import Job, run_job
 from fedlight.partitions.dirichlet import Dirichlet
+from fedlight.runs.experiment import Job, run_job
 from tests.conftest import TINY, rows_without_timings, run_killed_in_round
 
 LOCAL_TEST = [*TINY, "partition.client_test_fraction=0.3"]

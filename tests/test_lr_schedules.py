@@ -13,12 +13,12 @@ from fedlight.core.context import Federation, RoundContext
 from fedlight.core.errors import ConfigError
 from fedlight.core.tensors import StateDict
 from fedlight.engines.base import LocalResult
-from fedlight.experiment import Job, resumed_checkpoint, run_job
 from fedlight.lr_schedules.base import LRSchedule
 from fedlight.lr_schedules.cosine import Cosine
 from fedlight.lr_schedules.cyclic import Cyclic
 from fedlight.lr_schedules.exponential import Exponential
 from fedlight.lr_schedules.step import Step
+from fedlight.runs.experiment import Job, resumed_checkpoint, run_job
 
 from .conftest import TINY
 from .test_algorithms import one_torch_thread  # noqa: F401 - autouse fixture

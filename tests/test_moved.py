@@ -8,7 +8,7 @@ import pytest
 from fedlight.cli import validate_command_line
 from fedlight.core.errors import ConfigError
 from fedlight.core.moved import current_path
-from fedlight.experiment import comparable_config
+from fedlight.runs.experiment import comparable_config
 
 from .conftest import REPO, run_cli
 

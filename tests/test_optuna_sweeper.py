@@ -1,4 +1,4 @@
-"""`hydra/sweeper=optuna` as fedlight runs it (fedlight/optuna_sweeper.py): a study kept in the
+"""`hydra/sweeper=optuna` as fedlight runs it (fedlight/runs/optuna_sweeper.py): a study kept in the
 sweep directory that continues after a kill without running finished trials again, a diverged
 trial given the worst value while the study goes on, and the refusals."""
 
@@ -16,7 +16,8 @@ import yaml
 
 from fedlight.cli import group_options, validate_command_line
 from fedlight.core.errors import ConfigError
-from fedlight.optuna_sweeper import (
+from fedlight.reports.report import main as report_main
+from fedlight.runs.optuna_sweeper import (
     consecutive,
     continued_sampler,
     directions,
@@ -24,11 +25,10 @@ from fedlight.optuna_sweeper import (
     search_record,
     trial_overrides,
 )
-from fedlight.report import main as report_main
-from fedlight.resume import resume_command
+from fedlight.runs.resume import resume_command
+from fedlight.runs.tuned import tuned_command
 from fedlight.store.run_files import SAMPLER_FILE, STUDY_FILE
 from fedlight.store.sweeps import JobStatus, job_state, sweep_states
-from fedlight.tuned import tuned_command
 
 from .conftest import TINY, compose_config, run_cli
 from .test_hardening import RunsCode

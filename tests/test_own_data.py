@@ -19,7 +19,6 @@ from fedlight.core.rng import Stream, numpy_generator
 from fedlight.data.base import DataError
 from fedlight.data.datamodule import DataModule
 from fedlight.data.torch_dataset import TorchDataset, to_tensors
-from fedlight.experiment import Job, run_job
 from fedlight.partitions.base import checked_index_sets
 from fedlight.partitions.callable import UserFunction
 from fedlight.partitions.dirichlet import Dirichlet
@@ -27,6 +26,7 @@ from fedlight.partitions.iid import IID
 from fedlight.partitions.label_quantity import LabelQuantity
 from fedlight.partitions.natural import Natural
 from fedlight.partitions.shards import Shards
+from fedlight.runs.experiment import Job, run_job
 from tests.conftest import rows_without_timings, run_cli
 from tests.own_data import CLASSES, WRITERS, ImagesOnly, TinyMNIST, Writers, writer_examples
 

@@ -22,11 +22,11 @@ from fedlight.core.errors import ConfigError
 from fedlight.core.rng import Stream, derive_seed
 from fedlight.core.tensors import StateDict, nbytes
 from fedlight.data.digits import Digits
-from fedlight.driver import Clients
-from fedlight.experiment import Job, run_job
-from fedlight.launch import spawn_workers
+from fedlight.drivers.driver import Clients
+from fedlight.drivers.loop import FederatedLoop
 from fedlight.loggers.base import METRIC_COLUMNS, is_timing
-from fedlight.loop import FederatedLoop
+from fedlight.runs.experiment import Job, run_job
+from fedlight.runs.launch import spawn_workers
 from fedlight.server_opt.adam import Adam
 from fedlight.stages.wire.base import DOWNLOAD, UPLOAD, Payload, Wire, WireTransform
 from fedlight.stages.wire.bf16 import BF16
@@ -413,7 +413,7 @@ def test_workers_exchanging_partial_sums_agree_with_one_worker_to_rounding(
 
 
 def test_fedlight_report_tabulates_a_stage_reported_metric(tmp_path: Path) -> None:
-    from fedlight.report import main as report_main
+    from fedlight.reports.report import main as report_main
 
     from .conftest import run_cli
 

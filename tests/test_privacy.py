@@ -24,7 +24,7 @@ from fedlight.core.tensors import detached_copy
 from fedlight.data.base import TensorDataset
 from fedlight.engines.base import Engine, LocalResult, LocalTask
 from fedlight.engines.sequential import SequentialEngine
-from fedlight.experiment import Job, run_job
+from fedlight.runs.experiment import Job, run_job
 from fedlight.stages.base import Delivered
 from fedlight.stages.privacy.accountant import CALIBRATION_TOLERANCE, ORDERS, PRV_EPS_ERROR, epsilon
 from fedlight.stages.privacy.adaptive_clip import AdaptiveClip

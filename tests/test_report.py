@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from omegaconf import OmegaConf
 
-from fedlight.report import (
+from fedlight.reports.report import (
     JobResult,
     Layout,
     column_curve,
@@ -529,7 +529,7 @@ def test_a_read_only_sweep_without_output_is_a_one_line_error(
     def refuse(*args: Any, **kwargs: Any) -> None:
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr("fedlight.report.tempfile.NamedTemporaryFile", refuse)
+    monkeypatch.setattr("fedlight.reports.report.tempfile.NamedTemporaryFile", refuse)
     assert main([str(sweep)]) == 2
     one_line_error(capsys, f"the sweep directory {sweep} (Permission denied)", "pass -o DIR")
 
@@ -656,7 +656,7 @@ def test_report_of_a_real_sweep_through_the_cli(tmp_path: Path) -> None:
             assert float(row[f"{metric}_mean"]) == pytest.approx(mean, rel=1e-12)
 
     module_run = subprocess.run(
-        [sys.executable, "-m", "fedlight.report", str(sweep)],
+        [sys.executable, "-m", "fedlight.reports.report", str(sweep)],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -986,7 +986,7 @@ def test_the_digit_for_digit_line_names_the_layout_and_threads_the_jobs_ran_with
 def test_a_report_names_no_machine_paths(tmp_path: Path) -> None:
     """An absolute path given on the command line is shown as typed from where the command ran
     (Hydra's hydra.runtime.cwd); a sweep outside the report's directory by its name."""
-    from fedlight.report import portable, shown_path
+    from fedlight.reports.report import portable, shown_path
 
     assert portable("data.root=/srv/lab/shared/data", "/srv/lab/main") == "data.root=../shared/data"
     assert portable("data.root=../data", "/srv/lab/main") == "data.root=../data"
@@ -1003,7 +1003,7 @@ def test_the_reports_command_keeps_the_config_dir(tmp_path: Path) -> None:
     the folder relative to where it ran."""
     import yaml
 
-    from fedlight.report import sweep_command
+    from fedlight.reports.report import sweep_command
 
     record = {
         "hydra": {
@@ -1025,7 +1025,7 @@ def test_the_reports_command_keeps_the_config_dir(tmp_path: Path) -> None:
 
 
 def test_the_test_accuracy_at_the_validation_best_round_is_a_percentage() -> None:
-    from fedlight.report import is_accuracy
+    from fedlight.reports.report import is_accuracy
 
     assert is_accuracy("test_accuracy_at_best") and is_accuracy("val_accuracy")
     assert not is_accuracy("best_round")

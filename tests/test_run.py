@@ -11,12 +11,12 @@ import pytest
 import torch
 import wandb
 
-from fedlight import experiment
 from fedlight.data.base import TensorDataset
 from fedlight.data.digits import Digits
-from fedlight.experiment import run_job
 from fedlight.loggers.base import METRIC_COLUMNS, RunInfo
 from fedlight.loggers.wandb import WandbLogger
+from fedlight.runs import experiment
+from fedlight.runs.experiment import run_job
 from fedlight.store.checkpoint import load_checkpoint
 
 from .conftest import REPO, TINY, run_cli, run_killed_in_round, without_timings

@@ -18,12 +18,13 @@ import pytest
 import torch
 from omegaconf import open_dict
 
-from fedlight import cli, run_dir
+from fedlight import cli
 from fedlight.core.errors import ConfigError
-from fedlight.experiment import run_job
 from fedlight.loggers.base import RunInfo
 from fedlight.loggers.csv import CSVLogger
-from fedlight.report import main as report_main
+from fedlight.reports.report import main as report_main
+from fedlight.runs import run_dir
+from fedlight.runs.experiment import run_job
 from fedlight.store.checkpoint import CHECKPOINT_NAME, load_checkpoint, save_checkpoint
 
 from .conftest import TINY, compose_config

@@ -20,12 +20,12 @@ from fedlight.core.context import Federation, RoundContext
 from fedlight.core.errors import ConfigError
 from fedlight.core.tensors import StateDict
 from fedlight.data.base import TensorDataset
-from fedlight.driver import Clients
+from fedlight.drivers.driver import Clients
+from fedlight.drivers.loop import FederatedLoop
 from fedlight.engines.base import LocalResult
-from fedlight.experiment import Job, run_job
-from fedlight.loop import FederatedLoop
 from fedlight.lr_schedules.constant import Constant
 from fedlight.round.stages import Stages
+from fedlight.runs.experiment import Job, run_job
 from fedlight.stages.pool import ClientPool, ModelQuality
 from fedlight.stages.selection.base import Population, Selection
 from fedlight.stages.selection.random import RandomSelection

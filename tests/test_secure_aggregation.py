@@ -17,8 +17,8 @@ from fedlight.core import config
 from fedlight.core.context import Federation, RoundContext
 from fedlight.core.errors import ConfigError
 from fedlight.engines.base import LocalResult
-from fedlight.experiment import Job, run_job
 from fedlight.round.server import ServerRound
+from fedlight.runs.experiment import Job, run_job
 from fedlight.stages.base import ClientStep, UploadStage
 from fedlight.stages.pool import ClientPool
 from fedlight.stages.privacy.base import as_state

@@ -17,8 +17,8 @@ from fedlight.core.context import Federation
 from fedlight.core.errors import ConfigError
 from fedlight.core.rng import Stream
 from fedlight.core.tensors import StateDict, nbytes
-from fedlight.experiment import Job, run_job
-from fedlight.outputs import jain_index
+from fedlight.runs.experiment import Job, run_job
+from fedlight.runs.outputs import jain_index
 from fedlight.stages.pool import ClientPool, ModelQuality
 from fedlight.stages.selection.base import Population
 from fedlight.stages.selection.poisson import Poisson

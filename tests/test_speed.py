@@ -21,8 +21,8 @@ from torch.utils.data import Dataset
 
 from fedlight.core.errors import ConfigError
 from fedlight.core.layout import contiguous_state
-from fedlight.experiment import Job, run_job
-from fedlight.launch import Parallelism, auto_parallelism
+from fedlight.runs.experiment import Job, run_job
+from fedlight.runs.launch import Parallelism, auto_parallelism
 from tests.conftest import REPO, TINY, rows_without_timings, run_cli
 
 CHANNELS_LAST = torch.channels_last

@@ -11,7 +11,7 @@ import pytest
 
 from fedlight.core import config
 from fedlight.core.errors import ConfigError
-from fedlight.experiment import Job, run_job
+from fedlight.runs.experiment import Job, run_job
 
 from .conftest import REPO, TINY, run_cli
 from .test_examples import ENTRY_POINT, installed

@@ -13,9 +13,9 @@ import pytest
 import torch
 
 import fedlight
-from fedlight.experiment import Job, run_job
 from fedlight.loggers.base import MetricsRow
-from fedlight.outputs import Chance, collapsed_at_round, never_left_chance
+from fedlight.runs.experiment import Job, run_job
+from fedlight.runs.outputs import Chance, collapsed_at_round, never_left_chance
 from fedlight.store.checkpoint import CHECKPOINT_NAME, load_checkpoint, save_checkpoint
 
 from .conftest import TINY, run_killed_in_round

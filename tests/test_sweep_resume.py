@@ -1,4 +1,5 @@
-"""Long sweeps that survive (`fedlight.resume`, `fedlight.preemption`, `fedlight.store.sweeps`): a
+"""Long sweeps that survive (`fedlight.runs.resume`, `fedlight.drivers.preemption`,
+`fedlight.store.sweeps`): a
 sweep
 killed half-way resumes with one command, a preemption signal ends a run with its checkpoint and
 exit 75 and the run continues on its own, under Hydra's basic and joblib launchers and submitit's
@@ -17,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from fedlight import run_dir
 from fedlight.cli import JobFailedError, continue_command, given_value, interrupted, job_failed
 from fedlight.core.config import RunSettings
 from fedlight.core.errors import ConfigError
-from fedlight.preemption import PREEMPTED_EXIT_CODE
-from fedlight.resume import decide, resume_command
+from fedlight.drivers.preemption import PREEMPTED_EXIT_CODE
+from fedlight.runs import run_dir
+from fedlight.runs.resume import decide, resume_command
 from fedlight.store.run_files import (
     CHECKPOINT_NAME,
     ERROR_NAME,
@@ -180,7 +181,7 @@ def slow_checkpoints(marker: Path) -> str:
     """Python that makes every checkpoint write take 1.5 s, touching `marker` as it begins."""
     return (
         "import pathlib, time\n"
-        "import fedlight.driver as d\n"
+        "import fedlight.drivers.driver as d\n"
         "save = d.save_checkpoint\n"
         "def slow(path, state):\n"
         f"    pathlib.Path({str(marker)!r}).touch()\n"

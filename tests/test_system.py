@@ -15,7 +15,7 @@ from fedlight.algorithms.fedavg import UPDATE, FedAvg
 from fedlight.core.context import Federation
 from fedlight.core.errors import ConfigError
 from fedlight.core.rng import Stream, numpy_generator
-from fedlight.experiment import Job, run_job
+from fedlight.runs.experiment import Job, run_job
 from fedlight.system.base import System
 from fedlight.system.homogeneous import Homogeneous
 from fedlight.system.lognormal import LogNormal

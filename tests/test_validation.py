@@ -18,10 +18,10 @@ from fedlight.core.rng import Stream, numpy_generator
 from fedlight.data.base import TensorDataset
 from fedlight.data.digits import Digits
 from fedlight.data.validation import split_validation, stratified_sample, validation_indices
-from fedlight.experiment import DivergenceError, Job, federation, run_job
+from fedlight.drivers.workers import OneWorker
 from fedlight.loggers.base import METRIC_COLUMNS
+from fedlight.runs.experiment import DivergenceError, Job, federation, run_job
 from fedlight.store.checkpoint import CHECKPOINT_NAME, load_checkpoint
-from fedlight.workers import OneWorker
 
 from .conftest import TINY, rows_without_timings, run_cli, run_killed_in_round
 

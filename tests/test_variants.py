@@ -15,7 +15,7 @@ from fedlight.algorithms.fedprox import FedProx
 from fedlight.algorithms.scaffold import CONTROL, DELTA_C, DELTA_Y, Scaffold
 from fedlight.core.context import Federation
 from fedlight.core.errors import ConfigError
-from fedlight.experiment import Job, run_job
+from fedlight.runs.experiment import Job, run_job
 from fedlight.server_opt.adam import Adam
 from fedlight.stages.pool import ClientPool, ModelQuality
 from fedlight.stages.selection.base import Population

@@ -12,10 +12,10 @@ import pytest
 import wandb
 
 from fedlight.core.errors import ConfigError
-from fedlight.experiment import run_job
 from fedlight.loggers import wandb as wandb_logger
 from fedlight.loggers.base import RunInfo
 from fedlight.loggers.wandb import WandbLogger
+from fedlight.runs.experiment import run_job
 
 from .conftest import TINY
 

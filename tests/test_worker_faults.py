@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from fedlight import run_dir
 from fedlight.core.config import FLSettings, RunSettings
 from fedlight.core.errors import ConfigError
-from fedlight.launch import spawn_workers
+from fedlight.drivers.workers import WorkerError, WorkerLostError
+from fedlight.runs import run_dir
+from fedlight.runs.launch import spawn_workers
 from fedlight.store.checkpoint import CHECKPOINT_NAME
-from fedlight.workers import WorkerError, WorkerLostError
 
 from . import worker_targets
 from .conftest import TINY

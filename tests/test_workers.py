@@ -12,14 +12,10 @@ import pytest
 import torch
 from torch import Tensor
 
-from fedlight import workers
 from fedlight.core.config import FLSettings, RunSettings
 from fedlight.core.errors import ConfigError
-from fedlight.experiment import Job, run_job
-from fedlight.launch import spawn_workers
-from fedlight.store.checkpoint import load_checkpoint
-from fedlight.store.client_states import CLIENT_STATES_DIR, DiskClientStates
-from fedlight.workers import (
+from fedlight.drivers import workers
+from fedlight.drivers.workers import (
     OneWorker,
     WorkerError,
     assign,
@@ -29,6 +25,10 @@ from fedlight.workers import (
     rebuild,
     received,
 )
+from fedlight.runs.experiment import Job, run_job
+from fedlight.runs.launch import spawn_workers
+from fedlight.store.checkpoint import load_checkpoint
+from fedlight.store.client_states import CLIENT_STATES_DIR, DiskClientStates
 
 from . import worker_targets
 from .conftest import TINY, rows_without_timings, run_cli

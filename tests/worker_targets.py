@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from fedlight.workers import ProcessGroupWorkers, Workers
+from fedlight.drivers.workers import ProcessGroupWorkers, Workers
 
 
 def fail_on_rank_one(workers: Workers, error: Exception) -> None:
@@ -23,7 +23,7 @@ def fail_on_rank_one(workers: Workers, error: Exception) -> None:
 def run_jobs(workers: Workers, runs: list[tuple[Any, Path, int | None]]) -> None:
     """Each (job, run directory, round to kill it in or None) as the ranks of one process group,
     as torchrun would run them: `run_job` joins the existing group."""
-    from fedlight.experiment import run_job
+    from fedlight.runs.experiment import run_job
 
     from .conftest import run_killed_in_round
 

@@ -92,7 +92,7 @@ class Algorithm(ABC):
     fixed_server: ClassVar[str | None] = None
     # True where every client uses a model of its own: all N are evaluated (`evaluated_models`).
     per_client_models: ClassVar[bool] = False
-    # True for algorithms that run on the asynchronous driver (`fedlight.asynchronous`).
+    # True for algorithms that run on the asynchronous driver (`fedlight.drivers.asynchronous`).
     asynchronous: ClassVar[bool] = False
     # Why a configured variant's aggregation assumes clients drawn ∝ n_k (FedProx's plain mean
     # is unbiased only then), which the selector declares (`Selection.draws_by_size`); None: any.

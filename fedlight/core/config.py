@@ -95,12 +95,14 @@ def check_nccl(backend: str, is_cuda: bool, device: str) -> None:
 CLIENT_STATE_STORES = ("auto", "memory", "disk")
 ENGINE_CHOICES = ("auto", "sequential", "vectorized")  # fl.engine; see fedlight.engines
 BACKENDS = ("auto", "gloo", "nccl")  # fl.backend: torch.distributed backend of fl.workers > 1
-EXCHANGES = ("uploads", "sums")  # fl.exchange: what workers exchange per round (see fedlight.loop)
+# fl.exchange: what workers exchange per round (see fedlight.drivers.loop)
+EXCHANGES = ("uploads", "sums")
 # fl.threads_per_worker's ceiling: torch's thread pools crash at 10^6 threads; more than the
-# CPUs is allowed, with a warning (fedlight.experiment), since the thread count changes float
+# CPUs is allowed, with a warning (fedlight.runs.experiment), since the thread count changes float
 # results and reproducing a number may need the threads of a larger machine.
 MAX_THREADS = 1024
-# fl.on_divergence: what a run does when its loss or weights become nan or inf (see fedlight.loop)
+# fl.on_divergence: what a run does when its loss or weights become nan or inf (see
+# fedlight.drivers.loop)
 ON_DIVERGENCE = ("stop", "continue")
 
 
@@ -116,7 +118,8 @@ class FLSettings:
     # (channels_last
     # for a model with 2-D convolutions on the CPU), channels_last or contiguous.
     memory_format: str = "auto"
-    # Processes that share each round's clients (see fedlight.workers): on this machine, or under
+    # Processes that share each round's clients (see fedlight.drivers.workers): on this machine, or
+    # under
     # torchrun the world size the environment gives.
     workers: int = 1
     threads_per_worker: int | None = None  # None: the process's torch threads // local workers
@@ -172,7 +175,7 @@ class FLSettings:
         )
 
     def check_workers(self) -> None:
-        """The settings of several workers (`fedlight.workers`)."""
+        """The settings of several workers (`fedlight.drivers.workers`)."""
         require(
             self.workers >= 1,
             f"fl.workers={self.workers} must be >= 1 (processes that share a round's clients)",
@@ -350,7 +353,7 @@ class ConsoleSettings:
 
 @dataclass
 class PreemptionSettings:
-    """What a run does on a preemption notice (`fedlight.preemption`)."""
+    """What a run does on a preemption notice (`fedlight.drivers.preemption`)."""
 
     signals: list[str] = field(default_factory=lambda: ["SIGTERM", "SIGUSR1", "SIGUSR2"])
     requeue: bool = True  # under SLURM with no launcher handler of its own: scontrol requeue
@@ -515,7 +518,7 @@ class FLSchema(FLSettings):
     before FLSettings is built."""
 
     num_clients: int | None = 100  # type: ignore[assignment]
-    # a count, or auto: the entry point puts in what auto chooses (`fedlight.workers`)
+    # a count, or auto: the entry point puts in what auto chooses (`fedlight.drivers.workers`)
     workers: Any = "auto"
 
     def check_workers(self) -> None:

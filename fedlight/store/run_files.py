@@ -2,7 +2,7 @@
 `fedlight report` and a sweep's bookkeeping (`fedlight.store.sweeps`) as much as for the run.
 
 The lock is an `flock` on LOCK_NAME that a run holds while it writes the directory (see
-`fedlight.run_dir`); the kernel drops it when the holder dies, so a held lock means a live run.
+`fedlight.runs.run_dir`); the kernel drops it when the holder dies, so a held lock means a live run.
 """
 
 import fcntl
@@ -30,7 +30,7 @@ def lock_holder(directory: Path) -> str | None:
     """The pid (or "unknown") of the process that holds `directory`'s lock; None if nobody does.
 
     Probed with a shared lock held for an instant (a run taking the lock meanwhile retries, see
-    `fedlight.run_dir.acquire`)."""
+    `fedlight.runs.run_dir.acquire`)."""
     try:
         descriptor = os.open(directory / LOCK_NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:

@@ -122,7 +122,8 @@ def end_with_command() -> None:
     has died (a `kill -9` of it alone): at once if it is gone already, else within a second of
     its death. Left running, a job holds its directory and its memory while the sweep's
     `fedlight resume` cannot continue it. Its last checkpoint stays, and its own workers die with
-    it (`fedlight.workers`), as when the sweep's process group is killed. A job on another host
+    it (`fedlight.drivers.workers`), as when the sweep's process group is killed. A job on another
+    host
     (SLURM, Ray) is not the command's child, whatever its environment says."""
     host, _, pid = os.environ.get(COMMAND_VARIABLE, "").rpartition(":")
     if host != socket.gethostname() or not pid.isdigit():

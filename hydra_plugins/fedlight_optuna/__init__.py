@@ -1,4 +1,5 @@
-"""fedlight's `hydra/sweeper=optuna` (fedlight/optuna_sweeper.py): Hydra's Optuna sweeper with a
+"""fedlight's `hydra/sweeper=optuna` (fedlight/runs/optuna_sweeper.py): Hydra's Optuna sweeper with
+a
 study kept in the sweep directory that continues where it stopped, diverged trials given the
 worst value, and the objective's direction.
 
@@ -19,7 +20,7 @@ from omegaconf import DictConfig
 
 
 class FedlightOptunaSweeper(Sweeper):
-    """Hydra's Optuna sweeper whose study survives its process (fedlight.optuna_sweeper)."""
+    """Hydra's Optuna sweeper whose study survives its process (fedlight.runs.optuna_sweeper)."""
 
     def __init__(self, **settings: Any) -> None:
         self.settings = settings
@@ -28,7 +29,7 @@ class FedlightOptunaSweeper(Sweeper):
     def setup(
         self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
     ) -> None:
-        from fedlight.optuna_sweeper import StudySweep
+        from fedlight.runs.optuna_sweeper import StudySweep
 
         self.study = refused_in_one_line(
             StudySweep, self.settings, hydra_context, task_function, config

@@ -48,7 +48,8 @@ class QSGD(Quantizer):
     parts: ClassVar[tuple[str, ...]] = PARTS
     metadata_parts: ClassVar[tuple[str, ...]] = ("norm", "shape")
     metric: ClassVar[str] = "compression.qsgd.sq_error"
-    # What runs did before `bucket_size` existed: one bucket per tensor (see `fedlight.experiment`).
+    # What runs did before `bucket_size` existed: one bucket per tensor (see
+    # `fedlight.runs.experiment`).
     settings_before: ClassVar[dict[str, Any]] = {"bucket_size": 0}
 
     def __post_init__(self) -> None:

@@ -1,5 +1,5 @@
 """The share/gather protocol of several worker processes inside one run (`fl.workers`,
-`fl.backend`); how they start is `fedlight.launch`.
+`fl.backend`); how they start is `fedlight.runs.launch`.
 
 Every worker runs the same FederatedLoop on the same data and config, so each one draws the same
 selection, participants and server state. Per round, `Workers.share` assigns each participant to

@@ -31,10 +31,7 @@ from fedlight.core.errors import ConfigError, require
 from fedlight.core.rng import Stream
 from fedlight.core.tensors import StateDict, detached_copy, on_device
 from fedlight.data.base import TensorDataset
-from fedlight.engines import Engine, LocalTask, make_engine
-from fedlight.engines.base import LocalCallback, LocalResult
-from fedlight.evaluation import ACCURACY, LOSS, VAL_ACCURACY, VAL_LOSS
-from fedlight.history import (
+from fedlight.drivers.history import (
     STATE_FORMAT,
     History,
     RoundStats,
@@ -42,17 +39,20 @@ from fedlight.history import (
     passed_multiple,
     restored_history,
 )
+from fedlight.drivers.preemption import Preempted, requested
+from fedlight.drivers.run_evaluation import Evaluated, RunEvaluation
+from fedlight.drivers.workers import OneWorker, Workers
+from fedlight.engines import Engine, LocalTask, make_engine
+from fedlight.engines.base import LocalCallback, LocalResult
+from fedlight.evaluation import ACCURACY, LOSS, VAL_ACCURACY, VAL_LOSS
 from fedlight.hooks import Optimization, optimization_of
 from fedlight.loggers.base import MetricsRow, RoundLogger, RoundProgress, SilentProgress
-from fedlight.preemption import Preempted, requested
 from fedlight.round.client import ClientPipeline
 from fedlight.round.stages import Stages
-from fedlight.run_evaluation import Evaluated, RunEvaluation
 from fedlight.stages.base import StageSetup, StageStates, UploadStage
 from fedlight.stages.pool import ClientPool
 from fedlight.store.checkpoint import save_checkpoint
 from fedlight.store.client_states import ClientStates, MemoryClientStates
-from fedlight.workers import OneWorker, Workers
 
 
 @dataclass(frozen=True)
@@ -345,7 +345,8 @@ class Driver(ABC):
         return diverged is not None and self.settings.fl.on_divergence == "stop"
 
     def preempted(self) -> str | None:
-        """The preemption signal that any worker received (`fedlight.preemption`): they all stop
+        """The preemption signal that any worker received (`fedlight.drivers.preemption`): they all
+        stop
         at the end of the same round."""
         if self.workers.count == 1:
             return requested()

@@ -5,7 +5,8 @@ Two processes writing one directory interleave their metrics.csv rows and share 
 pid) before it writes anything of its own; a second writer is refused naming the holder. The
 kernel drops the lock when the holder dies, even by `kill -9`, so a crashed run's lock is stale
 by construction: the next run takes it over and says so. A finished run removes the file. Worker
-processes a run spawns share the open lock (`fedlight.workers`), so it stays held while any process
+processes a run spawns share the open lock (`fedlight.drivers.workers`), so it stays held while any
+process
 of the run lives. A sweep holds the lock of its sweep directory the same way, from before Hydra
 writes `multirun.yaml` until its last job ends.
 
@@ -30,9 +31,9 @@ from pathlib import Path
 
 from fedlight.core.config import RunSettings
 from fedlight.core.errors import ConfigError
-from fedlight.export import LIGHTNING_CHECKPOINT_NAME, MODEL_NAME
 from fedlight.loggers.mlflow import MLRUNS_DIR
 from fedlight.loggers.tensorboard import TENSORBOARD_DIR
+from fedlight.runs.export import LIGHTNING_CHECKPOINT_NAME, MODEL_NAME
 from fedlight.store.client_states import CLIENT_STATES_DIR
 from fedlight.store.files import linked
 from fedlight.store.run_files import (
@@ -45,7 +46,7 @@ from fedlight.store.run_files import (
 )
 
 # What a run leaves that a new run into its directory would replace (metrics.csv: the csv
-# logger's default name; model.pt and model.ckpt: the final model, `fedlight.export`).
+# logger's default name; model.pt and model.ckpt: the final model, `fedlight.runs.export`).
 RESULTS = (CHECKPOINT_NAME, SUMMARY_NAME, "metrics.csv", MODEL_NAME, LIGHTNING_CHECKPOINT_NAME)
 # Folders of a run's results that `overwrite=true` removes with them: the disk store's client
 # states, and the stores of the loggers that keep theirs in the run directory.
@@ -264,7 +265,8 @@ def prepare_sweep(
 ) -> None:
     """A sweep directory this sweep may write (before Hydra writes into it): no links in it or
     its job folders, and no results of an earlier sweep in them unless every job overwrites or
-    each job decides what to do with its own folder (`resume=auto`, `fedlight.resume`: `decided`
+    each job decides what to do with its own folder (`resume=auto`, `fedlight.runs.resume`:
+    `decided`
     where the sweep's jobs were decided in advance, `resume=auto` where a sweeper picks them as
     it goes); and none that a live process writes (`check_not_written`)."""
     check_no_links(directory)

@@ -5,7 +5,8 @@ skips the jobs that finished with the same config, continues those that stopped 
 checkpoint (bit-exact, as `resume=<dir>` does) and starts those that never ran, under any
 launcher, whose jobs may run on other machines long after the command was typed.
 
-A run stopped by a preemption signal (`fedlight.preemption`) leaves `preempted.json` beside its
+A run stopped by a preemption signal (`fedlight.drivers.preemption`) leaves `preempted.json` beside
+its
 checkpoint, and its directory is treated as with `resume=auto` even without it: a job that SLURM
 or submitit requeues reruns the same command and continues on its own.
 
@@ -27,7 +28,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import OverrideParseException
 
 from fedlight.core.errors import ConfigError
-from fedlight.run_dir import results_in
+from fedlight.runs.run_dir import results_in
 from fedlight.store.checkpoint import load_checkpoint
 from fedlight.store.run_files import CHECKPOINT_NAME
 from fedlight.store.sweeps import JobState, command_flags, job_state

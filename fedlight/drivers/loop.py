@@ -15,7 +15,8 @@ The engine yields results one by one and each client's upload is encoded, decode
 the round's running aggregates before the next result is asked for, so a round holds one
 model-sized sum per part, not one upload per client; a stage that needs every upload at once (an
 attack that forges from the benign updates) makes the round aggregate after the gather. With
-several workers (`fl.workers`, see `fedlight.workers`) each trains its share of the participants;
+several workers (`fl.workers`, see `fedlight.drivers.workers`) each trains its share of the
+participants;
 `fl.exchange` says what they exchange: every encoded upload (then every worker aggregates them
 all in participant order: the numbers of one worker, bit for bit) or one partial sum per worker
 (each reduces its share first: one model per worker crosses, and the sums agree with one
@@ -32,10 +33,10 @@ from torch import Tensor
 
 from fedlight.core.context import RoundContext, RoundMetrics
 from fedlight.core.tensors import StateDict
-from fedlight.driver import Driver
+from fedlight.drivers.driver import Driver
+from fedlight.drivers.history import RoundStats
 from fedlight.engines import LocalTask
 from fedlight.engines.base import LocalResult
-from fedlight.history import RoundStats
 from fedlight.hooks import round_means
 from fedlight.round.client import Received
 from fedlight.round.server import Arrived, ServerRound

@@ -1,7 +1,7 @@
 """How a run's worker processes start (`fl.workers`, `fl.threads_per_worker`, `fl.backend`), and
-what `fl.workers=auto` chooses; what they exchange once started is `fedlight.workers`.
+what `fl.workers=auto` chooses; what they exchange once started is `fedlight.drivers.workers`.
 
-How workers start (`fedlight.experiment.run_job` picks):
+How workers start (`fedlight.runs.experiment.run_job` picks):
 - inside a process group that exists or that torchrun describes (RANK, WORLD_SIZE, MASTER_ADDR,
   MASTER_PORT in the environment): this process is one rank of it (`join_workers`);
 - `fl.workers=N > 1` otherwise: N fresh processes on this machine (`spawn_workers`), which meet
@@ -11,7 +11,7 @@ How workers start (`fedlight.experiment.run_job` picks):
 Spawned workers live and die with the run: each one asks the kernel for SIGKILL when its parent
 dies (Linux `prctl(PR_SET_PDEATHSIG)`; torch asks for SIGINT, which a process started with SIGINT
 ignored, as in a background job, never acts on) and ends at once if the parent died before it
-asked; they share the parent's run-directory locks (`fedlight.run_dir`), so a directory stays
+asked; they share the parent's run-directory locks (`fedlight.runs.run_dir`), so a directory stays
 locked until the last process of its run has ended; SIGTERM to the parent stops them first. A
 worker that is killed or lost ends the run with exit code 4 (`WorkerLostError`); one that raised
 an unexpected error with exit code 1, below its traceback.
@@ -36,11 +36,10 @@ import torch.distributed as dist
 import torch.multiprocessing as torch_mp
 from torch.multiprocessing.spawn import ProcessException, ProcessRaisedException
 
-from fedlight import run_dir
 from fedlight.core.allocator import fix_mmap_threshold
 from fedlight.core.config import FLSettings, RunSettings, check_nccl
 from fedlight.core.errors import one_line, require
-from fedlight.preemption import (
+from fedlight.drivers.preemption import (
     PREEMPTED_EXIT_CODE,
     Preempted,
     forget_inherited_watches,
@@ -48,11 +47,12 @@ from fedlight.preemption import (
     watched,
     watching,
 )
-from fedlight.workers import (
+from fedlight.drivers.workers import (
     ProcessGroupWorkers,
     WorkerError,
     WorkerLostError,
 )
+from fedlight.runs import run_dir
 
 # The environment torchrun (and `srun torchrun`) gives each process it starts.
 TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
@@ -301,7 +301,7 @@ def sigterm_raises_terminated() -> Iterator[None]:
         raise Terminated
 
     # only the main thread handles signals; a preemption watch has SIGTERM stop the workers at
-    # the end of their round instead (`fedlight.preemption`)
+    # the end of their round instead (`fedlight.drivers.preemption`)
     if threading.current_thread() is not threading.main_thread() or watching(signal.SIGTERM):
         yield
         return

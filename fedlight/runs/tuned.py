@@ -15,9 +15,9 @@ import yaml
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from fedlight.core.errors import ConfigError
-from fedlight.resume import AUTO, recorded_command
+from fedlight.runs.resume import AUTO, recorded_command
 
-RESULTS_FILE = "optimization_results.yaml"  # the study's best trial (fedlight.optuna_sweeper)
+RESULTS_FILE = "optimization_results.yaml"  # the study's best trial (fedlight.runs.optuna_sweeper)
 TESTED_DIR = "tested"
 SEEDS = "0,1,2"
 TUNE_PRESET = "experiment/tune"  # the group whose options make a command a study

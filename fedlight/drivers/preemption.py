@@ -6,7 +6,8 @@ Clusters warn before they take a node back: SLURM sends SIGTERM on preemption an
 SIGUSR2. On one of `preemption.signals` fedlight only takes note (the handler never interrupts a
 round, an exchange between workers or a checkpoint write); at the end of the round the workers
 agree to stop (one of them noticing is enough), the checkpoint is written whatever
-`checkpoint.every` says, the directory gets `preempted.json` (`fedlight.resume` then continues the
+`checkpoint.every` says, the directory gets `preempted.json` (`fedlight.runs.resume` then continues
+the
 run on its own when its command runs again), and the process exits 75 (`EX_TEMPFAIL`: "try
 again later"). A second signal while the round finishes stops the run at once, as without
 fedlight. A handler that was there before (submitit's checkpoint-and-requeue) is called after the

@@ -45,12 +45,12 @@ from optuna.trial import FrozenTrial, Trial, TrialState
 
 from fedlight.core.config import OBJECTIVES
 from fedlight.core.errors import ConfigError, one_line, require
-from fedlight.experiment import RESUME_FREE_KEYS
+from fedlight.reports.study_report import AFRESH, study_read
+from fedlight.runs.experiment import RESUME_FREE_KEYS
+from fedlight.runs.tuned import RESULTS_FILE
 from fedlight.store.files import write_bytes, write_text
 from fedlight.store.run_files import SAMPLER_FILE, STUDY_FILE, STUDY_NAME
 from fedlight.store.sweeps import JobStatus, job_state
-from fedlight.study_report import AFRESH, study_read
-from fedlight.tuned import RESULTS_FILE
 
 
 class StudySweep:

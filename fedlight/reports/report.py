@@ -30,12 +30,12 @@ import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from fedlight import curves
 from fedlight.core.errors import ConfigError
-from fedlight.curves import Line, Panel
 from fedlight.loggers.base import MetricsRow, evaluated
+from fedlight.reports import curves
+from fedlight.reports.curves import Line, Panel
+from fedlight.reports.study_report import studies_markdown
 from fedlight.store.sweeps import command_flags, job_dirs, job_order, job_state
-from fedlight.study_report import studies_markdown
 
 ERROR_PREFIX = "fedlight report: error: "
 PASS_INSTEAD = "pass the sweep directory that `fedlight -m ...` wrote, e.g. multirun/<date>/<time>"

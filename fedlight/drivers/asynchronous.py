@@ -44,8 +44,8 @@ from fedlight.algorithms.base import ClientUpload
 from fedlight.core.context import RoundContext
 from fedlight.core.rng import Stream, numpy_generator
 from fedlight.core.tensors import StateDict, on_device
-from fedlight.driver import Driver
-from fedlight.history import RoundStats
+from fedlight.drivers.driver import Driver
+from fedlight.drivers.history import RoundStats
 from fedlight.hooks import round_means
 from fedlight.round.server import Arrived, ServerRound
 

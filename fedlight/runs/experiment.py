@@ -1,7 +1,8 @@
 """One job from typed parts to files: load data, partition, build the loop, run, write outputs.
 
 A job runs in this process alone, on `fl.workers` processes it spawns on this machine, or as one
-rank of a process group torchrun started (see `fedlight.workers`); every worker builds the same
+rank of a process group torchrun started (see `fedlight.drivers.workers`); every worker builds the
+same
 loop, and the main worker (rank 0) writes the run directory's files.
 """
 
@@ -22,7 +23,6 @@ import torch
 
 from fedlight import command_seconds
 from fedlight.algorithms.base import Algorithm
-from fedlight.asynchronous import AsynchronousLoop
 from fedlight.core.allocator import fix_mmap_threshold
 from fedlight.core.config import FLSettings, RunSettings
 from fedlight.core.errors import ConfigError, require
@@ -32,20 +32,13 @@ from fedlight.core.rng import Stream, derive_seed, numpy_generator
 from fedlight.core.variants import resolved_variants
 from fedlight.data.base import DataError, DataSource, TensorDataset
 from fedlight.data.validation import split_validation
-from fedlight.driver import Clients, Driver
-from fedlight.environment import float_environment, resumed_environment
-from fedlight.export import write_model
-from fedlight.history import STATE_KEYS, History
+from fedlight.drivers.asynchronous import AsynchronousLoop
+from fedlight.drivers.driver import Clients, Driver
+from fedlight.drivers.history import STATE_KEYS, History
+from fedlight.drivers.loop import FederatedLoop
+from fedlight.drivers.preemption import Preempted
+from fedlight.drivers.workers import OneWorker, Workers
 from fedlight.hooks import setup_module
-from fedlight.launch import (
-    Parallelism,
-    in_process_group,
-    join_workers,
-    resolve_device,
-    spawn_workers,
-    threads_of,
-    workers_start_method,
-)
 from fedlight.loggers.base import (
     RoundLogger,
     RoundProgress,
@@ -54,9 +47,21 @@ from fedlight.loggers.base import (
     default_run_name,
 )
 from fedlight.loggers.console import ConsoleProgress
-from fedlight.loop import FederatedLoop
 from fedlight.lr_schedules.base import LRSchedule
-from fedlight.outputs import (
+from fedlight.partitions.base import Partition
+from fedlight.round.stages import Stages
+from fedlight.runs.environment import float_environment, resumed_environment
+from fedlight.runs.export import write_model
+from fedlight.runs.launch import (
+    Parallelism,
+    in_process_group,
+    join_workers,
+    resolve_device,
+    spawn_workers,
+    threads_of,
+    workers_start_method,
+)
+from fedlight.runs.outputs import (
     Chance,
     label_histogram,
     participation_summary,
@@ -68,15 +73,11 @@ from fedlight.outputs import (
     write_local_accuracies,
     write_participation,
 )
-from fedlight.partitions.base import Partition
-from fedlight.preemption import Preempted
-from fedlight.round.stages import Stages
-from fedlight.run_dir import SUMMARY_NAME
+from fedlight.runs.run_dir import SUMMARY_NAME
 from fedlight.stages.selection.base import Selection
 from fedlight.store.checkpoint import CHECKPOINT_NAME, load_checkpoint, resumable_checkpoint
 from fedlight.store.client_states import ClientStateLostError, check_state_files, client_state_store
 from fedlight.store.files import write_text
-from fedlight.workers import OneWorker, Workers
 
 # Settings that may differ between a run and its resumption without changing any number (dotted
 # for nested keys): a run may continue on another number of workers, checkpoint at another pace,
@@ -544,7 +545,7 @@ def index_tensors(sets: list[np.ndarray], device: torch.device) -> list[torch.Te
 def run_environment(
     workers: Workers, loop: Driver, checkpoint: dict[str, Any] | None
 ) -> dict[str, Any]:
-    """What decides this run's float results (`fedlight.environment`), with the values of the
+    """What decides this run's float results (`fedlight.runs.environment`), with the values of the
     run it resumes; on the main worker only, which writes the files."""
     if not workers.main:
         return {}

@@ -8,8 +8,6 @@ from typing import Any
 
 import numpy as np
 
-from fedlight import curves
-from fedlight.curves import Line, Panel
 from fedlight.evaluation import VALIDATION_PREFIX
 from fedlight.loggers.base import (
     METRIC_COLUMNS,
@@ -18,6 +16,8 @@ from fedlight.loggers.base import (
     MetricsRow,
     evaluated,
 )
+from fedlight.reports import curves
+from fedlight.reports.curves import Line, Panel
 from fedlight.store.files import write_text
 from fedlight.store.run_files import (
     CURVES_NAME,

@@ -1,4 +1,5 @@
-"""`fedlight report` of a study (`hydra/sweeper=optuna`, fedlight/optuna_sweeper.py): per study,
+"""`fedlight report` of a study (`hydra/sweeper=optuna`, fedlight/runs/optuna_sweeper.py): per
+study,
 the best parameters and the value they reached, every trial (its parameters, value, and what
 happened to it), the importance of each parameter (Optuna's mean decrease in impurity of a random
 forest fitted to the trials: Breiman 2001; its fANOVA fails under this numpy), and the trial
@@ -11,8 +12,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from fedlight import curves
 from fedlight.core.errors import ConfigError, require
+from fedlight.reports import curves
 from fedlight.store.run_files import STUDY_FILE, STUDY_NAME
 
 # What to do with a study file Optuna cannot read, in a sweep and in a report.
