@@ -7,8 +7,7 @@ all of them in RAM (6.65 GB once all 1,000 have trained), `fl.client_state=disk`
 `<run dir>/client_states/` and holds only the round's clients in RAM.
 
 The real Hydra config is composed and `fedlight.runs.experiment.run_job` runs the job in this
-process,
-as `python -m fedlight` would. Printed: peak RSS of the process
+process, as `python -m fedlight` would. Printed: peak RSS of the process
 (`getrusage(RUSAGE_SELF).ru_maxrss`), the clients holding state, the bytes of client state on disk
 (and in checkpoint.pt), the wall time of `run_job` and the final accuracy. Peak RSS is per process,
 so run each store separately (about 5 minutes each on 2 CPU cores; 100 rounds leave about 630
@@ -38,7 +37,7 @@ import torch
 # benchmarks/ on the path).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import fedlight.cli
+import fedlight.cli.main
 import fedlight.core.config
 from fedlight.core.tensors import nbytes
 from fedlight.runs.experiment import run_job
@@ -79,10 +78,10 @@ def run(args: argparse.Namespace, output_dir: Path) -> None:
         f"eval.every={args.rounds}",
         f"checkpoint.every={args.checkpoint_every}",
     ]
-    with hydra.initialize_config_dir(config_dir=fedlight.cli.CONF_DIR, version_base="1.3"):
+    with hydra.initialize_config_dir(config_dir=fedlight.cli.main.CONF_DIR, version_base="1.3"):
         cfg = hydra.compose("config", overrides=overrides)
     choices = {"algo": "scaffold", "data": "mnist", "model": "cnn", "partition": "iid"}
-    job = fedlight.cli.build_job(cfg, choices=choices)
+    job = fedlight.cli.main.build_job(cfg, choices=choices)
     rss_before = peak_rss_bytes()
     started = time.perf_counter()
     summary = run_job(job, output_dir)

@@ -5,8 +5,8 @@ The commands run alternately, `--repeats` times each, under `/usr/bin/time`, so 
 machine falls on all alike; printed: each run, the medians and each one's ratio to the baseline's
 run. Beside the two trees' runs: the floor of any process that trains a LightningModule, `import
 torch` plus building an SGD optimizer (which imports torch._dynamo), with and without `import
-pytorch_lightning`. A second table times `python -c "import fedlight.cli"` for both trees: the share
-of the start that is imports.
+pytorch_lightning`. A second table times `python -c "import fedlight.cli.main"` for both trees: the
+share of the start that is imports.
 
     python benchmarks/startup.py --baseline /tmp/before --repeats 5
     python benchmarks/startup.py --baseline /tmp/before -- data=cifar10 data.root=... fl.rounds=1
@@ -101,9 +101,9 @@ def main() -> None:
             args.repeats,
             workdir,
         )
-        import_cli = ["-c", "import fedlight.cli"]
+        import_cli = ["-c", "import fedlight.cli.main"]
         compare(
-            "import fedlight.cli",
+            "import fedlight.cli.main",
             {
                 "baseline": (baseline, lambda repeat: import_cli),
                 "this tree": (this_tree, lambda repeat: import_cli),

@@ -122,6 +122,6 @@ def __dir__() -> list[str]:
 
 
 def command_seconds() -> float:
-    """Seconds since the command started (`fedlight.cli.main` sets `STARTED_VARIABLE`), start-up
-    included: imports, the config checks of every job, data loading."""
+    """Seconds since the command started (`fedlight.cli.main.main` sets `STARTED_VARIABLE`),
+    start-up included: imports, the config checks of every job, data loading."""
     return time.time() - float(os.environ.get(STARTED_VARIABLE, STARTED))

@@ -1,6 +1,6 @@
 """`python -m fedlight ...`: run one experiment, or a sweep with -m; `report` summarizes sweeps."""
 
-from fedlight.entry import main
+from fedlight.cli.entry import main
 
 if __name__ == "__main__":
     main()

@@ -6,9 +6,8 @@ key of an option and every run setting must have one (its meaning): a key withou
 naming its file. One page per config group (every option: its `_target_`, every key with its
 default, type and meaning), one for the run settings of conf/config.yaml (typed by
 fedlight.core.config's dataclasses) and one for the experiment presets. An option's summary, the
-first
-sentence of its header comment, is its row in the short table of its group that this writes into
-docs/configuration.md, between the markers `<!-- config-group <group> -->` and
+first sentence of its header comment, is its row in the short table of its group that this writes
+into docs/configuration.md, between the markers `<!-- config-group <group> -->` and
 `<!-- /config-group -->`. The pages and those tables are committed; tests/test_config_reference.py
 fails while they differ from what this writes. Run from the repository root after changing conf/:
 
@@ -442,8 +441,7 @@ def experiment_page() -> str:
 
 def groups() -> dict[str, str]:
     """Every folder of conf/ with options, and what it chooses; a folder fedlight.core.config does
-    not
-    register (or a registered group without a folder) is refused."""
+    not register (or a registered group without a folder) is refused."""
     found = {
         str(path.parent.relative_to(CONF))
         for path in CONF.rglob("*.yaml")

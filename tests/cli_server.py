@@ -23,7 +23,7 @@ import traceback
 
 import torch
 
-import fedlight.cli  # noqa: F401  (the import this process exists to share)
+import fedlight.cli.main  # noqa: F401  (the import this process exists to share)
 
 
 def run_child(request: dict) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import torch
 
-from fedlight.cli import validate_command_line
+from fedlight.cli.main import validate_command_line
 from fedlight.core.errors import ConfigError
 from fedlight.core.tensors import StateDict
 from fedlight.runs.experiment import Job, run_job

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fedlight.cli import CONF_DIR, group_options, validate_command_line
+from fedlight.cli.main import CONF_DIR, group_options, validate_command_line
 from fedlight.core.config import CONFIG_GROUPS
 from fedlight.core.errors import ConfigError
 from fedlight.runs.experiment import Job

@@ -12,7 +12,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F  # noqa: N812
 
 from fedlight.algorithms.base import ClientUpload, ServerState
-from fedlight.cli import validate_command_line
+from fedlight.cli.main import validate_command_line
 from fedlight.core.context import RoundContext
 from fedlight.core.errors import ConfigError
 from fedlight.core.tensors import StateDict, detached_copy

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from fedlight.cli import group_options, validate_command_line
+from fedlight.cli.main import group_options, validate_command_line
 from fedlight.core.errors import ConfigError
 
 from .conftest import REPO, compose_config, run_cli

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from fedlight import cli, entry
+from fedlight.cli import entry
+from fedlight.cli import main as cli
 from fedlight.core.config import MAX_THREADS
 from fedlight.drivers.loop import FederatedLoop
 from fedlight.runs.outputs import MAX_CLIENT_BARS, client_blocks, write_participation

@@ -21,7 +21,7 @@ import pytest
 import torch
 from omegaconf import open_dict
 
-from fedlight import cli
+from fedlight.cli import main as cli
 from fedlight.core.errors import ConfigError
 from fedlight.drivers.loop import FederatedLoop
 from fedlight.runs import run_dir

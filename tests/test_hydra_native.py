@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 import fedlight
-from fedlight.cli import validate_command_line
+from fedlight.cli.main import validate_command_line
 from fedlight.core.errors import ConfigError
 from tests.conftest import REPO, TINY, rows_without_timings, run_cli
 
@@ -98,7 +98,7 @@ def test_version_is_fedlights() -> None:
 
 def test_report_imports_neither_torch_nor_lightning() -> None:
     probe = (
-        "import sys, fedlight.entry, fedlight.reports.report; "
+        "import sys, fedlight.cli.entry, fedlight.reports.report; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in "
         "('torch', 'pytorch_lightning', 'lightning', 'torchvision')))"
     )

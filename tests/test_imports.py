@@ -38,7 +38,7 @@ def spy(self, *args, **kwargs):
 
 FederatedLoop.run_round = spy
 sys.argv = ["fedlight", *sys.argv[1:]]
-from fedlight.cli import main
+from fedlight.cli.main import main
 
 try:
     main()
@@ -113,8 +113,7 @@ def test_a_csv_fmnist_run_imports_no_wandb_sklearn_or_plotting_before_its_end(tm
         if module not in USES_THEM
     }
     assert {m: names for m, names in offenders.items() if names} == {}
-    # fedlight.reports.curves is loaded (the run's outputs use its dataclasses) but draws only at
-    # the end
+    # fedlight.reports.curves is loaded (the run's outputs use its dataclasses), draws at the end
     assert module_level_imports(fedlight_file("fedlight.reports.curves")) & LAZY_ROOTS == set()
     assert (tmp_path / "run" / "curves.png").exists()
 

@@ -22,7 +22,7 @@ class Layer:
     """One row of the table (with its continuation rows): its name and the paths it holds."""
 
     name: str
-    paths: tuple[str, ...]  # `fedlight/cli.py`, or a folder: `fedlight/engines/`
+    paths: tuple[str, ...]  # `fedlight/cli/main.py`, or a folder: `fedlight/engines/`
 
 
 def layer_table(root: Path) -> list[Layer]:
@@ -198,7 +198,7 @@ def test_a_planted_upward_import_fails_the_checks(tmp_path: Path) -> None:
     a circle (the CLI imports errors.py); a driver under TYPE_CHECKING in rng.py, one more."""
     root = planted_copy(tmp_path)
     assert upward_imports(root) == [] and import_circles(root) == []
-    (cli, _), (driver, _) = named(root, "cli"), named(root, "driver")
+    (cli, _), (driver, _) = named(root, "main"), named(root, "driver")
     errors, errors_file = named(root, "errors")
     planted = f"\n\ndef later() -> None:\n    import {cli}\n"
     errors_file.write_text(errors_file.read_text() + planted)

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from fedlight.cli import validate_command_line
+from fedlight.cli.main import validate_command_line
 from fedlight.core.errors import ConfigError
 from fedlight.core.moved import current_path
 from fedlight.runs.experiment import comparable_config

@@ -14,7 +14,7 @@ import optuna
 import pytest
 import yaml
 
-from fedlight.cli import group_options, validate_command_line
+from fedlight.cli.main import group_options, validate_command_line
 from fedlight.core.errors import ConfigError
 from fedlight.reports.report import main as report_main
 from fedlight.runs.optuna_sweeper import (

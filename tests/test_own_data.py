@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch.utils.data import Dataset
 
-from fedlight.cli import validate_command_line
+from fedlight.cli.main import validate_command_line
 from fedlight.core.errors import ConfigError
 from fedlight.core.rng import Stream, numpy_generator
 from fedlight.data.base import DataError

@@ -15,7 +15,7 @@ import wandb
 
 from fedlight.algorithms.base import ClientUpload
 from fedlight.algorithms.fedprox import FedProx, ProximalTerm
-from fedlight.cli import validate_command_line
+from fedlight.cli.main import validate_command_line
 from fedlight.core.config import FLSettings, RunSettings
 from fedlight.core.context import Federation, RoundContext
 from fedlight.core.errors import ConfigError

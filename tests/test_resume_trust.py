@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedlight import cli
+from fedlight.cli import main as cli
 from fedlight.store.checkpoint import CHECKPOINT_NAME, load_checkpoint, save_checkpoint
 from fedlight.store.client_states import CLIENT_STATES_DIR
 

@@ -18,7 +18,7 @@ import pytest
 import torch
 from omegaconf import open_dict
 
-from fedlight import cli
+from fedlight.cli import main as cli
 from fedlight.core.errors import ConfigError
 from fedlight.loggers.base import RunInfo
 from fedlight.loggers.csv import CSVLogger

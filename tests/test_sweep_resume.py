@@ -1,8 +1,8 @@
 """Long sweeps that survive (`fedlight.runs.resume`, `fedlight.drivers.preemption`,
 `fedlight.store.sweeps`): a
-sweep
-killed half-way resumes with one command, a preemption signal ends a run with its checkpoint and
-exit 75 and the run continues on its own, under Hydra's basic and joblib launchers and submitit's
+sweep killed half-way resumes with one command, a preemption signal ends a run with its checkpoint
+and exit 75 and the run continues on its own, under Hydra's basic and joblib launchers and
+submitit's
 requeue (its local executor stands in for SLURM here)."""
 
 import json
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from fedlight.cli import JobFailedError, continue_command, given_value, interrupted, job_failed
+from fedlight.cli.main import JobFailedError, continue_command, given_value, interrupted, job_failed
 from fedlight.core.config import RunSettings
 from fedlight.core.errors import ConfigError
 from fedlight.drivers.preemption import PREEMPTED_EXIT_CODE
@@ -46,7 +46,7 @@ def started(args: list[str], cwd: Path, prelude: str = "") -> subprocess.Popen:
     same process), its output kept."""
     path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
     env = {**os.environ, "WANDB_MODE": "disabled", "PYTHONPATH": path}
-    run = f"import sys\nfrom fedlight.entry import main\nsys.argv = ['fedlight', *{args!r}]\n"
+    run = f"import sys\nfrom fedlight.cli.entry import main\nsys.argv = ['fedlight', *{args!r}]\n"
     code = f"{prelude}\n{run}main()"
     return subprocess.Popen(
         [sys.executable, "-c", code],
@@ -452,7 +452,7 @@ def test_a_preemption_signal_just_after_the_directory_is_locked_stops_the_run_cl
     writes its checkpoint and exits 75, and the same command continues it."""
     run, marker = tmp_path / "run", tmp_path / "locked"
     prelude = (
-        "import pathlib, time\nimport fedlight.cli as c\nsettings = c.non_default_settings\n"
+        "import pathlib, time\nimport fedlight.cli.main as c\nsettings = c.non_default_settings\n"
         "def slow(*args):\n"
         f"    pathlib.Path({str(marker)!r}).touch()\n"
         "    time.sleep(3)\n"

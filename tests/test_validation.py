@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedlight.cli import validate_command_line
+from fedlight.cli.main import validate_command_line
 from fedlight.core.errors import ConfigError
 from fedlight.core.rng import Stream, numpy_generator
 from fedlight.data.base import TensorDataset

@@ -84,7 +84,7 @@ def test_wheel_installs_and_runs_from_an_unrelated_directory(tmp_path: Path) -> 
         [
             python,
             "-c",
-            f"import fedlight.cli as c; c.register_configs(); print(len(c.{COUNT_JOBS}))",
+            f"import fedlight.cli.main as c; c.register_configs(); print(len(c.{COUNT_JOBS}))",
         ],
         cwd=elsewhere,
         check=True,

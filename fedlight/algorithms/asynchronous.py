@@ -1,7 +1,6 @@
 """What asynchronous algorithms share: they run on the asynchronous driver
 (`fedlight.drivers.asynchronous`), which keeps `concurrency` clients training at once, each from
-the model
-version it downloaded, and hands the server the arrivals of one server update at a time.
+the model version it downloaded, and hands the server the arrivals of one server update at a time.
 
 An arrival's staleness τ is the server's version when it arrives minus the version its client
 started from; `algo.staleness` (with `staleness_a`, `staleness_b`, `staleness_base`) is the

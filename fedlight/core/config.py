@@ -1,7 +1,7 @@
 """Typed settings of a run: the schema Hydra checks and what the rest of fedlight reads.
 
-`DictConfig` never travels past the entry point (`fedlight.cli`): it becomes these dataclasses and
-the objects the config groups instantiate.
+`DictConfig` never travels past the entry point (`fedlight.cli.main`): it becomes these dataclasses
+and the objects the config groups instantiate.
 """
 
 import keyword
@@ -119,8 +119,7 @@ class FLSettings:
     # for a model with 2-D convolutions on the CPU), channels_last or contiguous.
     memory_format: str = "auto"
     # Processes that share each round's clients (see fedlight.drivers.workers): on this machine, or
-    # under
-    # torchrun the world size the environment gives.
+    # under torchrun the world size the environment gives.
     workers: int = 1
     threads_per_worker: int | None = None  # None: the process's torch threads // local workers
     backend: str = "auto"  # auto: nccl on CUDA, gloo otherwise
@@ -320,8 +319,8 @@ class DataSettings:
         )
 
 
-# The data group's keys that are run settings, not the source's (`fedlight.cli` keeps them out of
-# the source's constructor).
+# The data group's keys that are run settings, not the source's (`fedlight.cli.main` keeps them out
+# of the source's constructor).
 DATA_SETTING_KEYS = tuple(f.name for f in fields(DataSettings))
 
 
@@ -575,7 +574,7 @@ def is_config_key(name: str) -> bool:
 
 def register_schema() -> None:
     """fedlight's schema in Hydra's config store (the entry point adds its plugins' configs:
-    `fedlight.cli.register_configs`)."""
+    `fedlight.cli.main.register_configs`)."""
     ConfigStore.instance().store(name="fedlight_schema", node=config_schema())
 
 

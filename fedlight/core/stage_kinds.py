@@ -1,7 +1,6 @@
 """Stage kinds other packages plug into fedlight: entry points of group `fedlight.stage_kinds`,
 each `<kind> = "<module>:<class>"` (fedlight.core.config makes each a config group). Light: the
-Hydra
-plugin that puts their YAMLs on the search path imports it in any Hydra program.
+Hydra plugin that puts their YAMLs on the search path imports it in any Hydra program.
 """
 
 from importlib.metadata import entry_points

@@ -346,8 +346,7 @@ class Driver(ABC):
 
     def preempted(self) -> str | None:
         """The preemption signal that any worker received (`fedlight.drivers.preemption`): they all
-        stop
-        at the end of the same round."""
+        stop at the end of the same round."""
         if self.workers.count == 1:
             return requested()
         return next((name for name in self.workers.each(requested()) if name), None)

@@ -16,10 +16,9 @@ the round's running aggregates before the next result is asked for, so a round h
 model-sized sum per part, not one upload per client; a stage that needs every upload at once (an
 attack that forges from the benign updates) makes the round aggregate after the gather. With
 several workers (`fl.workers`, see `fedlight.drivers.workers`) each trains its share of the
-participants;
-`fl.exchange` says what they exchange: every encoded upload (then every worker aggregates them
-all in participant order: the numbers of one worker, bit for bit) or one partial sum per worker
-(each reduces its share first: one model per worker crosses, and the sums agree with one
+participants; `fl.exchange` says what they exchange: every encoded upload (then every worker
+aggregates them all in participant order: the numbers of one worker, bit for bit) or one partial sum
+per worker (each reduces its share first: one model per worker crosses, and the sums agree with one
 worker's to float rounding).
 """
 

@@ -7,8 +7,7 @@ SIGUSR2. On one of `preemption.signals` fedlight only takes note (the handler ne
 round, an exchange between workers or a checkpoint write); at the end of the round the workers
 agree to stop (one of them noticing is enough), the checkpoint is written whatever
 `checkpoint.every` says, the directory gets `preempted.json` (`fedlight.runs.resume` then continues
-the
-run on its own when its command runs again), and the process exits 75 (`EX_TEMPFAIL`: "try
+the run on its own when its command runs again), and the process exits 75 (`EX_TEMPFAIL`: "try
 again later"). A second signal while the round finishes stops the run at once, as without
 fedlight. A handler that was there before (submitit's checkpoint-and-requeue) is called after the
 checkpoint; under SLURM without one, `preemption.requeue` asks SLURM to requeue the job.
@@ -126,8 +125,8 @@ def watched(names: Sequence[str], insist: bool = True) -> Iterator[Watch]:
 
 def launchers_handler(number: signal.Signals, handler: Handler) -> Handler:
     """The handler that was there before any of this process's watches (submitit's), for
-    `Watch.chain`: where `handler` is an outer watch's (the command's, `fedlight.cli.main`), the
-    one that watch found."""
+    `Watch.chain`: where `handler` is an outer watch's (the command's, `fedlight.cli.main.main`),
+    the one that watch found."""
     outer = next((w for w in watches if handler == w.handle), None)
     if outer is None or outer.previous is None:
         return handler

@@ -1,6 +1,5 @@
 """`fedlight report` of a study (`hydra/sweeper=optuna`, fedlight/runs/optuna_sweeper.py): per
-study,
-the best parameters and the value they reached, every trial (its parameters, value, and what
+study, the best parameters and the value they reached, every trial (its parameters, value, and what
 happened to it), the importance of each parameter (Optuna's mean decrease in impurity of a random
 forest fitted to the trials: Breiman 2001; its fANOVA fails under this numpy), and the trial
 history as a plot (the objective against the trial, with the best so far, and against each

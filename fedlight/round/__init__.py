@@ -9,6 +9,5 @@ server (`server.py`): decode in reverse → aggregate the split parts (a stage m
 aggregation) → the algorithm's server update → the stages' round end in reverse
 
 The drivers (`fedlight.drivers.loop`, `fedlight.drivers.asynchronous`) only schedule: whom, when,
-on which
-worker; a new kind of stage is one `UploadStage` and never changes them.
+on which worker; a new kind of stage is one `UploadStage` and never changes them.
 """

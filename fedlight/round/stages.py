@@ -248,8 +248,7 @@ def build_wire(cfg: DictConfig, exchange: str | None) -> Wire:
 
 def check_asynchronous(cfg: DictConfig, choices: dict[str, str], stages: Stages) -> None:
     """What the asynchronous driver (`fedlight.drivers.asynchronous`) cannot run, refused in one
-    line;
-    each upload stage says why it cannot (`UploadStage.asynchronous_refusal`)."""
+    line; each upload stage says why it cannot (`UploadStage.asynchronous_refusal`)."""
     algo, system = choices.get("algo"), stages.system
     require(
         system.clocked,

@@ -2,8 +2,7 @@
 
 A job runs in this process alone, on `fl.workers` processes it spawns on this machine, or as one
 rank of a process group torchrun started (see `fedlight.drivers.workers`); every worker builds the
-same
-loop, and the main worker (rank 0) writes the run directory's files.
+same loop, and the main worker (rank 0) writes the run directory's files.
 """
 
 import gc
@@ -131,7 +130,7 @@ class Ran:
 
 @dataclass
 class Job:
-    """A fully built experiment: what `fedlight.cli` makes out of the composed Hydra config."""
+    """A fully built experiment: what `fedlight.cli.main` makes out of the composed Hydra config."""
 
     settings: RunSettings
     data: DataSource

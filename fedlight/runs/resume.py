@@ -1,13 +1,12 @@
 """`resume=auto`: each job decides from what its own directory holds (`fedlight.store.sweeps`)
-whether
-it runs, so that rerunning a sweep's command with `resume=auto` (or `fedlight resume <sweep dir>`)
-skips the jobs that finished with the same config, continues those that stopped from their last
+whether it runs, so that rerunning a sweep's command with `resume=auto` (or `fedlight resume <sweep
+dir>`) skips the jobs that finished with the same config, continues those that stopped from their
+last
 checkpoint (bit-exact, as `resume=<dir>` does) and starts those that never ran, under any
 launcher, whose jobs may run on other machines long after the command was typed.
 
 A run stopped by a preemption signal (`fedlight.drivers.preemption`) leaves `preempted.json` beside
-its
-checkpoint, and its directory is treated as with `resume=auto` even without it: a job that SLURM
+its checkpoint, and its directory is treated as with `resume=auto` even without it: a job that SLURM
 or submitit requeues reruns the same command and continues on its own.
 
 A directory whose run had another config is refused in one line (its results are never replaced

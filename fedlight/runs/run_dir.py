@@ -6,9 +6,8 @@ pid) before it writes anything of its own; a second writer is refused naming the
 kernel drops the lock when the holder dies, even by `kill -9`, so a crashed run's lock is stale
 by construction: the next run takes it over and says so. A finished run removes the file. Worker
 processes a run spawns share the open lock (`fedlight.drivers.workers`), so it stays held while any
-process
-of the run lives. A sweep holds the lock of its sweep directory the same way, from before Hydra
-writes `multirun.yaml` until its last job ends.
+process of the run lives. A sweep holds the lock of its sweep directory the same way, from before
+Hydra writes `multirun.yaml` until its last job ends.
 
 Nothing is read or written through a symbolic link: the lock file is opened with `O_NOFOLLOW` and
 must be a regular file of one link, and a run directory holding a link where fedlight or Hydra
@@ -266,9 +265,8 @@ def prepare_sweep(
     """A sweep directory this sweep may write (before Hydra writes into it): no links in it or
     its job folders, and no results of an earlier sweep in them unless every job overwrites or
     each job decides what to do with its own folder (`resume=auto`, `fedlight.runs.resume`:
-    `decided`
-    where the sweep's jobs were decided in advance, `resume=auto` where a sweeper picks them as
-    it goes); and none that a live process writes (`check_not_written`)."""
+    `decided` where the sweep's jobs were decided in advance, `resume=auto` where a sweeper picks
+    them as it goes); and none that a live process writes (`check_not_written`)."""
     check_no_links(directory)
     folders = sorted(p for p in directory.iterdir() if p.is_dir() and not p.is_symlink())
     for folder in folders:

@@ -1,7 +1,6 @@
 """Where each job of a sweep stands, read from the files its run leaves in its directory (see
 `fedlight.store.run_files`), so that the jobs of any launcher (basic, joblib, SLURM, Ray: processes
-on
-other machines that share the filesystem) are counted, resumed and reported the same way.
+on other machines that share the filesystem) are counted, resumed and reported the same way.
 
 A job is *finished* once its run wrote summary.json (a diverged run and one the privacy budget
 stopped write it too: each is a result), *running* while a process holds its directory's lock,
@@ -123,8 +122,7 @@ def end_with_command() -> None:
     its death. Left running, a job holds its directory and its memory while the sweep's
     `fedlight resume` cannot continue it. Its last checkpoint stays, and its own workers die with
     it (`fedlight.drivers.workers`), as when the sweep's process group is killed. A job on another
-    host
-    (SLURM, Ray) is not the command's child, whatever its environment says."""
+    host (SLURM, Ray) is not the command's child, whatever its environment says."""
     host, _, pid = os.environ.get(COMMAND_VARIABLE, "").rpartition(":")
     if host != socket.gethostname() or not pid.isdigit():
         return

@@ -1,14 +1,13 @@
 """fedlight's `hydra/sweeper=optuna` (fedlight/runs/optuna_sweeper.py): Hydra's Optuna sweeper with
-a
-study kept in the sweep directory that continues where it stopped, diverged trials given the
+a study kept in the sweep directory that continues where it stopped, diverged trials given the
 worst value, and the objective's direction.
 
 Hydra instantiates plugins only from the `hydra_plugins` namespace and imports every module in it
 at start-up, so this one is light (the sweeper's work, and optuna, load when a sweep sets it up).
 Its config replaces Hydra's under the same name: fedlight's entry point stores it
-(`fedlight.cli.register_configs`) once Hydra's plugin scan (which runs every plugin module, in an
-order of the search path's making) has stored Hydra's. This plugin is the top of fedlight's layers:
-it imports fedlight, and nothing of fedlight imports it.
+(`fedlight.cli.main.register_configs`) once Hydra's plugin scan (which runs every plugin module, in
+an order of the search path's making) has stored Hydra's. This plugin is the top of fedlight's
+layers: it imports fedlight, and nothing of fedlight imports it.
 """
 
 from collections.abc import Callable

@@ -1,7 +1,6 @@
 """Stage kinds other packages plug into fedlight: entry points of group `fedlight.stage_kinds`
 (`<kind> = "<module>:<class>"`; fedlight.core.config makes each a config group). A kind's YAMLs lie
-in
-`conf/<kind>/` beside its module, and this plugin puts that `conf/` on Hydra's search path, so
+in `conf/<kind>/` beside its module, and this plugin puts that `conf/` on Hydra's search path, so
 that `+<kind>=<option>` finds them without `--config-dir`.
 
 Hydra imports every module of the `hydra_plugins` namespace at start-up, in any Hydra program, so

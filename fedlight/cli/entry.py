@@ -1,6 +1,6 @@
 """The `fedlight` command: the subcommands that need neither torch nor Lightning answer without
 importing them (`fedlight report` reads files; `--version` reads package metadata), the rest is
-`fedlight.cli` (a run or a sweep)."""
+`fedlight.cli.main` (a run or a sweep)."""
 
 import shlex
 import sys
@@ -70,7 +70,7 @@ def run_cli() -> None:
     from fedlight.core.errors import ConfigError
 
     try:
-        from fedlight.cli import main as run_main
+        from fedlight.cli.main import main as run_main
     except ConfigError as error:
         print(f"fedlight: error: {error}", file=sys.stderr)
         sys.exit(2)

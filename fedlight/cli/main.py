@@ -32,6 +32,16 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from fedlight import STARTED, STARTED_VARIABLE
 from fedlight.algorithms.base import Algorithm
+from fedlight.cli.jobs import (
+    Command,
+    ComposedJob,
+    JobCompositionError,
+    Jobs,
+    compose_command,
+    job_lines,
+    parse_command,
+    with_config_dirs,
+)
 from fedlight.core.config import (
     CONFIG_GROUPS,
     DATA_SETTING_KEYS,
@@ -52,16 +62,6 @@ from fedlight.drivers.preemption import (
     watched,
 )
 from fedlight.drivers.workers import WorkerError
-from fedlight.jobs import (
-    Command,
-    ComposedJob,
-    JobCompositionError,
-    Jobs,
-    compose_command,
-    job_lines,
-    parse_command,
-    with_config_dirs,
-)
 from fedlight.loggers.base import job_name
 from fedlight.loggers.console import Tee, sweep_line
 from fedlight.partitions.base import ClientCount
@@ -410,7 +410,7 @@ def validate_command_line(args: list[str]) -> list[list[str]]:
 def checked_jobs(
     command: Command,
 ) -> tuple[Jobs, list[tuple[ComposedJob, RunSettings, Decision]]]:
-    """The command's jobs (`fedlight.jobs`), each composed by Hydra and built, so that a bad
+    """The command's jobs (`fedlight.cli.jobs`), each composed by Hydra and built, so that a bad
     setting of any of them is refused in one line before any job works; with its settings and
     what it does with its directory (`resume=auto`, `fedlight.runs.resume`; decided again when it
     runs, for jobs that a sweeper lists in advance)."""
