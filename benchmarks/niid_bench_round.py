@@ -58,7 +58,7 @@ from fedlight.core.layout import LAYOUTS
 from fedlight.core.rng import Stream, derive_seed, numpy_generator
 from fedlight.data.base import TensorDataset
 from fedlight.data.fmnist import FashionMNIST
-from fedlight.evaluation import Evaluator
+from fedlight.engines.evaluator import Evaluator
 from fedlight.models.simple_cnn import SimpleCNN
 from fedlight.runs.experiment import Job, Loaded, run_job
 

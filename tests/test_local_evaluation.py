@@ -12,7 +12,7 @@ import torch
 
 from fedlight.core.errors import ConfigError
 from fedlight.core.rng import Stream, numpy_generator
-from fedlight.evaluation import ACCURACY, Evaluator
+from fedlight.engines.evaluator import ACCURACY, Evaluator
 from fedlight.partitions.dirichlet import Dirichlet
 from fedlight.runs.experiment import Job, run_job
 from tests.conftest import TINY, rows_without_timings, run_killed_in_round

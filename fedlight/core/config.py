@@ -220,7 +220,7 @@ class LocalSettings:
     epochs: int = 1
     batch_size: int = 10
     # A Lightning Trainer's gradient clipping, applied at every local step after the algorithm's
-    # gradient corrections (see fedlight.hooks): null or 0 is off.
+    # gradient corrections (see fedlight.engines.lightning): null or 0 is off.
     gradient_clip_val: float | None = None
     gradient_clip_algorithm: str | None = None  # norm (total L2 norm; null) or value (per entry)
 

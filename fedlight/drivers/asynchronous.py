@@ -46,7 +46,7 @@ from fedlight.core.rng import Stream, numpy_generator
 from fedlight.core.tensors import StateDict, on_device
 from fedlight.drivers.driver import Driver
 from fedlight.drivers.history import RoundStats
-from fedlight.hooks import round_means
+from fedlight.engines.lightning import round_means
 from fedlight.round.server import Arrived, ServerRound
 
 
@@ -65,7 +65,7 @@ class InFlight:
     bytes_up: int
     # the numbers its upload stages reported, by stage (a privacy mechanism's, a selector's)
     reports: dict[str, dict[str, float]] = field(default_factory=dict)
-    # what its module logged in training: name → [weighted sum, weight] (fedlight.hooks)
+    # what its module logged in training: name → [weighted sum, weight] (fedlight.engines.lightning)
     logged: dict[str, list[float]] = field(default_factory=dict)
 
     def order(self) -> tuple[float, int]:

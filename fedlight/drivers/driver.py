@@ -44,8 +44,8 @@ from fedlight.drivers.run_evaluation import Evaluated, RunEvaluation
 from fedlight.drivers.workers import OneWorker, Workers
 from fedlight.engines import Engine, LocalTask, make_engine
 from fedlight.engines.base import LocalCallback, LocalResult
-from fedlight.evaluation import ACCURACY, LOSS, VAL_ACCURACY, VAL_LOSS
-from fedlight.hooks import Optimization, optimization_of
+from fedlight.engines.evaluator import ACCURACY, LOSS, VAL_ACCURACY, VAL_LOSS
+from fedlight.engines.lightning import Optimization, optimization_of
 from fedlight.loggers.base import MetricsRow, RoundLogger, RoundProgress, SilentProgress
 from fedlight.round.client import ClientPipeline
 from fedlight.round.stages import Stages
@@ -217,10 +217,11 @@ class Driver(ABC):
 
     def refuse_two_lr_schedules(self, optimization: Optimization) -> None:
         """A module's lr schedulers restart with each local training (a client's local training
-        is one fit, `fedlight.hooks`) from the rate the round gives it. While `lr_schedule` keeps
-        that rate at the configured one, they run exactly as under a Trainer; one that varies
-        it over rounds cannot be composed with every scheduler (many compute their rates from
-        the one they were built with), so the two together are refused before any work."""
+        is one fit, `fedlight.engines.lightning`) from the rate the round gives it. While
+        `lr_schedule` keeps that rate at the configured one, they run exactly as under a Trainer;
+        one that varies it over rounds cannot be composed with every scheduler (many compute their
+        rates from the one they were built with), so the two together are refused before any
+        work."""
         if not optimization.schedulers:
             return
         schedule = self.lr_schedule

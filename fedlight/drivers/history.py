@@ -29,7 +29,7 @@ class RoundStats:
     every_update_rejected: bool = False  # clients trained, and none sent finite numbers
     virtual_seconds: float = 0.0  # how long the round lasted on the system's clock
     # what the client module logged in training (`self.log`), its mean over the round's local
-    # steps (weighted by examples, see fedlight.hooks.TrainingLogs)
+    # steps (weighted by examples, see fedlight.engines.lightning.TrainingLogs)
     logged: dict[str, float] = field(default_factory=dict)
 
 

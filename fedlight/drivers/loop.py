@@ -36,7 +36,7 @@ from fedlight.drivers.driver import Driver
 from fedlight.drivers.history import RoundStats
 from fedlight.engines import LocalTask
 from fedlight.engines.base import LocalResult
-from fedlight.hooks import round_means
+from fedlight.engines.lightning import round_means
 from fedlight.round.client import Received
 from fedlight.round.server import Arrived, ServerRound
 from fedlight.stages.pool import ClientPool
@@ -69,7 +69,8 @@ class Outcome:
     bytes_down: int
     metrics: dict[str, float] = field(default_factory=dict)  # reported by client-side stages
     virtual_seconds: float = 0.0  # its time on the system's clock (download, training, upload)
-    # what its module logged in training_step: name → (weighted sum, weight), see fedlight.hooks
+    # what its module logged in training_step: name → (weighted sum, weight), see
+    # fedlight.engines.lightning
     logged: dict[str, tuple[float, float]] = field(default_factory=dict)
 
 

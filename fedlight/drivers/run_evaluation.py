@@ -17,7 +17,7 @@ from fedlight.core.context import Federation
 from fedlight.core.tensors import StateDict, detached_copy
 from fedlight.data.base import TensorDataset
 from fedlight.engines import Engine, LocalTask
-from fedlight.evaluation import ACCURACY, LOSS, VALIDATION_PREFIX, Evaluator
+from fedlight.engines.evaluator import ACCURACY, LOSS, VALIDATION_PREFIX, Evaluator
 from fedlight.stages.base import ClientState
 from fedlight.stages.pool import ModelQuality
 from fedlight.store.client_states import ClientStates

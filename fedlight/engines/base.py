@@ -21,7 +21,7 @@ from fedlight.core.config import RunSettings
 from fedlight.core.rng import Stream, derive_seed
 from fedlight.core.tensors import StateDict
 from fedlight.data.base import TensorDataset
-from fedlight.hooks import optimization_of
+from fedlight.engines.lightning import optimization_of
 
 
 @dataclass
@@ -42,7 +42,7 @@ class LocalResult:
     # what the algorithm's callbacks measured during training (`LocalCallback.measured`)
     measured: StateDict = field(default_factory=dict)
     # what the module logged (`self.log`) in training: name → (weighted sum, weight), which add
-    # up over clients to the round's means (`fedlight.hooks.TrainingLogs`)
+    # up over clients to the round's means (`fedlight.engines.lightning.TrainingLogs`)
     logged: dict[str, tuple[float, float]] = field(default_factory=dict)
 
 

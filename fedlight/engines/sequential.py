@@ -2,10 +2,10 @@
 
 Each participant loads its start weights into the module and trains with the module's own
 `training_step` and `configure_optimizers` (its lr schedulers included), calling its hooks as a
-Lightning Trainer would (the table in `fedlight.hooks`; each algorithm callback before the
-module's hook of the same name, the order of Lightning's Trainer), with `self.log` collected into
-the result. No Trainer is built per client (docs/speed-and-memory.md), so hooks only ever fire on
-the client being trained. Any LightningModule and optimizer work here.
+Lightning Trainer would (the table in `fedlight.engines.lightning`; each algorithm callback before
+the module's hook of the same name, the order of Lightning's Trainer), with `self.log` collected
+into the result. No Trainer is built per client (docs/speed-and-memory.md), so hooks only ever fire
+on the client being trained. Any LightningModule and optimizer work here.
 """
 
 from collections.abc import Iterable, Iterator, Sequence
@@ -20,7 +20,7 @@ from fedlight.core.layout import contiguous_state
 from fedlight.core.rng import Stream
 from fedlight.data.base import TensorDataset
 from fedlight.engines.base import Engine, LocalCallback, LocalResult, LocalTask, batch_indices
-from fedlight.hooks import (
+from fedlight.engines.lightning import (
     Logs,
     Optimization,
     TrainingLogs,

@@ -27,7 +27,8 @@ order), not bit for bit.
 
 What it cannot reproduce it refuses, with a one-line ConfigError, before training: a model that is
 not the built-in `Classifier` with its cross-entropy `training_step` (which logs nothing) and none
-of the training hooks the sequential engine calls overridden (`fedlight.hooks`), a model with
+of the training hooks the sequential engine calls overridden (`fedlight.engines.lightning`), a model
+with
 buffers (running statistics) or dropout, an optimizer other than `torch.optim.SGD` (momentum and
 weight decay are supported; dampening, Nesterov and maximize are not) or one with an lr scheduler,
 and algorithm callbacks without `correct_gradients`.
@@ -57,13 +58,14 @@ from fedlight.engines.base import (
     batch_indices,
     num_local_steps,
 )
-from fedlight.hooks import optimization_of
+from fedlight.engines.lightning import optimization_of
 from fedlight.models.classifier import Classifier
 
 USE_SEQUENTIAL = "use fl.engine=sequential"
 NET = "net."  # state-dict prefix of `Classifier.net`, the network its training_step runs
-# The hooks the sequential engine calls in local training (fedlight.hooks): this engine computes
-# `Classifier.training_step` itself and calls none of them, so a model must keep Classifier's.
+# The hooks the sequential engine calls in local training (fedlight.engines.lightning): this engine
+# computes `Classifier.training_step` itself and calls none of them, so a model must keep
+# Classifier's.
 CLASSIFIER_METHODS = (
     "training_step",
     "on_train_start",
@@ -199,7 +201,8 @@ def clip_values(grads: StateDict, clip_val: float) -> StateDict:
     return {name: g.clamp(-clip_val, clip_val) for name, g in grads.items()}
 
 
-# `local.gradient_clip_algorithm` on stacked gradients (fedlight.hooks.CLIPPERS, functionally).
+# `local.gradient_clip_algorithm` on stacked gradients (fedlight.engines.lightning.CLIPPERS,
+# functionally).
 CLIPPERS: dict[str, Callable[[StateDict, float], StateDict]] = {
     "norm": clip_norms,
     "value": clip_values,

@@ -37,7 +37,7 @@ from fedlight.drivers.history import STATE_KEYS, History
 from fedlight.drivers.loop import FederatedLoop
 from fedlight.drivers.preemption import Preempted
 from fedlight.drivers.workers import OneWorker, Workers
-from fedlight.hooks import setup_module
+from fedlight.engines.lightning import setup_module
 from fedlight.loggers.base import (
     RoundLogger,
     RoundProgress,
@@ -554,8 +554,8 @@ def run_environment(
 
 def build_module(job: Job, data: TensorDataset, device: torch.device) -> pl.LightningModule:
     """The client module, initialized from the seed and set up as a Trainer would before
-    fitting (`setup("fit")`, `configure_model()`: `fedlight.hooks`); one without parameters
-    (nothing to train or average) is refused in one line."""
+    fitting (`setup("fit")`, `configure_model()`: `fedlight.engines.lightning`); one without
+    parameters (nothing to train or average) is refused in one line."""
     torch.manual_seed(derive_seed(job.settings.seed, Stream.MODEL_INIT))
     module = job.model(input_shape=data.input_shape, num_classes=data.num_classes)
     setup_module(module)

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from fedlight.evaluation import VALIDATION_PREFIX
+from fedlight.engines.evaluator import VALIDATION_PREFIX
 from fedlight.loggers.base import (
     METRIC_COLUMNS,
     SPLIT_ACCURACY,

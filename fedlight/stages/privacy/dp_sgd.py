@@ -52,14 +52,14 @@ from fedlight.engines.base import (
     LocalTask,
     num_local_steps,
 )
-from fedlight.engines.sequential import SequentialEngine, training_loss
-from fedlight.hooks import (
+from fedlight.engines.lightning import (
     Optimization,
     TrainingLogs,
     local_metrics,
     logging_to,
     optimization_of,
 )
+from fedlight.engines.sequential import SequentialEngine, training_loss
 from fedlight.stages.base import Delivered, Plan, StageSetup
 from fedlight.stages.privacy.accountant import Spent, calibrate_noise, spent
 from fedlight.stages.privacy.base import GaussianMechanism, as_state, default_delta, scalar
@@ -68,10 +68,10 @@ from fedlight.stages.privacy.base import GaussianMechanism, as_state, default_de
 class DPSGDEngine(SequentialEngine):
     """The sequential engine with Poisson-sampled batches and Opacus's DP optimizer.
 
-    Of the module's hooks (`fedlight.hooks`) it calls `configure_optimizers`, `training_step`
-    (with `self.log` collected as the sequential engine's) and the lr schedulers' steps (each of
-    the E·⌈n/B⌉ steps a batch, ⌈n/B⌉ of them an epoch): Opacus's optimizer owns the gradients,
-    so gradient clipping besides `privacy.clip` is refused."""
+    Of the module's hooks (`fedlight.engines.lightning`) it calls `configure_optimizers`,
+    `training_step` (with `self.log` collected as the sequential engine's) and the lr schedulers'
+    steps (each of the E·⌈n/B⌉ steps a batch, ⌈n/B⌉ of them an epoch): Opacus's optimizer owns the
+    gradients, so gradient clipping besides `privacy.clip` is refused."""
 
     name = "dp_sgd"
 

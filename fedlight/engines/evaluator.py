@@ -8,11 +8,11 @@ by `batch_size=` where given; a value logged at the epoch's end counts once); a 
 `Metric` object logged (`self.log("test_f1", self.f1)`) is updated by the module and computed
 once over the whole evaluation, then reset, as a Trainer computes it at the end of an epoch: the
 dataset-level value, not a mean of per-batch values. Every Metric of the module starts each
-evaluation empty and computes on this process's data alone (`fedlight.hooks.local_metrics`).
-Their names become columns of metrics.csv; `test_accuracy` and `test_loss`, if it does not report
-them, are computed as for the built-in models: mean cross-entropy and argmax accuracy of
-`forward`'s logits. Per-client test sets evaluate through the same `evaluate` with another
-dataset, each client's evaluation with its own metrics.
+evaluation empty and computes on this process's data alone
+(`fedlight.engines.lightning.local_metrics`). Their names become columns of metrics.csv;
+`test_accuracy` and `test_loss`, if it does not report them, are computed as for the built-in
+models: mean cross-entropy and argmax accuracy of `forward`'s logits. Per-client test sets evaluate
+through the same `evaluate` with another dataset, each client's evaluation with its own metrics.
 """
 
 from collections.abc import Callable
@@ -23,7 +23,14 @@ from torch import Tensor
 from torch.nn import functional as F  # noqa: N812
 
 from fedlight.core.tensors import StateDict
-from fedlight.hooks import Logs, as_number, computed, local_metrics, logging_to, overrides
+from fedlight.engines.lightning import (
+    Logs,
+    as_number,
+    computed,
+    local_metrics,
+    logging_to,
+    overrides,
+)
 
 ACCURACY, LOSS = "test_accuracy", "test_loss"
 # The validation set's columns: `val_accuracy`, `val_loss`, `val_<a module's own metric>`
