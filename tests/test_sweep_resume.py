@@ -382,7 +382,7 @@ def test_a_failed_job_writes_no_error_into_a_directory_another_process_writes(
     run = tmp_path / "run"
     run.mkdir()
     hold = (
-        "import sys, time\nfrom pathlib import Path\nfrom fedlight import run_dir\n"
+        "import sys, time\nfrom pathlib import Path\nfrom fedlight.runs import run_dir\n"
         "run_dir.acquire(Path(sys.argv[1]), 'hydra.run.dir')\nprint('held', flush=True)\n"
         "time.sleep(120)\n"
     )
