@@ -36,7 +36,7 @@ from fedlight.export import write_model
 from fedlight.files import write_text
 from fedlight.history import STATE_KEYS, History
 from fedlight.hooks import setup_module
-from fedlight.layout import layout_for
+from fedlight.layout import LayoutChoice, layout_for
 from fedlight.loggers.base import (
     RoundLogger,
     RoundProgress,
@@ -452,8 +452,11 @@ def run_rounds(
     check_federation_size(settings.fl.num_clients, len(data.train_y), job.choices, workers.main)
     chance = Chance.of(split_labels(data, settings.eval.split).cpu().numpy())
     module = build_module(job, data, device)
-    layout = layout_for(settings.fl.memory_format, module, device)
-    module, data = layout.apply(module), replace(data, layout=layout)
+    chosen = chosen_layout(settings.fl.memory_format, module, data, settings.local.batch_size)
+    if workers.main and settings.fl.memory_format == "auto":
+        said = f"{chosen.layout.name} ({chosen.reason})"
+        print(f"fedlight: fl.memory_format=auto: {said}", flush=True)
+    module, data = chosen.layout.apply(module), replace(data, layout=chosen.layout)
     clients = federation(job, data, output_dir, workers)
     driver = AsynchronousLoop if job.stages.algorithm.asynchronous else FederatedLoop
     loop = driver(
@@ -495,6 +498,15 @@ def run_rounds(
         write_model(output_dir, module, loop.final_model())
     privacy = job.stages.privacy.summary(loop.privacy_state(), history.completed_rounds)
     return Ran(history, chance, environment, resumes, privacy)
+
+
+def chosen_layout(
+    setting: str, module: pl.LightningModule, data: TensorDataset, batch_size: int
+) -> LayoutChoice:
+    """`fl.memory_format`'s layout for the module, tried on the first training batch."""
+    count = min(max(batch_size, 2), len(data.train_y))  # BatchNorm refuses a batch of one
+    batch = data.prepare(data.train_x[:count]), data.train_y[:count]
+    return layout_for(setting, module, next(module.parameters()).device, batch)
 
 
 def split_labels(data: TensorDataset, split: str) -> torch.Tensor:
