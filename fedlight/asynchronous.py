@@ -44,6 +44,8 @@ from fedlight.algorithms.base import ClientUpload
 from fedlight.context import RoundContext
 from fedlight.driver import Driver, RoundStats
 from fedlight.hooks import round_means
+from fedlight.loggers.base import MetricsRow
+from fedlight.loggers.clients import logged_means
 from fedlight.pipeline.server import Arrived, ServerRound
 from fedlight.rng import Stream, numpy_generator
 from fedlight.tensors import StateDict, on_device
@@ -66,6 +68,17 @@ class InFlight:
     reports: dict[str, dict[str, float]] = field(default_factory=dict)
     # what its module logged in training: name → [weighted sum, weight] (fedlight.hooks)
     logged: dict[str, list[float]] = field(default_factory=dict)
+
+    def client_row(self, rejected: bool) -> MetricsRow:
+        """Its per-client row for the loggers (`fedlight.loggers.clients`), on arrival."""
+        return {
+            "client": self.client,
+            "train_loss": self.train_loss,
+            "num_samples": self.num_samples,
+            "bytes_up": self.bytes_up,
+            "rejected": int(rejected),
+            **logged_means(self.logged),
+        }
 
     def order(self) -> tuple[float, int]:
         return self.arrival, self.client
@@ -117,8 +130,10 @@ class AsynchronousLoop(Driver):
             stats.bytes_up += flying.bytes_up
             finite = all_finite({"upload": decoded.tensors})
             arrived.append(Arrived(replace(encoded, tensors={}), rejected=not finite))
+            stats.clients.append(flying.client_row(rejected=not finite))
             if finite:
                 staleness = self.staleness_of(flying, version)
+                stats.clients[-1]["staleness"] = staleness
                 arrivals.append(Arrival(decoded, flying.start, staleness))
                 losses.append((flying.train_loss, flying.num_samples))
                 logged.append(flying.logged)

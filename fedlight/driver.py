@@ -80,6 +80,8 @@ class RoundStats:
     # what the client module logged in training (`self.log`), its mean over the round's local
     # steps (weighted by examples, see fedlight.hooks.TrainingLogs)
     logged: dict[str, float] = field(default_factory=dict)
+    # one row per participant, for the loggers that show clients (fedlight.loggers.clients)
+    clients: list[MetricsRow] = field(default_factory=list)
 
 
 def not_finite(stats: RoundStats, weights: StateDict) -> str | None:
@@ -325,6 +327,7 @@ class Driver(ABC):
                 history.add_validation(evaluated.validation)
                 for logger in loggers:
                     logger.log_round(row)
+                    logger.log_clients(round_index, stats.clients)
             if self.workers.count > 1:
                 diverged = self.workers.broadcast(diverged)  # the test loss is the main worker's
             if diverged:

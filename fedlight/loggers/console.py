@@ -17,7 +17,7 @@ import statistics
 import sys
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -202,6 +202,9 @@ class ConsoleProgress:
     def update(self, completed: int | None = None, **fields: Any) -> None:
         if self._progress is not None:
             self._progress.update(self._task, completed=completed, **fields)
+
+    def log_clients(self, round_index: int, clients: Sequence[MetricsRow]) -> None:
+        pass  # one line per round
 
     def log_round(self, row: MetricsRow) -> None:
         """A round's line: its test accuracy and loss and the other numbers it reported where it
