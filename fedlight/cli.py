@@ -54,6 +54,7 @@ from fedlight.experiment import (
     run_job,
 )
 from fedlight.files import open_to_append, write_text
+from fedlight.hooks import ModelFactory
 from fedlight.jobs import (
     Command,
     ComposedJob,
@@ -122,7 +123,7 @@ def build_job(
     return Job(
         settings=settings,
         data=data,
-        model=instantiate_group(cfg, "model"),
+        model=model_factory(cfg),
         partition=partition,
         stages=stages,
         loggers=[instantiate_group(cfg, f"logger.{name}") for name in cfg.logger],
@@ -132,6 +133,21 @@ def build_job(
         name=name,
         derived_keys=derived,
         parallelism=parallelism,
+    )
+
+
+def model_factory(cfg: DictConfig) -> ModelFactory:
+    """The model group's option as a `ModelFactory`: its settings interpolated from other groups
+    (`lr: ${optim.lr}`) are fedlight's offers, passed where the constructor takes them; the
+    settings it names itself are passed as they are."""
+    offered = {key for key in cfg.model if OmegaConf.is_interpolation(cfg.model, key)}
+    node = OmegaConf.to_container(cfg.model, resolve=True)
+    assert isinstance(node, dict)
+    settings = {str(k): v for k, v in node.items() if k not in ("_target_", "_partial_")}
+    return ModelFactory(
+        target=str(node["_target_"]),
+        given={key: v for key, v in settings.items() if key not in offered},
+        offered={key: v for key, v in settings.items() if key in offered},
     )
 
 

@@ -10,7 +10,7 @@ import json
 import math
 import os
 import sys
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from dataclasses import dataclass, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -30,12 +30,13 @@ from fedlight.config import FLSettings, RunSettings
 from fedlight.data.base import DataError, DataSource, TensorDataset
 from fedlight.data.validation import split_validation
 from fedlight.driver import Clients, Driver
+from fedlight.engines.trainer_standin import TrainerStandIn, attach
 from fedlight.environment import float_environment, resumed_environment
 from fedlight.errors import ConfigError, require
 from fedlight.export import write_model
 from fedlight.files import write_text
 from fedlight.history import STATE_KEYS, History
-from fedlight.hooks import setup_module
+from fedlight.hooks import ModelFactory, setup_module
 from fedlight.layout import LayoutChoice, layout_for
 from fedlight.loggers.base import (
     RoundLogger,
@@ -134,7 +135,7 @@ class Job:
 
     settings: RunSettings
     data: DataSource
-    model: Callable[..., pl.LightningModule]
+    model: ModelFactory
     partition: Partition
     stages: Stages
     loggers: list[RoundLogger]
@@ -450,6 +451,13 @@ def run_rounds(
     fraction = settings.data.validation_fraction
     data = split_validation(job.data.load(), fraction, settings.seed).to(device)
     check_federation_size(settings.fl.num_clients, len(data.train_y), job.choices, workers.main)
+    if workers.main and data.batch_size not in (None, settings.local.batch_size):
+        print(
+            f"fedlight: the data's own loaders batch {data.batch_size} examples; fedlight forms "
+            f"each client's batches of local.batch_size={settings.local.batch_size} (set "
+            f"local.batch_size={data.batch_size} to train in the data's batches)",
+            flush=True,
+        )
     chance = Chance.of(split_labels(data, settings.eval.split).cpu().numpy())
     module = build_module(job, data, device)
     chosen = chosen_layout(settings.fl.memory_format, module, data, settings.local.batch_size)
@@ -567,6 +575,10 @@ def build_module(job: Job, data: TensorDataset, device: torch.device) -> pl.Ligh
     (nothing to train or average) is refused in one line."""
     torch.manual_seed(derive_seed(job.settings.seed, Stream.MODEL_INIT))
     module = job.model(input_shape=data.input_shape, num_classes=data.num_classes)
+    local = job.settings.local
+    mean_client = max(1, len(data.train_y) // job.settings.fl.num_clients)
+    offered = job.model.offer(data.input_shape, data.num_classes)
+    attach(module, TrainerStandIn(module, local.epochs, local.batch_size, mean_client, offered))
     setup_module(module)
     module = module.to(device)
     target = job.config.get("model", {}).get("_target_", type(module).__name__)

@@ -3,9 +3,9 @@
 line that says how to use it (`data=torch_dataset`, `data=datamodule`), before anything is built.
 """
 
-import pytorch_lightning as pl
 from torch.utils.data import Dataset
 
+from fedlight.data.datamodule import is_datamodule
 from fedlight.dotted import locate
 from fedlight.errors import ConfigError
 
@@ -23,7 +23,7 @@ def check_data_target(target: str) -> None:
     )
     if callable(getattr(found, "load", None)):
         return
-    if isinstance(found, type) and issubclass(found, pl.LightningDataModule):
+    if is_datamodule(found):
         fix = f"data=datamodule data.datamodule={target} (its arguments: data.kwargs={{...}})"
     elif isinstance(found, type) and issubclass(found, Dataset):
         fix = f"data=torch_dataset data.dataset={target} data.root=<its folder>"

@@ -169,7 +169,7 @@ class DPSGDEngine(SequentialEngine):
         losses: list[torch.Tensor] = []
         steps = num_local_steps(n, local.epochs, local.batch_size)
         per_epoch = steps // local.epochs
-        logs = TrainingLogs()
+        logs = TrainingLogs(stepping=True)  # training_step is the only hook called
         with local_metrics(module), logging_to(module, logs):
             for step in range(steps):
                 taken = torch.rand(n, generator=generator) < rate
