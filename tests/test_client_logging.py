@@ -169,3 +169,23 @@ def test_bad_settings_are_refused_in_one_line(
     with pytest.raises(ConfigError) as refused:
         make_job([*RUN, override])
     assert str(refused.value) == message
+
+
+def test_an_asynchronous_updates_arrivals_are_its_clients(
+    make_job: Callable[[list[str]], Job], tmp_path: Path
+) -> None:
+    """FedBuff: each server update's histograms hold its buffer_size arrivals, whose losses
+    weighted by examples are the update's train_loss."""
+    buffered = [
+        "algo=fedbuff",
+        "algo.buffer_size=3",
+        "algo.concurrency=4",
+        "system=homogeneous",
+        "logger=tensorboard",
+    ]
+    run_job(make_job([*TINY, "fl.num_clients=6", "fl.rounds=2", *buffered]), tmp_path)
+    losses = events(tmp_path).Histograms("clients/train_loss")
+    assert [(h.step, h.histogram_value.num) for h in losses] == [(1, 3), (2, 3)]
+    for histogram, row in zip(losses, metrics_rows(tmp_path), strict=True):
+        assert histogram.histogram_value.min <= float(row["train_loss"])
+        assert float(row["train_loss"]) <= histogram.histogram_value.max

@@ -5,8 +5,10 @@ update or lags is visible only here.
 A row holds the client's id, its training loss and examples, its local training time, its bytes
 each way, the norm of its update (how far local training moved its weights: an outlier is a
 diverging or attacking client), whether its upload came late or was rejected, and what its own
-client-side stages reported and its module logged in training. The rows are the main worker's
-(every worker's participants, gathered); rounds a resume replays have none.
+client-side stages reported and its module logged in training. An asynchronous server update's
+rows are its arrivals, with their staleness and without `update_norm` (an upload arrives encoded,
+its trained weights are not at hand). The rows are the main worker's (every worker's
+participants, gathered); rounds a resume replays have none.
 """
 
 from collections.abc import Mapping, Sequence
