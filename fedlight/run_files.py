@@ -16,7 +16,10 @@ ERROR_NAME = "error.txt"  # the one line a run that fedlight ended with an error
 PREEMPTED_NAME = "preempted.json"  # a run stopped by a preemption signal, resumed on its own
 STUDY_FILE = "optuna.db"  # a sweep's Optuna study (hydra/sweeper=optuna), in its directory
 STUDY_NAME = "fedlight"
-SAMPLER_FILE = "optuna_sampler.pkl"  # the study's sampler after its latest draw (its RNG state)
+# Optuna's journal file, the study's storage with hydra.sweeper.storage=journal
+JOURNAL_FILE = "optuna_journal.log"
+# the random states of the study's sampler after its latest draw, as JSON numbers (no pickle)
+SAMPLER_FILE = "optuna_sampler.json"
 
 
 def lock_holder(directory: Path) -> str | None:
