@@ -222,7 +222,13 @@ def write_study_plot(study: Any, path: Path, label: str) -> None:
             label="Pareto front",
         )
         for t in completed:
-            axes[0].annotate(str(t.number), (t.values[1], t.values[0]), fontsize=7)
+            axes[0].annotate(
+                str(t.number),
+                (t.values[1], t.values[0]),
+                xytext=(4, 4),
+                textcoords="offset points",
+                fontsize=7,
+            )
         axes[0].set(xlabel=objectives[1], ylabel=objectives[0], title=label)
     axes[0].legend(fontsize="small")
     for ax, name in zip(axes[1:], names, strict=True):
