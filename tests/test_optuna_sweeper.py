@@ -237,6 +237,37 @@ def test_a_trial_of_several_objectives_takes_its_values_from_its_summary(
     assert (state.name, values) == expected
 
 
+def test_a_grid_sampler_and_hydra_1_1s_search_space_are_refused_in_one_line() -> None:
+    import functools
+
+    from fedlight.optuna_sweeper import StudySweep
+
+    grid = {"sampler": functools.partial(optuna.samplers.GridSampler), "search_space": None}
+    with pytest.raises(ConfigError, match=r"sampler=grid: a grid is Hydra's basic sweeper"):
+        StudySweep(grid, None, None, None)  # type: ignore[arg-type]
+    old = {"sampler": None, "search_space": {"optim.lr": {"type": "float"}}}
+    with pytest.raises(ConfigError, match=r"search_space is Hydra 1\.1's form; .*params"):
+        StudySweep(old, None, None, None)  # type: ignore[arg-type]
+
+
+def suggest_momentum(config: object, trial: optuna.Trial) -> None:
+    """A `custom_search_space` function, as Hydra's Optuna sweeper calls it."""
+    trial.suggest_categorical("optim.momentum", [0.0, 0.9])
+
+
+def test_custom_search_space_adds_its_parameters_to_each_trial() -> None:
+    from fedlight.optuna_sweeper import StudySweep, search_space
+
+    sweep = object.__new__(StudySweep)
+    sweep.custom, sweep.config = suggest_momentum, None
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    space, fixed = search_space(["optim.lr=tag(log,interval(0.01,0.3))", "algo=fedprox"])
+    trial = sweep.ask(study, space, fixed)
+    assert set(trial.params) == {"optim.lr", "optim.momentum"}
+    assert trial.user_attrs == {"algo": "fedprox"}
+    assert trial_overrides(trial.params, fixed)[-1] == "algo=fedprox"
+
+
 def test_interrupted_trials_run_again_in_batches_of_consecutive_numbers() -> None:
     numbered = [SimpleNamespace(number=n) for n in (3, 4, 5, 7, 8)]
     batches = consecutive(numbered, 2)  # type: ignore[arg-type]
