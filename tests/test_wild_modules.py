@@ -94,7 +94,8 @@ class Recording(wild_modules.DocumentedAccuracy):
     counts: ClassVar[list[tuple[int, int]]] = []
 
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
-        Recording.steps.append((self(batch[0]).argmax(1).detach(), batch[1]))
+        with torch.no_grad():  # a forward Opacus's per-example gradients do not see
+            Recording.steps.append((self(batch[0]).argmax(1), batch[1]))
         Recording.counts.append((self.current_epoch, self.global_step))
         return super().training_step(batch, batch_idx)
 
@@ -116,13 +117,15 @@ def test_the_documented_metric_pattern_gives_the_rounds_accuracy_and_counts_epoc
     assert "val_loss" not in row  # validation_step ran on no test set
 
 
+@pytest.mark.parametrize("privacy", ["none", "dp_sgd"])
 def test_current_epoch_and_global_step_count_a_clients_local_training(
-    make_job: Callable[[list[str]], Job], tmp_path: Path
+    make_job: Callable[[list[str]], Job], tmp_path: Path, privacy: str
 ) -> None:
-    """Both were 0 at every step (no Trainer)."""
+    """Both were 0 at every step (no Trainer); dp_sgd's engine counts them too."""
     Recording.counts.clear()
     args = ["fl.num_clients=1", "fl.clients_per_round=1", "fl.rounds=2", "local.epochs=3"]
-    job = make_job([*TINY, *args, "local.batch_size=1000", f"model._target_={__name__}.Recording"])
+    args += ["local.batch_size=1000", f"privacy={privacy}"]
+    job = make_job([*TINY, *args, f"model._target_={__name__}.Recording"])
     run_job(job, tmp_path)
     # 2 batches per epoch (about 1437 examples in batches of 1000), 3 epochs, counted each round
     assert Recording.counts == [(0, 0), (0, 1), (1, 2), (1, 3), (2, 4), (2, 5)] * 2
