@@ -117,6 +117,7 @@ def build_job(
         {"data": {key: cfg.data[key] for key in DATA_SETTING_KEYS if key in cfg.data}},
     )
     settings: RunSettings = OmegaConf.to_object(settings_node)  # type: ignore[assignment]
+    settings.check_splits(own_validation=getattr(data, "own_validation", False))
     plan = Plan(settings, choices, stages.algorithm, stages.selection, stages.upload)
     for stage in stages.upload:
         stage.check_run(plan)

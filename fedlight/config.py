@@ -370,15 +370,16 @@ class RunSettings:
             "device=cuda (worker r then takes cuda:<its local rank>)",
         )
         check_device_available(self.device)
-        self.check_splits()
 
-    def check_splits(self) -> None:
-        """What the validation split's settings need of each other."""
-        validated = self.data.validation_fraction > 0
+    def check_splits(self, own_validation: bool) -> None:
+        """What the validation split's settings need of each other, `own_validation`: whether
+        the data source brings a validation set (a DataModule's `val_dataloader`); checked
+        where the source is known (`fedlight.cli.build_job`)."""
+        validated = self.data.validation_fraction > 0 or own_validation
         require(
             self.eval.split == "test" or validated,
             "eval.split=validation needs a validation set; set data.validation_fraction, e.g. "
-            "0.1 (or eval.split=test)",
+            "0.1, or give a DataModule with val_dataloader (or eval.split=test)",
         )
         require(
             self.eval.test == "every_round" or self.eval.split == "validation",

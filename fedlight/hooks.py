@@ -77,10 +77,12 @@ def lightning_base(cls: type, name: str) -> type | None:
 
 
 def overrides(obj: Any, hook: str, base: str = "LightningModule") -> bool:
-    """Whether `obj`'s class defines its own `hook` rather than inheriting Lightning's (from the
-    package it derives from); a class of neither package overrides every hook it has."""
-    own = getattr(type(obj), hook, None)
-    lightning = lightning_base(type(obj), base)
+    """Whether `obj` (or, given a class, that class) defines its own `hook` rather than
+    inheriting Lightning's (from the package it derives from); a class of neither package
+    overrides every hook it has."""
+    cls = obj if isinstance(obj, type) else type(obj)
+    own = getattr(cls, hook, None)
+    lightning = lightning_base(cls, base)
     return own is not None and (lightning is None or own is not getattr(lightning, hook, None))
 
 

@@ -152,7 +152,8 @@ def test_a_datamodules_validation_loader_is_the_validation_set(
 ) -> None:
     data = ["data=datamodule", f"data.datamodule={package}.DigitsDataModule"]
     args = ["fl.num_clients=4", "fl.clients_per_round=2", "fl.rounds=1", "model=mlp"]
-    run_job(make_job([*data, *args, "local.batch_size=32"]), tmp_path)
+    # eval.split=validation picks by it (refused before: data.validation_fraction was 0)
+    run_job(make_job([*data, *args, "local.batch_size=32", "eval.split=validation"]), tmp_path)
     (row,) = read_rows(tmp_path)
     assert float(row["val_accuracy"]) > 0
     said = "the data's own loaders batch 64 examples; fedlight forms each client's batches of "

@@ -54,6 +54,13 @@ class DataModule:
         )
         check_num_classes(self.num_classes)
 
+    @property
+    def own_validation(self) -> bool:
+        """Whether the DataModule brings a validation set (defines `val_dataloader`): what
+        `eval.split=validation` needs where `data.validation_fraction` is 0."""
+        module_class = locate(self.datamodule, "data.datamodule", "a LightningDataModule")
+        return overrides(module_class, "val_dataloader", "LightningDataModule")
+
     def load(self) -> TensorDataset:
         return converted(repr(self), self.convert)
 
