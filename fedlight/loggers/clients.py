@@ -45,4 +45,3 @@ def update_norm(weights: StateDict, start: StateDict) -> float:
 def logged_means(logged: Mapping[str, Sequence[float]]) -> dict[str, float]:
     """What one client's module logged in training (name → weighted sum, weight) as means."""
     return {name: total / weight for name, (total, weight) in logged.items() if weight}
-
