@@ -72,13 +72,10 @@ def study_of(sweep: Path) -> optuna.Study:
     return optuna.load_study(study_name="fedlight", storage=f"sqlite:///{sweep / STUDY_FILE}")
 
 
-def test_a_killed_study_continues_where_it_stopped(tmp_path: Path) -> None:
-    """SIGKILL once trial 0 finished and trial 1 is half-way: `fedlight resume` leaves trial 0's
-    files as they are, continues trial 1 in its own directory from its checkpoint (its drawn
-    learning rate kept) and runs trial 2 only: three trials, each with its job's value, and the
-    same draws and values as the study run without a kill."""
-    sweep = tmp_path / "study"
-    process = started([*STUDY, "fl.rounds=16", f"hydra.sweep.dir={sweep}"], tmp_path)
+def kill_half_way(study: list[str], sweep: Path, tmp_path: Path) -> None:
+    """Start a 16-round study into `sweep` and kill its process group (SIGKILL) with trial 0
+    finished and trial 1 half-way."""
+    process = started([*study, "fl.rounds=16", f"hydra.sweep.dir={sweep}"], tmp_path)
 
     def half_way() -> bool:
         return job_state(sweep / "0").done and 3 <= job_state(sweep / "1").rounds_logged <= 12
@@ -86,6 +83,15 @@ def test_a_killed_study_continues_where_it_stopped(tmp_path: Path) -> None:
     wait_for(half_way, process, "trial 0 finished and trial 1 half-way")
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
+
+
+def test_a_killed_study_continues_where_it_stopped(tmp_path: Path) -> None:
+    """SIGKILL once trial 0 finished and trial 1 is half-way: `fedlight resume` leaves trial 0's
+    files as they are, continues trial 1 in its own directory from its checkpoint (its drawn
+    learning rate kept) and runs trial 2 only: three trials, each with its job's value, and the
+    same draws and values as the study run without a kill."""
+    sweep = tmp_path / "study"
+    kill_half_way(STUDY, sweep, tmp_path)
     first = snapshot(sweep / "0")
     before = trials(sweep)
     assert [t.state.name for t in before] == ["COMPLETE", "RUNNING"]
@@ -521,14 +527,7 @@ def test_a_killed_multi_objective_study_continues_and_reports_its_pareto_front(
     kill (the sampler's state kept); the Pareto front, checked by hand, in
     optimization_results.yaml and in `fedlight report`; optuna-dashboard serves the study."""
     sweep = tmp_path / "pareto"
-    process = started([*PARETO, "fl.rounds=16", f"hydra.sweep.dir={sweep}"], tmp_path)
-
-    def half_way() -> bool:
-        return job_state(sweep / "0").done and 3 <= job_state(sweep / "1").rounds_logged <= 12
-
-    wait_for(half_way, process, "trial 0 finished and trial 1 half-way")
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
+    kill_half_way(PARETO, sweep, tmp_path)
     before = trials(sweep)
     assert [t.state.name for t in before] == ["COMPLETE", "RUNNING"]
 
