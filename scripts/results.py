@@ -54,7 +54,7 @@ from fedlight.store.sweeps import job_dirs
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = Path("docs/results")
 REGISTRY = RESULTS / "pages.yaml"
-STUDY_FILES = ("optuna.db", "optimization_results.yaml")
+STUDY_FILES = ("optuna.db", "optuna_journal.log", "optimization_results.yaml")
 COMMAND = "python -m scripts.results pages"
 # Text files a regeneration may write; anything else (curves.png) is regenerated, not compared.
 TEXT_SUFFIXES = {".md", ".csv", ".json", ".yaml", ".txt"}

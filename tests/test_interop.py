@@ -23,8 +23,8 @@ from fedlight.loggers.tensorboard import TENSORBOARD_DIR
 from fedlight.loggers.wandb import WandbLogger
 from fedlight.models.mlp import MLP
 from fedlight.runs.experiment import Job, run_job
-from fedlight.runs.export import LIGHTNING_CHECKPOINT_NAME, MODEL_NAME
 from fedlight.runs.outputs import write_curves
+from fedlight.store.run_files import LIGHTNING_CHECKPOINT_NAME, MODEL_NAME
 
 from .conftest import TINY, run_cli, run_killed_in_round
 

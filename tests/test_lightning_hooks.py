@@ -237,10 +237,6 @@ def test_a_scheduler_steps_under_dp_sgd_too(
             "local.gradient_clip_val=0.5 and the model's configure_gradient_clipping passes "
             "gradient_clip_val=0.001; set only one of them",
         ),
-        (
-            [MODULES + "LogsTrainLoss"],
-            "the model logs 'train_loss' in training, a column fedlight already writes",
-        ),
         ([MODULES + "SumsItsLogs"], "the model logs 'loss_sum' with reduce_fx='sum'"),
         (
             [MODULES + "LogsText"],
@@ -262,7 +258,6 @@ def test_a_scheduler_steps_under_dp_sgd_too(
         "optimizer_step",
         "dp_sgd_clipping",
         "two_clip_values",
-        "train_loss_column",
         "reduce_fx",
         "text",
         "vector",

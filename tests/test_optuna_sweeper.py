@@ -1,12 +1,20 @@
-"""`hydra/sweeper=optuna` as fedlight runs it (fedlight/runs/optuna_sweeper.py): a study kept in the
-sweep directory that continues after a kill without running finished trials again, a diverged
-trial given the worst value while the study goes on, and the refusals."""
+"""`hydra/sweeper=optuna` as fedlight runs it (fedlight/runs/optuna_sweeper.py, on optuna >= 4): a
+study kept in the sweep directory that continues after a kill without running finished trials
+again, with its sampler's state; a diverged trial given the worst value while the study goes on;
+studies of several objectives with their Pareto front; Optuna's journal storage; optuna-dashboard
+on a study; and the refusals."""
 
+import json
 import os
 import pickle
 import re
 import signal
+import socket
+import sqlite3
 import subprocess
+import sys
+import time
+import urllib.request
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -17,17 +25,21 @@ import yaml
 from fedlight.cli.main import group_options, validate_command_line
 from fedlight.core.errors import ConfigError
 from fedlight.reports.report import main as report_main
+from fedlight.reports.study_report import load_study
 from fedlight.runs.optuna_sweeper import (
     consecutive,
     continued_sampler,
     directions,
+    distribution,
     keep_sampler,
+    legacy_record,
+    objectives,
     search_record,
     trial_overrides,
 )
 from fedlight.runs.resume import resume_command
 from fedlight.runs.tuned import tuned_command
-from fedlight.store.run_files import SAMPLER_FILE, STUDY_FILE
+from fedlight.store.run_files import JOURNAL_FILE, SAMPLER_FILE, STUDY_FILE
 from fedlight.store.sweeps import JobStatus, job_state, sweep_states
 
 from .conftest import TINY, compose_config, run_cli
@@ -48,8 +60,29 @@ STUDY = [
 
 
 def trials(sweep: Path) -> list[optuna.trial.FrozenTrial]:
-    storage = f"sqlite:///{sweep / 'optuna.db'}"
-    return optuna.load_study(study_name="fedlight", storage=storage).trials
+    return study_of(sweep).trials
+
+
+def study_of(sweep: Path) -> optuna.Study:
+    if (sweep / JOURNAL_FILE).is_file():
+        from optuna.storages.journal import JournalFileBackend, JournalStorage
+
+        storage = JournalStorage(JournalFileBackend(str(sweep / JOURNAL_FILE)))
+        return optuna.load_study(study_name="fedlight", storage=storage)
+    return optuna.load_study(study_name="fedlight", storage=f"sqlite:///{sweep / STUDY_FILE}")
+
+
+def kill_half_way(study: list[str], sweep: Path, tmp_path: Path) -> None:
+    """Start a 16-round study into `sweep` and kill its process group (SIGKILL) with trial 0
+    finished and trial 1 half-way."""
+    process = started([*study, "fl.rounds=16", f"hydra.sweep.dir={sweep}"], tmp_path)
+
+    def half_way() -> bool:
+        return job_state(sweep / "0").done and 3 <= job_state(sweep / "1").rounds_logged <= 12
+
+    wait_for(half_way, process, "trial 0 finished and trial 1 half-way")
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
 
 
 def test_a_killed_study_continues_where_it_stopped(tmp_path: Path) -> None:
@@ -58,14 +91,7 @@ def test_a_killed_study_continues_where_it_stopped(tmp_path: Path) -> None:
     learning rate kept) and runs trial 2 only: three trials, each with its job's value, and the
     same draws and values as the study run without a kill."""
     sweep = tmp_path / "study"
-    process = started([*STUDY, "fl.rounds=16", f"hydra.sweep.dir={sweep}"], tmp_path)
-
-    def half_way() -> bool:
-        return job_state(sweep / "0").done and 3 <= job_state(sweep / "1").rounds_logged <= 12
-
-    wait_for(half_way, process, "trial 0 finished and trial 1 half-way")
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
+    kill_half_way(STUDY, sweep, tmp_path)
     first = snapshot(sweep / "0")
     before = trials(sweep)
     assert [t.state.name for t in before] == ["COMPLETE", "RUNNING"]
@@ -112,7 +138,11 @@ def test_a_diverged_trial_gets_the_worst_value_and_the_study_goes_on(tmp_path: P
     run_cli(*study, f"hydra.sweep.dir={sweep}", cwd=tmp_path)
     done = trials(sweep)
     assert [(t.state.name, t.value) for t in done] == [("COMPLETE", 0.0)] * 3
-    assert all(t.user_attrs["fedlight"].startswith("diverged") for t in done)
+    notes = study_of(sweep).user_attrs["notes"]  # what happened to each trial, by its number
+    assert sorted(notes) == ["0", "1", "2"]
+    assert all(
+        note.startswith("diverged: given the worst best_accuracy, 0.0") for note in notes.values()
+    )
     assert {s.status for s in sweep_states(sweep)} == {JobStatus.DIVERGED}
 
     other = [*study[:3], "optim.lr=interval(0.01,0.3)", *study[4:], "resume=auto"]
@@ -123,7 +153,7 @@ def test_a_diverged_trial_gets_the_worst_value_and_the_study_goes_on(tmp_path: P
         .splitlines()[-1]
         .startswith("fedlight: error: hydra/sweeper=optuna: ")
     )
-    assert "holds a study of another search (optim.lr=UniformDistribution" in refused.stderr
+    assert "holds a study of another search (optim.lr=FloatDistribution" in refused.stderr
 
     # the second stage: the best trial's configuration with three seeds, the test set each round
     best = yaml.safe_load((sweep / "optimization_results.yaml").read_text())["best_params"]
@@ -157,11 +187,91 @@ def test_the_tune_presets_compose_for_each_algorithm(setting: str) -> None:
 
 
 def test_the_direction_is_the_objectives_unless_given() -> None:
-    assert directions(None, "best_accuracy") == ["maximize"]
-    assert directions(None, "comm_mb") == ["minimize"]
-    assert directions("minimize", "best_accuracy") == ["minimize"]
-    with pytest.raises(ConfigError, match="one direction"):
-        directions(["maximize", "minimize"], "best_accuracy")
+    assert directions(None, ["best_accuracy"]) == ["maximize"]
+    assert directions(None, ["comm_mb"]) == ["minimize"]
+    assert directions("minimize", ["best_accuracy"]) == ["minimize"]
+    assert directions(None, ["final_accuracy", "comm_mb"]) == ["maximize", "minimize"]
+    assert directions(["minimize", "minimize"], ["val_accuracy", "comm_mb"]) == ["minimize"] * 2
+    with pytest.raises(ConfigError, match="one direction each"):
+        directions(["maximize", "minimize"], ["best_accuracy"])
+    with pytest.raises(ConfigError, match="upwards is not maximize or minimize"):
+        directions("upwards", ["best_accuracy"])
+    assert objectives(None, "best_accuracy") == ["best_accuracy"]
+    assert objectives(["final_accuracy", "comm_mb"], "x") == ["final_accuracy", "comm_mb"]
+    with pytest.raises(ConfigError, match=r"accuracy is not a summary\.json number"):
+        objectives(["accuracy", "comm_mb"], "final_accuracy")
+
+
+@pytest.mark.parametrize(
+    ("aims", "summary", "expected"),
+    [
+        (
+            ["best_accuracy", "comm_mb"],
+            {"best_accuracy": 0.5, "comm_mb": 2.0},
+            ("COMPLETE", [0.5, 2.0]),
+        ),
+        (["best_accuracy", "comm_mb"], {"diverged_at_round": 2, "comm_mb": 1.0}, ("FAIL", None)),
+        (["best_accuracy", "val_accuracy"], {"diverged_at_round": 2}, ("COMPLETE", [0.0, 0.0])),
+        (["best_accuracy", "comm_mb"], {"best_accuracy": 0.5}, ("FAIL", None)),
+        (
+            ["best_accuracy", "comm_mb"],
+            {"best_accuracy": float("nan"), "comm_mb": 2.0},
+            ("FAIL", None),
+        ),
+    ],
+)
+def test_a_trial_of_several_objectives_takes_its_values_from_its_summary(
+    tmp_path: Path, aims: list[str], summary: dict, expected: tuple
+) -> None:
+    """Each objective's value is the job's summary.json number; a diverged job, or one lacking a
+    value, gets each objective's worst where every objective has one, and fails otherwise
+    (`comm_mb` has no worst: a diverged run's megabytes would put it on the front)."""
+    from hydra.core.utils import JobStatus as HydraJobStatus
+
+    from fedlight.runs.optuna_sweeper import StudySweep
+
+    (tmp_path / "summary.json").write_text(json.dumps(summary))
+    sweep = object.__new__(StudySweep)
+    sweep.objectives, sweep.multi = aims, True
+    runtime = SimpleNamespace(output_dir=str(tmp_path))
+    ret = SimpleNamespace(
+        status=HydraJobStatus.COMPLETED,
+        return_value=None,
+        hydra_cfg=SimpleNamespace(hydra=SimpleNamespace(runtime=runtime)),
+    )
+    state, values, _ = sweep.outcome(ret)  # type: ignore[arg-type]
+    assert (state.name, values) == expected
+
+
+def test_a_grid_sampler_and_hydra_1_1s_search_space_are_refused_in_one_line() -> None:
+    import functools
+
+    from fedlight.runs.optuna_sweeper import StudySweep
+
+    grid = {"sampler": functools.partial(optuna.samplers.GridSampler), "search_space": None}
+    with pytest.raises(ConfigError, match=r"sampler=grid: a grid is Hydra's basic sweeper"):
+        StudySweep(grid, None, None, None)  # type: ignore[arg-type]
+    old = {"sampler": None, "search_space": {"optim.lr": {"type": "float"}}}
+    with pytest.raises(ConfigError, match=r"search_space is Hydra 1\.1's form; .*params"):
+        StudySweep(old, None, None, None)  # type: ignore[arg-type]
+
+
+def suggest_momentum(config: object, trial: optuna.Trial) -> None:
+    """A `custom_search_space` function, as Hydra's Optuna sweeper calls it."""
+    trial.suggest_categorical("optim.momentum", [0.0, 0.9])
+
+
+def test_custom_search_space_adds_its_parameters_to_each_trial() -> None:
+    from fedlight.runs.optuna_sweeper import StudySweep, search_space
+
+    sweep = object.__new__(StudySweep)
+    sweep.custom, sweep.config = suggest_momentum, None
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    space, fixed = search_space(["optim.lr=tag(log,interval(0.01,0.3))", "algo=fedprox"])
+    trial = sweep.ask(study, space, fixed)
+    assert set(trial.params) == {"optim.lr", "optim.momentum"}
+    assert trial.user_attrs == {"algo": "fedprox"}
+    assert trial_overrides(trial.params, fixed)[-1] == "algo=fedprox"
 
 
 def test_interrupted_trials_run_again_in_batches_of_consecutive_numbers() -> None:
@@ -171,101 +281,168 @@ def test_interrupted_trials_run_again_in_batches_of_consecutive_numbers() -> Non
 
 
 def test_the_search_record_leaves_out_what_a_resume_may_change() -> None:
-    space = {"optim.lr": optuna.distributions.LogUniformDistribution(0.01, 0.3)}
+    space = {"optim.lr": optuna.distributions.FloatDistribution(0.01, 0.3, log=True)}
     fixed = {"algo": "fedprox", "resume": "auto", "fl.workers": 2, "hydra.sweep.dir": "x"}
-    assert search_record(space, fixed) == [
+    record = search_record(space, fixed)
+    assert record == [
+        "optim.lr=FloatDistribution(high=0.3, log=True, low=0.01, step=None)",
+        "algo=fedprox",
+    ]
+    # a study begun under optuna 2 (hydra-optuna-sweeper) recorded its classes: it continues
+    assert legacy_record(record) == [
         "optim.lr=LogUniformDistribution(high=0.3, low=0.01)",
         "algo=fedprox",
     ]
-    trial = SimpleNamespace(params={"optim.lr": 0.05})
-    continued = trial_overrides(trial, {"algo": "fedprox", "resume": "auto"})  # type: ignore[arg-type]
+    continued = trial_overrides({"optim.lr": 0.05}, {"algo": "fedprox", "resume": "auto"})
     assert continued == ["optim.lr=0.05", "algo=fedprox", "resume=auto"]
 
 
-def test_a_continued_study_draws_what_the_uninterrupted_one_draws(tmp_path: Path) -> None:
-    """The sampler kept after each draw, then restored in a new study object (a new process's):
-    the four trials equal an uninterrupted study's; without the kept sampler, they do not."""
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        (
+            "optim.lr=tag(log,interval(0.01,0.3))",
+            "FloatDistribution(high=0.3, log=True, low=0.01, step=None)",
+        ),
+        (
+            "optim.lr=interval(0.01,0.3)",
+            "FloatDistribution(high=0.3, log=False, low=0.01, step=None)",
+        ),
+        (
+            "algo.mu=interval(1,5)",
+            "FloatDistribution(high=5.0, log=False, low=1.0, step=None)",
+        ),
+        (
+            "algo.server_lr=tag(log,interval(16,256))",
+            "FloatDistribution(high=256.0, log=True, low=16.0, step=None)",
+        ),
+        ("local.epochs=range(1,5)", "IntDistribution(high=4, log=False, low=1, step=1)"),
+        ("local.epochs=range(1,9,2)", "IntDistribution(high=7, log=False, low=1, step=2)"),
+        (
+            "optim.momentum=range(0.0,1.0,0.25)",
+            "FloatDistribution(high=0.75, log=False, low=0.0, step=0.25)",
+        ),
+        ("algo=choice(fedavg,fedprox)", "CategoricalDistribution(choices=('fedavg', 'fedprox'))"),
+        ("optim.momentum=choice(0.0,0.9)", "CategoricalDistribution(choices=(0.0, 0.9))"),
+    ],
+)
+def test_hydra_optuna_sweepers_syntax_is_the_same_space(override: str, expected: str) -> None:
+    """What users of Hydra's Optuna sweeper type: interval (a float, as Hydra parses it and its
+    Optuna sweeper drew it; log tagged), choice, and range as Hydra lists it (ints where they
+    are; its stop excluded, as the checks before a study try it)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    (parsed,) = OverridesParser.create().parse_overrides([override])
+    assert str(distribution(parsed)) == expected
+
+
+SAMPLERS = {
+    "tpe": lambda: optuna.samplers.TPESampler(seed=0, n_startup_trials=2),
+    "random": lambda: optuna.samplers.RandomSampler(seed=0),
+    "nsgaii": lambda: optuna.samplers.NSGAIISampler(seed=0, population_size=2),
+    "tpe, two objectives": lambda: optuna.samplers.TPESampler(seed=0, n_startup_trials=2),
+}
+
+
+@pytest.mark.parametrize("kind", SAMPLERS)
+def test_a_continued_study_draws_what_the_uninterrupted_one_draws(
+    tmp_path: Path, kind: str
+) -> None:
+    """The sampler's state kept after each draw (JSON numbers), then restored into a sampler
+    built afresh for a new study object (a new process's): the six trials equal an
+    uninterrupted study's; without the kept state, they do not."""
+    two = kind in ("nsgaii", "tpe, two objectives")
 
     def study(name: str) -> optuna.Study:
         storage = f"sqlite:///{tmp_path / name}.db"
-        sampler = optuna.samplers.TPESampler(seed=0, n_startup_trials=2)
         return optuna.create_study(
-            study_name="fedlight", storage=storage, sampler=sampler, load_if_exists=True
+            study_name="fedlight",
+            storage=storage,
+            sampler=SAMPLERS[kind](),
+            directions=["maximize", "minimize"] if two else ["maximize"],
+            load_if_exists=True,
         )
 
     def draw(study: optuna.Study, kept: Path) -> None:
         trial = study.ask()
         lr = trial.suggest_float("lr", 1e-3, 1.0, log=True)
+        mu = trial.suggest_categorical("mu", [0.0, 0.1, 1.0])
         keep_sampler(study.sampler, kept)
-        study.tell(trial, -((lr - 0.05) ** 2))
+        fit = -((lr - 0.05) ** 2) - mu
+        study.tell(trial, [fit, lr] if two else fit)
 
     whole = study("whole")
-    for _ in range(4):
-        draw(whole, tmp_path / "whole.pkl")
-    for name, kept in (("killed", tmp_path / "killed.pkl"), ("lost", tmp_path / "lost.pkl")):
+    for _ in range(6):
+        draw(whole, tmp_path / "whole.json")
+    for name, kept in (("killed", tmp_path / "killed.json"), ("lost", tmp_path / "lost.json")):
         first = study(name)
-        for _ in range(2):
+        for _ in range(3):
             draw(first, kept)
         if name == "lost":
             kept.unlink()
         continued = study(name)
-        continued.sampler = continued_sampler(continued.sampler, kept, tpe_space())
-        for _ in range(2):
+        continued.sampler = continued_sampler(continued.sampler, kept)
+        for _ in range(3):
             draw(continued, kept)
         same = [t.params for t in continued.trials] == [t.params for t in whole.trials]
         assert same is (name == "killed")
+    assert json.loads((tmp_path / "whole.json").read_text())["random_states"]
 
 
-def tpe_space() -> dict[str, optuna.distributions.BaseDistribution]:
-    return {"lr": optuna.distributions.LogUniformDistribution(1e-3, 1.0)}
-
-
-@pytest.mark.parametrize("planted", ["alone", "inside a sampler"])
+@pytest.mark.parametrize("planted", ["a pickle", "a pickle at the old name", "another sampler"])
 def test_a_sampler_file_runs_no_code(
     tmp_path: Path, planted: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A pickle whose `__reduce__` runs a shell command, planted as the sampler file (alone, or
-    as an attribute of a real sampler): the study draws afresh and says so, the command not run."""
-    marker, kept = tmp_path / "ran", tmp_path / "optuna_sampler.pkl"
-    hostile = optuna.samplers.TPESampler(seed=0)
-    hostile._gamma = RunsCode(marker)  # type: ignore[attr-defined]
-    kept.write_bytes(pickle.dumps(RunsCode(marker) if planted == "alone" else hostile))
+    """The sampler's state is JSON numbers, never a pickle: a pickle whose `__reduce__` runs a
+    shell command, planted as the sampler file (or as fedlight's former optuna_sampler.pkl), runs
+    nothing and the study draws afresh and says so; so does the state of another kind of
+    sampler."""
+    marker, kept = tmp_path / "ran", tmp_path / SAMPLER_FILE
+    if planted == "another sampler":
+        keep_sampler(optuna.samplers.RandomSampler(seed=0), kept)
+    elif planted == "a pickle":
+        kept.write_bytes(pickle.dumps(RunsCode(marker)))
+    else:
+        (tmp_path / "optuna_sampler.pkl").write_bytes(pickle.dumps(RunsCode(marker)))
     configured = optuna.samplers.TPESampler(seed=0)
 
-    assert continued_sampler(configured, kept, tpe_space()) is configured
+    assert continued_sampler(configured, kept) is configured
     assert not marker.exists()
-    assert "the sampler draws afresh (" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "the sampler draws afresh (" in err
+    if planted == "another sampler":
+        assert "it was a RandomSampler" in err
 
 
 @pytest.mark.parametrize("cut", [0, 1, 100, -1])
 def test_a_cut_short_sampler_file_draws_afresh_and_says_so(
     tmp_path: Path, cut: int, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    kept = tmp_path / "optuna_sampler.pkl"
-    whole = pickle.dumps(optuna.samplers.TPESampler(seed=0))
-    kept.write_bytes(whole[:cut])
+    kept = tmp_path / SAMPLER_FILE
+    keep_sampler(optuna.samplers.TPESampler(seed=0), kept)
+    kept.write_bytes(kept.read_bytes()[:cut])
     configured = optuna.samplers.TPESampler(seed=0)
-    assert continued_sampler(configured, kept, tpe_space()) is configured
+    assert continued_sampler(configured, kept) is configured
     err = capsys.readouterr().err
     assert "the sampler draws afresh (" in err and str(kept) in err
     assert len(err.strip().splitlines()) == 1
 
 
 def test_the_sampler_file_is_never_written_through_a_link(tmp_path: Path) -> None:
-    """A link planted at the name the sampler was first written under (a study's sweep directory
-    may be writable by others): its target is left as it was; one at the temporary name fedlight
-    writes is refused in one line."""
+    """A link planted at the name the sampler file was first written under (a study's sweep
+    directory may be writable by others): its target is left as it was; one at the temporary
+    name fedlight writes is refused in one line."""
     victim = tmp_path / "victim"
     victim.write_text("mine")
-    kept = tmp_path / "optuna_sampler.pkl"
-    (tmp_path / "optuna_sampler.pkl.partial").symlink_to(victim)
+    kept = tmp_path / SAMPLER_FILE
+    (tmp_path / f"{SAMPLER_FILE}.partial").symlink_to(victim)
     keep_sampler(optuna.samplers.TPESampler(seed=0), kept)
     assert victim.read_text() == "mine"
     assert not kept.is_symlink() and kept.stat().st_size > 0
 
-    for name in ("optuna_sampler.tmp", "optuna_sampler.pkl.tmp"):
-        (tmp_path / name).unlink(missing_ok=True)
-        (tmp_path / name).symlink_to(victim)
+    partial = kept.with_suffix(".tmp")
+    partial.unlink(missing_ok=True)
+    partial.symlink_to(victim)
     with pytest.raises(ConfigError, match="symbolic link"):
         keep_sampler(optuna.samplers.TPESampler(seed=1), kept)
     assert victim.read_text() == "mine"
@@ -316,3 +493,181 @@ def test_a_finished_study_runs_no_planted_code_and_a_refused_one_changes_nothing
         one_error_line(resumed, f"{re.escape(str(storage))} is not a readable Optuna study")
         assert report_main([str(sweep)]) == 2
     assert (sweep / "multirun.yaml").read_bytes() == record
+
+
+PARETO = [
+    "-m",
+    "hydra/sweeper=optuna",
+    "hydra.sweeper.n_trials=3",
+    "hydra.sweeper.objectives=[best_accuracy,comm_mb]",
+    "upload=topk",
+    "upload.topk.ratio=tag(log,interval(0.01,1.0))",
+    *SMALL,
+    "data.validation_fraction=0.2",
+    "eval.split=validation",
+]
+
+
+def pareto_front(values: dict[int, tuple[float, float]]) -> set[int]:
+    """The trials no other beats in both (accuracy up, megabytes down), by hand."""
+
+    def beats(a: tuple[float, float], b: tuple[float, float]) -> bool:
+        return a[0] >= b[0] and a[1] <= b[1] and a != b
+
+    return {n for n, v in values.items() if not any(beats(w, v) for w in values.values())}
+
+
+def test_a_killed_multi_objective_study_continues_and_reports_its_pareto_front(
+    tmp_path: Path,
+) -> None:
+    """Best validation accuracy up and communication down (top-k's share of entries searched),
+    3 trials through the CLI on optuna >= 4, killed once trial 0 finished and trial 1 is half-way:
+    `fedlight resume` continues trial 1 from its checkpoint and runs trial 2 only; each trial's
+    two values are its run's summary.json; the same draws and values as the study run without a
+    kill (the sampler's state kept); the Pareto front, checked by hand, in
+    optimization_results.yaml and in `fedlight report`; optuna-dashboard serves the study."""
+    sweep = tmp_path / "pareto"
+    kill_half_way(PARETO, sweep, tmp_path)
+    before = trials(sweep)
+    assert [t.state.name for t in before] == ["COMPLETE", "RUNNING"]
+
+    resumed = run_cli("resume", str(sweep), cwd=tmp_path)
+
+    assert "trials 1 were interrupted" in resumed.stderr
+    assert "the sampler continues from its state after the latest draw" in resumed.stderr
+    study = study_of(sweep)
+    after = study.trials
+    assert [t.state.name for t in after] == ["COMPLETE"] * 3
+    assert after[1].params == before[1].params
+    states = sweep_states(sweep)
+    assert [s.summary["resumes"] for s in states] == [0, 1, 0]
+    runs = [(s.summary["best_accuracy"], s.summary["comm_mb"]) for s in states]
+    assert [tuple(t.values) for t in after] == runs
+    assert [d.name for d in study.directions] == ["MAXIMIZE", "MINIMIZE"]
+    front = pareto_front(dict(enumerate(runs)))
+    assert {t.number for t in study.best_trials} == front
+    assert len({v[1] for v in runs}) == 3  # the ratio changes the megabytes: a real trade-off
+
+    results = yaml.safe_load((sweep / "optimization_results.yaml").read_text())
+    assert results["objectives"] == ["best_accuracy", "comm_mb"]
+    assert results["directions"] == ["maximize", "minimize"]
+    assert {s["trial"] for s in results["solutions"]} == front
+    for solution in results["solutions"]:
+        trial = after[solution["trial"]]
+        assert solution["params"] == trial.params
+        assert solution["values"] == dict(
+            zip(["best_accuracy", "comm_mb"], trial.values, strict=True)
+        )
+    with pytest.raises(ConfigError, match="Pareto front"):
+        tuned_command(sweep)
+
+    assert report_main([str(sweep)]) == 0
+    report = (sweep / "report.md").read_text()
+    numbers = ", ".join(str(n) for n in sorted(front))
+    assert "## Study pareto: best_accuracy maximized; comm_mb minimized" in report
+    assert f"Pareto front (best_accuracy, comm_mb): {len(front)} of 3 completed trials" in report
+    assert f"every objective: trial{'s' if len(front) > 1 else ''} {numbers} (marked" in report
+    rows = [line for line in report.splitlines() if re.match(r"\| \d \| ", line)]
+    assert [("◆" in row) for row in rows] == [n in front for n in range(3)]
+    for row, (accuracy, megabytes) in zip(rows, runs, strict=True):
+        assert f"| {accuracy:.4f} | {megabytes:.4f} |" in row
+    assert (sweep / "study.png").stat().st_size > 0
+
+    whole = tmp_path / "whole"
+    run_cli(*PARETO, "fl.rounds=16", f"hydra.sweep.dir={whole}", cwd=tmp_path)
+    uninterrupted = trials(whole)
+    assert [t.params for t in after] == [t.params for t in uninterrupted]
+    assert [t.values for t in after] == [t.values for t in uninterrupted]
+
+    storage = f"sqlite:///{(sweep / STUDY_FILE).resolve()}"
+    assert f"fedlight: optuna: browse the study: optuna-dashboard {storage}" in resumed.stderr
+    dashboard_serves(storage, tmp_path, trials=3, names=["best_accuracy", "comm_mb"])
+
+
+def dashboard_serves(storage: str, cwd: Path, trials: int, names: list[str]) -> None:
+    """`optuna-dashboard <storage>` (the command the study prints at its end, docs/tuning.md)
+    serves the study: its trials, its objectives' names; skipped where optuna-dashboard is not
+    installed (it is in the `optuna` extra)."""
+    command = Path(sys.executable).with_name("optuna-dashboard")
+    if not command.is_file():
+        pytest.skip("optuna-dashboard is not installed (pip install 'fedlight[optuna]')")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen(
+        [str(command), storage, "--port", str(port), "--quiet"],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/studies") as answer:
+                    studies = json.load(answer)["study_summaries"]
+                break
+            except OSError:
+                assert server.poll() is None, server.communicate()[0]
+                assert time.monotonic() < deadline, "optuna-dashboard did not answer in 120 s"
+                time.sleep(0.5)
+        (study,) = studies
+        assert study["study_name"] == "fedlight"
+        url = f"http://127.0.0.1:{port}/api/studies/{study['study_id']}"
+        with urllib.request.urlopen(url) as answer:
+            detail = json.load(answer)
+        assert len(detail["trials"]) == trials
+        assert detail["objective_names"] == names
+    finally:
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGTERM)
+        server.wait()
+
+
+def test_a_study_in_optunas_journal_file_continues_and_is_reported(tmp_path: Path) -> None:
+    """`hydra.sweeper.storage=journal`: the study in <sweep dir>/optuna_journal.log (no SQLite);
+    run again with more trials it continues (its sampler's state kept) and runs only the new
+    one; `fedlight report` and optuna-dashboard read the journal file."""
+    sweep = tmp_path / "journal"
+    study = [*STUDY[:2], "hydra.sweeper.n_trials=2", *STUDY[3:], "fl.rounds=2"]
+    journal = [*study, "hydra.sweeper.storage=journal", f"hydra.sweep.dir={sweep}"]
+    first = run_cli(*journal, cwd=tmp_path)
+    assert f"in {sweep.resolve() / JOURNAL_FILE}: 0 of 2 trials done" in first.stderr
+    assert (sweep / JOURNAL_FILE).is_file() and not (sweep / STUDY_FILE).exists()
+    assert [t.state.name for t in trials(sweep)] == ["COMPLETE"] * 2
+
+    more = run_cli(*journal, "hydra.sweeper.n_trials=3", "resume=auto", cwd=tmp_path)
+    assert "2 of 3 trials done" in more.stderr
+    assert "the sampler continues from its state after the latest draw" in more.stderr
+    assert [s.summary["resumes"] for s in sweep_states(sweep)] == [0, 0, 0]
+    done = trials(sweep)
+    assert [t.state.name for t in done] == ["COMPLETE"] * 3
+    whole = tmp_path / "whole"
+    run_cli(*study, "hydra.sweeper.n_trials=3", f"hydra.sweep.dir={whole}", cwd=tmp_path)
+    assert [t.params for t in done] == [t.params for t in trials(whole)]
+
+    assert report_main([str(sweep)]) == 0
+    report = (sweep / "report.md").read_text()
+    assert f"(Optuna study `fedlight` in `journal/{JOURNAL_FILE}`)" in report
+    assert "3 trials: 3 completed, 0 failed" in report
+    journal_file = (sweep / JOURNAL_FILE).resolve()
+    assert f"browse the study: optuna-dashboard {journal_file}" in more.stderr
+    dashboard_serves(str(journal_file), tmp_path, trials=3, names=["best_accuracy"])
+
+
+def test_a_study_of_an_older_optuna_is_one_line_naming_the_upgrade(tmp_path: Path) -> None:
+    """A study whose storage an older Optuna set up (optuna 2's, by fedlight before it ran on
+    optuna 4): one line naming the file and Optuna's command that upgrades it."""
+    sweep = tmp_path / "old"
+    sweep.mkdir()
+    storage = f"sqlite:///{sweep / STUDY_FILE}"
+    optuna.create_study(study_name="fedlight", storage=storage)
+    with sqlite3.connect(sweep / STUDY_FILE) as connection:
+        connection.execute("UPDATE alembic_version SET version_num = 'v2.6.0.a'")
+    connection.close()
+    with pytest.raises(ConfigError) as refused:
+        load_study(sweep)  # what `fedlight report` and `fedlight resume` read it with
+    said = str(refused.value)
+    assert "\n" not in said and "is an Optuna study of another version" in said
+    assert f"optuna storage upgrade --storage sqlite:///{(sweep / STUDY_FILE).resolve()}" in said

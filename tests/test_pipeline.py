@@ -318,7 +318,7 @@ def test_a_metric_first_reported_later_widens_the_header_of_metrics_csv(tmp_path
 # Evaluation as a stage ----------------------------------------------------------------------------
 
 
-def test_a_modules_own_validation_step_evaluates_the_model(
+def test_a_modules_own_test_step_evaluates_the_model(
     make_job: Callable[[list[str]], Job], tmp_path: Path
 ) -> None:
     job = make_job([*TINY, "fl.rounds=2", "model._target_=tests.user_module.EvaluatingModule"])

@@ -28,12 +28,17 @@ def no_earlier_online_failure(monkeypatch: pytest.MonkeyPatch) -> None:
 class FakeRun:
     def __init__(self, sync_dir: Path) -> None:
         self.settings = SimpleNamespace(sync_dir=str(sync_dir))
+        self.id = "fake"
         self.logged: list[tuple[int, dict[str, Any]]] = []
+        self.artifacts: list[tuple[Any, list[str]]] = []
         self.summary: dict[str, Any] = {}
         self.finished = False
 
     def log(self, data: dict[str, Any], step: int | None = None) -> None:
         self.logged.append((step, data))
+
+    def log_artifact(self, artifact: Any, aliases: list[str]) -> None:
+        self.artifacts.append((artifact, aliases))
 
     def finish(self) -> None:
         self.finished = True
@@ -163,7 +168,11 @@ def test_a_run_whose_wandb_does_not_answer_finishes_with_its_metrics(
         rows = list(csv.DictReader(f))
     assert [int(r["round"]) for r in rows] == [1, 2]
     [run] = runs
-    assert [step for step, _ in run.logged] == [1, 2, None] and run.finished  # None: the figures
+    # each round's metrics, then its clients table; None: the figures
+    assert [step for step, _ in run.logged] == [1, 1, 2, 2, None] and run.finished
+    assert [list(data) for _, data in run.logged][1:4:2] == [["clients"], ["clients"]]
+    [(model, aliases)] = run.artifacts
+    assert (model.name, model.type, aliases) == ("model-fake", "model", ["final"])
 
 
 @pytest.mark.parametrize("value", [0, -1, math.inf, -math.inf, math.nan, "abc", None, True])

@@ -40,10 +40,10 @@ class RecordingModule(pl.LightningModule):
 
 
 class EvaluatingModule(RecordingModule):
-    """A module with its own evaluation: `validation_step` logs top-2 accuracy as test_accuracy
+    """A module with its own evaluation: `test_step` logs top-2 accuracy as test_accuracy
     (not the argmax accuracy fedlight would compute) and a metric of its own, `mean_max_logit`."""
 
-    def validation_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
+    def test_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
         x, y = batch
         logits = self(x)
         top2 = logits.topk(2, dim=1).indices

@@ -13,14 +13,13 @@ import shlex
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, NoReturn
 
 import hydra
 import torch
 import yaml
-from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -42,6 +41,7 @@ from fedlight.cli.jobs import (
     parse_command,
     with_config_dirs,
 )
+from fedlight.cli.optuna_configs import register_config as register_optuna_config
 from fedlight.core.config import (
     CONFIG_GROUPS,
     DATA_SETTING_KEYS,
@@ -62,6 +62,7 @@ from fedlight.drivers.preemption import (
     watched,
 )
 from fedlight.drivers.workers import WorkerError
+from fedlight.engines.lightning import ModelFactory
 from fedlight.loggers.base import job_name
 from fedlight.loggers.console import Tee, sweep_line
 from fedlight.partitions.base import ClientCount
@@ -106,39 +107,6 @@ def register_configs() -> None:
     register_optuna_config()
 
 
-def register_optuna_config() -> None:
-    """`hydra/sweeper=optuna` as fedlight's sweeper (`hydra_plugins.fedlight_optuna`) with
-    fedlight's defaults, over Hydra's; nothing without the `optuna` extra (fedlight's checks then
-    name the extra to install)."""
-    try:
-        from hydra_plugins.hydra_optuna_sweeper.config import OptunaSweeperConf
-    except ImportError:
-        return
-    # alembic (Optuna's storage) says at INFO how it sets itself up when Hydra imports optuna
-    # for the sampler: seven lines in Hydra's log format that tell a user nothing
-    logging.getLogger("alembic").setLevel(logging.WARNING)
-
-    @dataclass
-    class FedlightOptunaSweeperConf(OptunaSweeperConf):
-        """Hydra's settings with fedlight's defaults: see fedlight/runs/optuna_sweeper.py."""
-
-        _target_: str = "hydra_plugins.fedlight_optuna.FedlightOptunaSweeper"
-        # TPE's (or another sampler's) draws; a continued study continues its pickled sampler
-        sampler: Any = field(default_factory=lambda: {"seed": 0})
-        direction: Any = None  # maximize | minimize; None: the objective's
-        storage: Any = None  # an Optuna storage URL; None: sqlite:///<sweep dir>/optuna.db
-        study_name: str | None = "fedlight"
-        n_trials: int = 20  # the study's trials in all: a continued study runs those it lacks
-        n_jobs: int = 1  # trials asked at once (run in parallel by hydra/launcher=joblib)
-
-    ConfigStore.instance().store(
-        group="hydra/sweeper",
-        name="optuna",
-        node=FedlightOptunaSweeperConf,
-        provider="fedlight",
-    )
-
-
 def build_job(
     cfg: DictConfig,
     choices: dict[str, str],
@@ -163,13 +131,14 @@ def build_job(
         {"data": {key: cfg.data[key] for key in DATA_SETTING_KEYS if key in cfg.data}},
     )
     settings: RunSettings = OmegaConf.to_object(settings_node)  # type: ignore[assignment]
+    settings.check_splits(own_validation=getattr(data, "own_validation", False))
     plan = Plan(settings, choices, stages.algorithm, stages.selection, stages.upload)
     for stage in stages.upload:
         stage.check_run(plan)
     return Job(
         settings=settings,
         data=data,
-        model=instantiate_group(cfg, "model"),
+        model=model_factory(cfg),
         partition=partition,
         stages=stages,
         loggers=[instantiate_group(cfg, f"logger.{name}") for name in cfg.logger],
@@ -179,6 +148,21 @@ def build_job(
         name=name,
         derived_keys=derived,
         parallelism=parallelism,
+    )
+
+
+def model_factory(cfg: DictConfig) -> ModelFactory:
+    """The model group's option as a `ModelFactory`: its settings interpolated from other groups
+    (`lr: ${optim.lr}`) are fedlight's offers, passed where the constructor takes them; the
+    settings it names itself are passed as they are."""
+    offered = {key for key in cfg.model if OmegaConf.is_interpolation(cfg.model, key)}
+    node = OmegaConf.to_container(cfg.model, resolve=True)
+    assert isinstance(node, dict)
+    settings = {str(k): v for k, v in node.items() if k not in ("_target_", "_partial_")}
+    return ModelFactory(
+        target=str(node["_target_"]),
+        given={key: v for key, v in settings.items() if key not in offered},
+        offered={key: v for key, v in settings.items() if key in offered},
     )
 
 

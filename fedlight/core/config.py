@@ -115,8 +115,8 @@ class FLSettings:
     client_state_memory_mb: float = 256.0  # auto: RAM while num_clients such states fit in it
     engine: str = "auto"  # how clients train locally: see fedlight.engines
     # The layout the client module trains and evaluates in (fedlight.core.layout): auto
-    # (channels_last
-    # for a model with 2-D convolutions on the CPU), channels_last or contiguous.
+    # (channels_last for a model with 2-D convolutions on the CPU whose training step runs in it),
+    # channels_last or contiguous.
     memory_format: str = "auto"
     # Processes that share each round's clients (see fedlight.drivers.workers): on this machine, or
     # under torchrun the world size the environment gives.
@@ -407,15 +407,16 @@ class RunSettings:
             "device=cuda (worker r then takes cuda:<its local rank>)",
         )
         check_device_available(self.device)
-        self.check_splits()
 
-    def check_splits(self) -> None:
-        """What the validation split's settings need of each other."""
-        validated = self.data.validation_fraction > 0
+    def check_splits(self, own_validation: bool) -> None:
+        """What the validation split's settings need of each other, `own_validation`: whether
+        the data source brings a validation set (a DataModule's `val_dataloader`); checked
+        where the source is known (`fedlight.cli.main.build_job`)."""
+        validated = self.data.validation_fraction > 0 or own_validation
         require(
             self.eval.split == "test" or validated,
             "eval.split=validation needs a validation set; set data.validation_fraction, e.g. "
-            "0.1 (or eval.split=test)",
+            "0.1, or give a DataModule with val_dataloader (or eval.split=test)",
         )
         require(
             self.eval.test == "every_round" or self.eval.split == "validation",

@@ -8,22 +8,30 @@ but a convolution's kernel adds its products in another order, so the numbers di
 rounding from the contiguous layout's: `fl.memory_format=contiguous` gives the numbers of fedlight
 before the layout became the default, digit for digit.
 
-`auto` picks channels-last for a module with a 2-D convolution on the CPU and contiguous
-otherwise (a module without convolutions has nothing to gain; on CUDA fp32 the gain is unmeasured
-here, so it keeps cuDNN's default). The choice is deterministic (never timed), so the same config
-gives the same numbers on every run, and summary.json's `environment.memory_format` records it.
+`auto` picks channels-last for a module with a 2-D convolution on the CPU whose training step is
+shown to run in it, and contiguous otherwise (a module without convolutions has nothing to gain; on
+CUDA fp32 the gain is unmeasured here, so it keeps cuDNN's default). A user's module may flatten a
+convolution's output with `x.view(x.size(0), -1)`, which a channels-last tensor refuses: so the
+module is tried first, one forward and backward of `training_step` on a copy of it, on one batch,
+under a forked random state (the run's numbers are those it would have without the trial). The
+choice is deterministic (never timed), so the same config gives the same numbers on every run, the
+console says which it chose and why, and summary.json's `environment.memory_format` records it. A
+forced `channels_last` that the module's step fails in (and contiguous does not) is refused in one
+line naming `fl.memory_format=contiguous`.
 
 Only the module's own tensors and the input batches take the layout: the weights an engine hands
 out are contiguous (`contiguous_state`), so aggregation, codecs, checkpoints and exported models
 see the same tensors whichever layout trained them.
 """
 
+import copy
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
 
+from fedlight.core.errors import ConfigError, one_line
 from fedlight.core.tensors import StateDict
 
 MEMORY_FORMATS = ("auto", "channels_last", "contiguous")
@@ -62,13 +70,59 @@ def has_conv2d(module: nn.Module) -> bool:
     return any(p.dim() == 4 for p in module.parameters())
 
 
-def layout_for(setting: str, module: nn.Module, device: torch.device) -> Layout:
+@dataclass(frozen=True)
+class LayoutChoice:
+    """The layout a run's module takes and why (the console's line under `auto`)."""
+
+    layout: Layout
+    reason: str
+
+
+def trial_failure(module: nn.Module, batch: tuple[Tensor, Tensor], layout: Layout) -> str | None:
+    """Why one `training_step` and its backward fail in `layout` on `batch`, in one line; None
+    if they run. On a copy of the module, under a forked random state, with `self.log` a no-op
+    (no Trainer yet): the module, its optimizer-to-be and the run's draws are untouched."""
+    device = next(module.parameters()).device
+    cuda = [device.index or 0] if device.type == "cuda" else []
+    try:
+        trial: Any = copy.deepcopy(module)
+        with torch.random.fork_rng(devices=cuda):
+            layout.apply(trial).train()
+            trial.log = trial.log_dict = lambda *args, **kwargs: None
+            x, y = batch
+            output = trial.training_step((layout.inputs(x), y), 0)
+            loss = output.get("loss") if isinstance(output, dict) else output
+            loss.backward()
+    except Exception as failure:  # noqa: BLE001 - any failure says the layout is not shown to work
+        return one_line(failure, limit=300)
+    return None
+
+
+def layout_for(
+    setting: str, module: nn.Module, device: torch.device, batch: tuple[Tensor, Tensor]
+) -> LayoutChoice:
     """The layout `fl.memory_format=setting` (one of MEMORY_FORMATS, checked by the settings)
-    gives this module on this device."""
+    gives this module on this device, tried on `batch` (contiguous model inputs and labels)
+    where channels-last is wanted; a forced channels-last the module fails in is refused."""
+    name = type(module).__name__
+    if setting == "contiguous":
+        return LayoutChoice(CONTIGUOUS, "as set")
+    if setting == "auto" and device.type != "cpu":
+        return LayoutChoice(CONTIGUOUS, f"on {device.type}, its default")
+    if setting == "auto" and not has_conv2d(module):
+        return LayoutChoice(CONTIGUOUS, f"{name} has no 2-D convolution")
+    channels_last = LAYOUTS["channels_last"]
+    failure = trial_failure(module, batch, channels_last)
+    if failure is None:
+        return LayoutChoice(channels_last, f"{name}'s training step runs in it")
     if setting == "auto":
-        fast = device.type == "cpu" and has_conv2d(module)
-        setting = "channels_last" if fast else "contiguous"
-    return LAYOUTS[setting]
+        return LayoutChoice(CONTIGUOUS, f"{name}'s training step fails in channels_last: {failure}")
+    if trial_failure(module, batch, CONTIGUOUS) is None:
+        raise ConfigError(
+            f"fl.memory_format=channels_last: {name}'s training step fails in the channels-last "
+            f"layout ({failure}); set fl.memory_format=contiguous (or auto, which tries it first)"
+        )
+    return LayoutChoice(channels_last, "as set (the step fails in either layout: not the layout's)")
 
 
 def contiguous_state(state: StateDict) -> StateDict:

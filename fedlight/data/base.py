@@ -87,8 +87,10 @@ class TensorDataset:
     batch of them into model inputs with `prepare`. `train_clients`, where the data has them,
     gives each training example's client (a writer, a speaker: `partition=natural`); it stays on
     the CPU, where the partition is computed. `val_x`, `val_y`: the validation set the run holds
-    out of the training set (`data.validation_fraction`, `fedlight.data.validation`); None
-    without one. A data source leaves them None."""
+    out of the training set (`data.validation_fraction`, `fedlight.data.validation`), or the
+    source's own (a DataModule's `val_dataloader`); None without one. `batch_size`: the batch
+    size of the source's own loaders (a DataModule's), which the run says `local.batch_size`
+    replaces; None for a source without loaders."""
 
     train_x: Tensor
     train_y: Tensor
@@ -101,6 +103,7 @@ class TensorDataset:
     layout: Layout = CONTIGUOUS  # of the model inputs `prepare` makes (`fedlight.core.layout`)
     val_x: Tensor | None = None
     val_y: Tensor | None = None
+    batch_size: int | None = None
 
     def prepare(self, examples: Tensor) -> Tensor:
         """Model inputs from stored examples (a batch, or several clients' batches stacked), in
@@ -141,6 +144,7 @@ class TensorDataset:
             self.layout,
             None if self.val_x is None else self.val_x.to(device),
             None if self.val_y is None else self.val_y.to(device),
+            self.batch_size,
         )
 
 

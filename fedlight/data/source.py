@@ -3,11 +3,11 @@
 line that says how to use it (`data=torch_dataset`, `data=datamodule`), before anything is built.
 """
 
-import pytorch_lightning as pl
 from torch.utils.data import Dataset
 
 from fedlight.core.dotted import locate
 from fedlight.core.errors import ConfigError
+from fedlight.data.datamodule import is_datamodule
 
 OWN_DATA = "docs/data-and-models.md, 'Your own data'"
 
@@ -23,7 +23,7 @@ def check_data_target(target: str) -> None:
     )
     if callable(getattr(found, "load", None)):
         return
-    if isinstance(found, type) and issubclass(found, pl.LightningDataModule):
+    if is_datamodule(found):
         fix = f"data=datamodule data.datamodule={target} (its arguments: data.kwargs={{...}})"
     elif isinstance(found, type) and issubclass(found, Dataset):
         fix = f"data=torch_dataset data.dataset={target} data.root=<its folder>"

@@ -40,9 +40,15 @@ def validation_indices(labels: np.ndarray, fraction: float, seed: int) -> np.nda
 def split_validation(data: TensorDataset, fraction: float, seed: int) -> TensorDataset:
     """`data` with `fraction` of its training examples (per label) moved to its validation set
     (`val_x`, `val_y`), the rest its training set in their order; `data` itself for fraction 0,
-    so that a run without a validation set computes what it did before, bit for bit."""
+    so that a run without a validation set computes what it did before, bit for bit (and one
+    with the data's own validation set validates on it)."""
     if fraction == 0:
         return data
+    require(
+        data.val_x is None,
+        f"data.validation_fraction={fraction} but the data has a validation set of its own (a "
+        "DataModule's val_dataloader); set data.validation_fraction=0 to validate on it",
+    )
     labels = data.train_y.cpu().numpy()
     held = validation_indices(labels, fraction, seed)
     require(

@@ -47,6 +47,8 @@ from fedlight.core.tensors import StateDict, on_device
 from fedlight.drivers.driver import Driver
 from fedlight.drivers.history import RoundStats
 from fedlight.engines.lightning import round_means
+from fedlight.loggers.base import MetricsRow
+from fedlight.loggers.clients import logged_means
 from fedlight.round.server import Arrived, ServerRound
 
 
@@ -67,6 +69,17 @@ class InFlight:
     reports: dict[str, dict[str, float]] = field(default_factory=dict)
     # what its module logged in training: name → [weighted sum, weight] (fedlight.engines.lightning)
     logged: dict[str, list[float]] = field(default_factory=dict)
+
+    def client_row(self, rejected: bool) -> MetricsRow:
+        """Its per-client row for the loggers (`fedlight.loggers.clients`), on arrival."""
+        return {
+            "client": self.client,
+            "train_loss": self.train_loss,
+            "num_samples": self.num_samples,
+            "bytes_up": self.bytes_up,
+            "rejected": int(rejected),
+            **logged_means(self.logged),
+        }
 
     def order(self) -> tuple[float, int]:
         return self.arrival, self.client
@@ -118,8 +131,10 @@ class AsynchronousLoop(Driver):
             stats.bytes_up += flying.bytes_up
             finite = all_finite({"upload": decoded.tensors})
             arrived.append(Arrived(replace(encoded, tensors={}), rejected=not finite))
+            stats.clients.append(flying.client_row(rejected=not finite))
             if finite:
                 staleness = self.staleness_of(flying, version)
+                stats.clients[-1]["staleness"] = staleness
                 arrivals.append(Arrival(decoded, flying.start, staleness))
                 losses.append((flying.train_loss, flying.num_samples))
                 logged.append(flying.logged)

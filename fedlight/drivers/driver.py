@@ -14,7 +14,7 @@ import math
 import sys
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,7 @@ from fedlight.algorithms.base import ServerState
 from fedlight.core.allocator import release_freed
 from fedlight.core.config import RunSettings
 from fedlight.core.context import Federation
-from fedlight.core.errors import ConfigError, require
+from fedlight.core.errors import ConfigError
 from fedlight.core.rng import Stream
 from fedlight.core.tensors import StateDict, detached_copy, on_device
 from fedlight.data.base import TensorDataset
@@ -44,7 +44,7 @@ from fedlight.drivers.run_evaluation import Evaluated, RunEvaluation
 from fedlight.drivers.workers import OneWorker, Workers
 from fedlight.engines import Engine, LocalTask, make_engine
 from fedlight.engines.base import LocalCallback, LocalResult
-from fedlight.engines.evaluator import ACCURACY, LOSS, VAL_ACCURACY, VAL_LOSS
+from fedlight.engines.evaluator import ACCURACY, LOSS, VAL_ACCURACY, VAL_LOSS, VALIDATION_PREFIX
 from fedlight.engines.lightning import Optimization, optimization_of
 from fedlight.loggers.base import MetricsRow, RoundLogger, RoundProgress, SilentProgress
 from fedlight.round.client import ClientPipeline
@@ -85,6 +85,14 @@ def not_finite(stats: RoundStats, weights: StateDict) -> str | None:
 NOT_EVALUATED = Evaluated({}, {})
 # The validation columns a row puts first, in this order (then the others, sorted by name).
 VALIDATION_COLUMNS = (VAL_ACCURACY, VAL_LOSS, "val_accuracy_std")
+# Where a module's own name in training is a column already (`train_loss`, a test metric, a
+# stage's), its value is kept as `model/<name>`; a validation name a test one as `val_<name>`.
+MODEL_PREFIX = "model/"
+
+
+def own_name(name: str, taken: Mapping[str, Any], prefix: str) -> str:
+    """`name`, or `prefix` + `name` where `taken` has it: no column holds two values."""
+    return prefix + name if name in taken else name
 
 
 def non_finite_loss(metrics: dict[str, float]) -> str | None:
@@ -309,6 +317,7 @@ class Driver(ABC):
                 history.add_validation(evaluated.validation)
                 for logger in loggers:
                     logger.log_round(row)
+                    logger.log_clients(round_index, stats.clients)
             if self.workers.count > 1:
                 diverged = self.workers.broadcast(diverged)  # the test loss is the main worker's
             if diverged:
@@ -426,14 +435,11 @@ class Driver(ABC):
             row["virtual_time"] = self.history.virtual_time
         row |= {name: tested[name] for name in sorted(tested)}
         first = [name for name in VALIDATION_COLUMNS if name in validated]
-        row |= {name: validated[name] for name in [*first, *sorted(set(validated) - set(first))]}
-        clash = next((n for n in sorted(stats.logged) if n in row or n in stats.metrics), None)
-        require(
-            clash is None,
-            f"the model logs {clash!r} in training, a column fedlight already writes (its own, "
-            "a test metric or a stage's); log it under another name",
-        )
-        row |= {name: stats.logged[name] for name in sorted(stats.logged)}
+        for name in [*first, *sorted(set(validated) - set(first))]:
+            row[own_name(name, row, VALIDATION_PREFIX)] = validated[name]
+        taken = row | stats.metrics
+        for name in sorted(stats.logged):
+            row[own_name(name, taken, MODEL_PREFIX)] = stats.logged[name]
         return row | {name: stats.metrics[name] for name in sorted(stats.metrics)}
 
     def final_model(self) -> StateDict:

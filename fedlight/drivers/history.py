@@ -31,6 +31,8 @@ class RoundStats:
     # what the client module logged in training (`self.log`), its mean over the round's local
     # steps (weighted by examples, see fedlight.engines.lightning.TrainingLogs)
     logged: dict[str, float] = field(default_factory=dict)
+    # one row per participant, for the loggers that show clients (fedlight.loggers.clients)
+    clients: list[MetricsRow] = field(default_factory=list)
 
 
 @dataclass

@@ -37,10 +37,11 @@ from fedlight.drivers.history import RoundStats
 from fedlight.engines import LocalTask
 from fedlight.engines.base import LocalResult
 from fedlight.engines.lightning import round_means
+from fedlight.loggers.base import MetricsRow
+from fedlight.loggers.clients import logged_means, update_norm
 from fedlight.round.client import Received
 from fedlight.round.server import Arrived, ServerRound
-from fedlight.stages.pool import ClientPool
-from fedlight.stages.selection.base import Population
+from fedlight.stages.selection.base import ClientPool, Population
 from fedlight.store.client_states import Written
 
 Item = TypeVar("Item")
@@ -72,6 +73,24 @@ class Outcome:
     # what its module logged in training_step: name → (weighted sum, weight), see
     # fedlight.engines.lightning
     logged: dict[str, tuple[float, float]] = field(default_factory=dict)
+    update_norm: float = math.nan  # of its trained weights less those it started from
+
+    def client_row(self, rejected: set[int]) -> MetricsRow:
+        """Its per-client row for the loggers (`fedlight.loggers.clients`)."""
+        client = self.arrived.upload.client_id
+        return {
+            "client": client,
+            "train_loss": self.train_loss,
+            "num_samples": self.num_samples,
+            "client_seconds": self.seconds,
+            "bytes_up": self.bytes_up,
+            "bytes_down": self.bytes_down,
+            "update_norm": self.update_norm,
+            "late": int(self.arrived.late),
+            "rejected": int(client in rejected),
+            **self.metrics,
+            **logged_means(self.logged),
+        }
 
 
 @dataclass(frozen=True)
@@ -236,6 +255,7 @@ class FederatedLoop(Driver):
             ctx.metrics.values,
             virtual_seconds,
             local.logged,
+            update_norm(local.weights, got.task.start),
         )
 
     def tell_rejected(self, ctx: RoundContext, rejected: Sequence[int]) -> None:
@@ -311,4 +331,5 @@ def round_stats(
         client_seconds=sum(o.seconds for o in outcomes) + probe.seconds,
         metrics=ctx.metrics.values,
         logged=round_means([o.logged for o in reported]),
+        clients=[o.client_row(rejected) for o in outcomes],
     )

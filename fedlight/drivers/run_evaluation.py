@@ -17,7 +17,7 @@ from fedlight.core.context import Federation
 from fedlight.core.tensors import StateDict, detached_copy
 from fedlight.data.base import TensorDataset
 from fedlight.engines import Engine, LocalTask
-from fedlight.engines.evaluator import ACCURACY, LOSS, VALIDATION_PREFIX, Evaluator
+from fedlight.engines.evaluator import ACCURACY, LOSS, SPLIT_METRICS, VALIDATION_PREFIX, Evaluator
 from fedlight.stages.base import ClientState
 from fedlight.stages.pool import ModelQuality
 from fedlight.store.client_states import ClientStates
@@ -42,7 +42,8 @@ class RunEvaluation:
     own_label_indices: Sequence[Tensor] | None = None
 
     def __post_init__(self) -> None:
-        self.evaluator = Evaluator(self.module, self.batch_size, self.data.prepare)
+        data = self.data
+        self.evaluator = Evaluator(self.module, self.batch_size, data.prepare, data.num_classes)
 
     def evaluate(
         self, server: ServerState, client_states: ClientStates, completed_rounds: int
@@ -69,14 +70,15 @@ class RunEvaluation:
         models = self.algorithm.evaluated_models(self.federation, server, states)
         splits = self.splits(test)
         results = [self.evaluate_on(weights, splits) for weights in models]
-        means = {name: model_mean([r[name] for r in results]) for name in splits}
+        means = {name: model_mean([r[name] for r in results], name) for name in splits}
         tested, validated = means.get("test", {}), means.get("validation", {})
         parts = self.local_parts(test)
         local = self.local_accuracies(server, states, completed_rounds, parts) if parts else {}
         tested |= local_accuracy_summary(local.get("test", []))
         tested |= local_accuracy_summary(local.get("own_labels", []), "local_accuracy_own_labels")
-        validated |= local_accuracy_summary(local.get("validation", []))
-        validated = {validation_name(name): value for name, value in validated.items()}
+        validated |= local_accuracy_summary(
+            local.get("validation", []), validation_name("local_accuracy")
+        )
         return Evaluated(tested, validated, local.get("test"))
 
     def local_parts(self, test: bool) -> dict[str, "LocalPart"]:
@@ -107,8 +109,11 @@ class RunEvaluation:
     def evaluate_on(
         self, weights: StateDict, splits: dict[str, tuple[Tensor, Tensor]]
     ) -> dict[str, dict[str, float]]:
-        """One model's metrics on each of the `splits`."""
-        return {name: self.evaluator.evaluate(weights, x, y) for name, (x, y) in splits.items()}
+        """One model's metrics on each of the `splits` (the module's `test_step` on the test set,
+        its `validation_step` on the validation set)."""
+        return {
+            name: self.evaluator.evaluate(weights, x, y, name) for name, (x, y) in splits.items()
+        }
 
     def final_model(self, server: ServerState, client_states: ClientStates) -> StateDict:
         """The model the run exports (`Algorithm.global_model`)."""
@@ -137,7 +142,9 @@ class RunEvaluation:
                 if weights is None:
                     weights = self.model_to_test(server, states, client, completed_rounds)
                 x, y = part.x[indices], part.y[indices]
-                accuracies[name].append(self.evaluator.evaluate(weights, x, y)[ACCURACY])
+                split = "validation" if name == "validation" else "test"
+                accuracy = SPLIT_METRICS[split][0]
+                accuracies[name].append(self.evaluator.evaluate(weights, x, y, split)[accuracy])
         return accuracies
 
     def model_to_test(
@@ -194,19 +201,19 @@ class Evaluated:
     local: list[float] | None = None
 
 
-def model_mean(results: Sequence[dict[str, float]]) -> dict[str, float]:
+def model_mean(results: Sequence[dict[str, float]], split: str = "test") -> dict[str, float]:
     """Each metric's mean over the evaluated models (in the order they first name it), and
-    `test_accuracy_std`, the population std of their accuracies."""
-    accuracies = torch.tensor([r[ACCURACY] for r in results], dtype=torch.float64)
+    `test_accuracy_std` (`val_accuracy_std`), the population std of their accuracies."""
+    accuracy = SPLIT_METRICS[split][0]
+    accuracies = torch.tensor([r[accuracy] for r in results], dtype=torch.float64)
     count = len(results)
     names = list(dict.fromkeys(name for result in results for name in result))
     mean = {name: sum(r[name] for r in results) / count for name in names}
-    return mean | {"test_accuracy_std": accuracies.std(correction=0).item()}
+    return mean | {f"{accuracy}_std": accuracies.std(correction=0).item()}
 
 
 def validation_name(name: str) -> str:
-    """A validation metric's column: `test_accuracy` → `val_accuracy`, `test_loss` → `val_loss`,
-    a module's own `f1` → `val_f1`."""
+    """A validation column of fedlight's own: `local_accuracy` → `val_local_accuracy`."""
     return VALIDATION_PREFIX + name.removeprefix("test_")
 
 

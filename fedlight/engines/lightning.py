@@ -19,9 +19,9 @@ Called, in this order (docs/data-and-models.md "Your own model" has the same as 
   `interval: step` scheduler every `frequency` batches of the epoch and, after the epoch's last
   batch, for each `interval: epoch` one every `frequency` epochs, then
   `on_train_batch_end(output, batch, batch_idx)`;
-- each evaluation by the module's own `test_step` (else `validation_step`):
-  `on_test_epoch_start()`, `test_step(batch, batch_idx)` per batch, `on_test_epoch_end()` (the
-  `on_validation_*` ones with `validation_step`).
+- each evaluation of the test set with the module's own `test_step`: `on_test_epoch_start()`,
+  `test_step(batch, batch_idx)` per batch, `on_test_epoch_end()`; of the validation set with its
+  `validation_step`, the `on_validation_*` ones.
 
 An algorithm's callbacks (`LocalCallback`) run before the module's hook of the same name.
 `batch_idx` in training counts the client's local steps from 0 across its epochs (a Trainer's
@@ -36,30 +36,54 @@ manual optimization (`automatic_optimization = False`) and overrides of `backwar
 per epoch, which a client's local training does not produce).
 
 `self.log`/`self.log_dict` work in every hook above: `Logs` stands in for the Trainer's logging
-and, as it does, refuses a value that is not a number, a tensor of one element or a Metric.
+(`on_step`/`on_epoch` included) and, as it does, refuses a value that is not a number, a tensor of
+one element or a Metric. `self.trainer` is a stand-in with the fields modules commonly read
+(`fedlight.engines.trainer_standin`). A module is built as Lightning's CLI builds it
+(`ModelFactory`), and may come from either Lightning package (`lightning.pytorch` or
+`pytorch_lightning`, `overrides`).
 """
 
+import inspect
 import numbers
+import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import hydra
 import pytorch_lightning as pl
 import torch
+from hydra.errors import InstantiationException
 from torch import Tensor
 from torchmetrics import Metric
 
 from fedlight.core.config import LocalSettings
-from fedlight.core.errors import ConfigError
+from fedlight.core.dotted import locate
+from fedlight.core.errors import ConfigError, one_line, require
 
 # Hooks a Trainer calls that change a step's arithmetic and that fedlight does not call.
 REFUSED_OVERRIDES = ("backward", "optimizer_step", "optimizer_zero_grad")
+# Lightning's two packages: `lightning.pytorch` (`import lightning`) ships its own copy of
+# `pytorch_lightning`'s classes, so a module derives from one of two LightningModule classes.
+LIGHTNING_PACKAGES = ("pytorch_lightning", "lightning.pytorch")
 
 
-def overrides(module: pl.LightningModule, hook: str) -> bool:
-    """Whether the module's class defines its own `hook` rather than LightningModule's."""
-    return getattr(type(module), hook) is not getattr(pl.LightningModule, hook)
+def lightning_base(cls: type, name: str) -> type | None:
+    """The class `name` (`LightningModule`, `LightningDataModule`) of whichever Lightning package
+    `cls` derives from; None for a class of neither. Only an imported package can be a base."""
+    bases = [getattr(sys.modules[p], name) for p in LIGHTNING_PACKAGES if p in sys.modules]
+    return next((base for base in cls.__mro__ if base in bases), None)
+
+
+def overrides(obj: Any, hook: str, base: str = "LightningModule") -> bool:
+    """Whether `obj` (or, given a class, that class) defines its own `hook` rather than
+    inheriting Lightning's (from the package it derives from); a class of neither package
+    overrides every hook it has."""
+    cls = obj if isinstance(obj, type) else type(obj)
+    own = getattr(cls, hook, None)
+    lightning = lightning_base(cls, base)
+    return own is not None and (lightning is None or own is not getattr(lightning, hook, None))
 
 
 def check_trainable(module: pl.LightningModule) -> None:
@@ -87,6 +111,78 @@ def setup_module(module: pl.LightningModule) -> None:
     fedlight reads its weights."""
     module.setup("fit")
     module.configure_model()
+
+
+# Construction ----------------------------------------------------------------------------------
+
+# What fedlight offers every module's constructor besides the model group's offered settings.
+DATA_ARGUMENTS = ("input_shape", "num_classes")
+
+
+@dataclass(frozen=True)
+class Offered:
+    """What fedlight offers a module's constructor: the data's `input_shape` and `num_classes`,
+    and the model group's settings taken from other groups (`lr: ${optim.lr}`, `momentum`,
+    `weight_decay`). A constructor that does not take one reads it as `self.trainer.offered`."""
+
+    input_shape: tuple[int, ...]
+    num_classes: int
+    settings: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ModelFactory:
+    """Builds the client module as Lightning's CLI would: its constructor gets what the model
+    config names (`given`, nested `_target_`s instantiated afresh at each build, under the run's
+    seed), and of what fedlight offers only the arguments its signature takes; an argument it
+    requires that nobody gives, or a given one it does not take, is one line."""
+
+    target: str  # model._target_
+    given: dict[str, Any]  # the model config's own settings
+    offered: dict[str, Any]  # its settings interpolated from others (lr: ${optim.lr})
+
+    def __post_init__(self) -> None:
+        locate(self.target, "model._target_", "a LightningModule class, e.g. mypkg.MyModule")
+
+    def offer(self, input_shape: Sequence[int], num_classes: int) -> Offered:
+        return Offered(tuple(input_shape), num_classes, dict(self.offered))
+
+    def __call__(self, input_shape: Sequence[int], num_classes: int) -> Any:
+        build = locate(self.target, "model._target_", "a LightningModule class")
+        offered = {"input_shape": input_shape, "num_classes": num_classes, **self.offered}
+        given = self.instantiated()
+        try:
+            parameters = list(inspect.signature(build).parameters.values())
+        except (TypeError, ValueError):  # a signature Python cannot read: called with all
+            return build(**given, **offered)
+        if any(p.kind is p.VAR_KEYWORD for p in parameters):
+            return build(**given, **offered)
+        named = [p for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        names = {p.name for p in named}
+        for key in given:
+            require(
+                key in names,
+                f"model.{key}: {self.target}'s constructor takes no {key!r}; remove it from the "
+                "model config (or take it in the constructor)",
+            )
+        passed = given | {key: v for key, v in offered.items() if key in names}
+        missing = [p.name for p in named if p.default is p.empty and p.name not in passed]
+        if missing:
+            raise ConfigError(
+                f"model._target_={self.target}: its constructor requires {missing[0]!r}, which "
+                f"neither the model config nor fedlight ({', '.join(offered)}) gives; set "
+                f"+model.{missing[0]}=<value>"
+            )
+        return build(**passed)
+
+    def instantiated(self) -> dict[str, Any]:
+        """The given settings, nested `_target_`s (a network, a partial optimizer) built."""
+        try:
+            node = {"_target_": "builtins.dict", "_convert_": "all", **self.given}
+            built = hydra.utils.instantiate(node)
+        except InstantiationException as error:
+            raise ConfigError(f"model: {one_line(error)}") from None
+        return dict(built)
 
 
 # Logging ------------------------------------------------------------------------------------------
@@ -143,22 +239,29 @@ class Logs:
     """Stands in for a Trainer's logging: what a module passes to `self.log`/`self.log_dict`.
 
     Values (tensors, numbers) wait in `pending` until the caller collects them with the weight
-    they stand for; torchmetrics Metric objects are kept by name in `metrics`, for the caller to
-    compute once (dataset-level, not a mean of per-batch values). `batch_size=` is the weight of
-    a value logged with it, as a Trainer's. Other arguments (`on_step`, `prog_bar`, ...) are
-    ignored: every logged value becomes one number per round or evaluation."""
+    they stand for; torchmetrics Metric objects logged for the epoch are kept by name in
+    `metrics`, for the caller to compute once (dataset-level, not a mean of per-batch values).
+    `batch_size=` is the weight of a value logged with it, as a Trainer's. `on_step`/`on_epoch`
+    name values as a Trainer does: both on give `<name>_step` and `<name>_epoch`; a Metric's step
+    value is its last batch's (its forward's), its epoch value computed over the epoch. Their
+    defaults are a Trainer's: on_step in a training step's hooks (`stepping`), on_epoch elsewhere.
+    `prog_bar`, `sync_dist` and the like change nothing here and are ignored."""
 
     pending: dict[str, tuple[Any, int | None]] = field(default_factory=dict)
     metrics: dict[str, Metric] = field(default_factory=dict)
+    stepping: bool = False  # inside a training step's hooks (on_train_batch_start to _end)
 
     def log(
         self,
         name: str,
         value: Any,
-        *args: Any,
-        reduce_fx: str | Callable[..., Any] = "mean",
-        batch_size: int | None = None,
+        prog_bar: bool = False,
         logger: bool | None = None,
+        on_step: bool | None = None,
+        on_epoch: bool | None = None,
+        reduce_fx: str | Callable[..., Any] = "mean",
+        *args: Any,
+        batch_size: int | None = None,
         **kwargs: Any,
     ) -> None:
         if reduce_fx not in ("mean", torch.mean):
@@ -168,11 +271,25 @@ class Logs:
             )
         if logger is False:  # not for the loggers, as with a Trainer
             return
-        if isinstance(value, Metric):
-            self.metrics[name] = value
+        step = self.stepping if on_step is None else on_step
+        epoch = not self.stepping if on_epoch is None else on_epoch
+        if step and epoch:
+            self.file(f"{name}_step", value, batch_size, step=True)
+            self.file(f"{name}_epoch", value, batch_size, step=False)
         else:
-            check_loggable(name, value)
-            self.pending[name] = (value, batch_size)
+            self.file(name, value, batch_size, step=step)
+
+    def file(self, name: str, value: Any, batch_size: int | None, step: bool) -> None:
+        """One logged name: a Metric's step value is its forward's on the last batch (a Metric
+        only updated has none, and is computed over the epoch instead)."""
+        if isinstance(value, Metric):
+            last_batch = getattr(value, "_forward_cache", None)  # torchmetrics' own record of it
+            if not (step and isinstance(last_batch, Tensor)):
+                self.metrics[name] = value
+                return
+            value = last_batch.mean()
+        check_loggable(name, value)
+        self.pending[name] = (value, batch_size)
 
     def log_dict(self, values: Mapping[str, Any], *args: Any, **kwargs: Any) -> None:
         for name, value in values.items():
@@ -216,9 +333,11 @@ class TrainingLogs(Logs):
     """A client's logs over its local training: each value weighted by the examples it stands
     for (a step's batch, or `batch_size=`; the client's examples for a value logged once per
     epoch or per local training, in `on_train_epoch_end`, `on_train_start`, `on_train_end`), and
-    each logged Metric computed once over the whole local training, weighted by every example
-    trained on. `sums()` gives name → (weighted sum, weight), which add up over clients and
-    workers to the round's means (`round_means`)."""
+    each Metric logged for the epoch computed at the end of each local epoch (`end_epoch`, then
+    reset, as a Trainer does) weighted by the client's examples; one the engine ends no epoch of
+    is computed once over the local training. `sums()` gives name → (weighted sum, weight),
+    which add up over clients and workers to the round's means (`round_means`): an accuracy's
+    over every batch of the round."""
 
     steps: dict[str, list[tuple[Any, int]]] = field(default_factory=dict)
     examples: int = 0  # trained on so far
@@ -231,8 +350,15 @@ class TrainingLogs(Logs):
             weighed = weight if batch_size is None else batch_size
             self.steps.setdefault(name, []).append((kept, weighed))
 
+    def end_epoch(self, weight: int) -> None:
+        """Files each Metric logged for the epoch, computed over it, under `weight` examples."""
+        for name, metric in self.metrics.items():
+            self.steps.setdefault(name, []).append((computed(metric), weight))
+        self.metrics = {}
+
     def sums(self) -> dict[str, tuple[float, float]]:
         """Name → (Σ weight·value, Σ weight); tensors leave the device once, at the end."""
+        self.end_epoch(self.examples)
         tensors = [v for parts in self.steps.values() for v, _ in parts if isinstance(v, Tensor)]
         on_host = iter(torch.stack(tensors).cpu().double().tolist() if tensors else [])
         result = {}
@@ -242,8 +368,6 @@ class TrainingLogs(Logs):
                 sum(v * w for v, (_, w) in zip(values, parts, strict=True)),
                 float(sum(w for _, w in parts)),
             )
-        for name, metric in self.metrics.items():
-            result[name] = (computed(metric) * self.examples, float(self.examples))
         return result
 
 

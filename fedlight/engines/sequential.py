@@ -31,6 +31,7 @@ from fedlight.engines.lightning import (
     logging_to,
     optimization_of,
 )
+from fedlight.engines.trainer_standin import TrainerStandIn, standin_of
 
 SKIPPED_BATCH = (
     "the model's on_train_batch_start returned -1, with which Lightning skips the rest of the "
@@ -80,19 +81,23 @@ class SequentialEngine(Engine):
     def train_one(self, task: LocalTask, round_index: int, lrs: Sequence[float]) -> LocalResult:
         """Local epochs of minibatch training on the task's examples, calling the module's hooks
         as a Trainer would, with its logging, metrics and gradient clipping in fedlight's hands."""
-        module = self.module
+        module, local = self.module, self.settings.local
         module.load_state_dict(task.start)
         module.train()
-        optimization = optimization_of(module.configure_optimizers())
-        for group, lr in zip(optimization.optimizer.param_groups, lrs, strict=True):
-            group["lr"] = lr
-        with logging_to(module, Logs()):  # what a measuring pass logs is not training's
-            measured, seed = self.measure(task, round_index)
-        logs = TrainingLogs()
-        with local_metrics(module), logging_to(module, logs):
-            with clipping_by(module, self.settings.local):
-                losses, examples = self.fit(task, optimization, seed, logs)
-            logged = logs.sums()
+        standin = standin_of(module, local.epochs, local.batch_size)
+        with standin.local_training(len(task.indices), local.epochs):
+            optimization = optimization_of(module.configure_optimizers())
+            standin.optimizers = [optimization.optimizer]
+            standin.lr_scheduler_configs = list(optimization.schedulers)
+            for group, lr in zip(optimization.optimizer.param_groups, lrs, strict=True):
+                group["lr"] = lr
+            with logging_to(module, Logs()):  # what a measuring pass logs is not training's
+                measured, seed = self.measure(task, round_index)
+            logs = TrainingLogs()
+            with local_metrics(module), logging_to(module, logs):
+                with clipping_by(module, local):
+                    losses, examples = self.fit(task, optimization, seed, logs, standin)
+                logged = logs.sums()
         return LocalResult(
             client_id=task.client,
             weights=contiguous_state(module.state_dict()),
@@ -121,9 +126,15 @@ class SequentialEngine(Engine):
         return len(measuring), seed
 
     def fit(
-        self, task: LocalTask, optimization: Optimization, seed: int, logs: TrainingLogs
+        self,
+        task: LocalTask,
+        optimization: Optimization,
+        seed: int,
+        logs: TrainingLogs,
+        standin: TrainerStandIn,
     ) -> tuple[list[Tensor], int]:
-        """The client's local epochs: its step losses and the examples it trained on."""
+        """The client's local epochs: its step losses and the examples it trained on; the
+        stand-in's `current_epoch` and `global_step` count them as a Trainer's would."""
         module, data, local, callbacks = self.module, self.data, self.settings.local, task.callbacks
         optimizer = optimization.optimizer
         generator = torch.Generator().manual_seed(seed)
@@ -137,29 +148,35 @@ class SequentialEngine(Engine):
             batch_indices(task.indices, generator, local.epochs, local.batch_size)
         ):
             epoch, batch_idx = divmod(step, per_epoch)
+            standin.current_epoch = epoch
             if batch_idx == 0:
                 module.on_train_epoch_start()
+                logs.collect(len(task.indices))
             x, y = data.prepare(data.train_x[indices]), data.train_y[indices]
             if task.label_map is not None:
                 y = task.label_map[y]
             if augment is not None:
                 x = augment(x, generator)
+            logs.stepping = True
             if module.on_train_batch_start((x, y), step) == -1:
                 raise ConfigError(SKIPPED_BATCH)
             output = module.training_step((x, y), step)
             loss = training_loss(output)
             self.step(loss, optimizer, callbacks)
+            standin.global_step += 1
             last_of_epoch = batch_idx == per_epoch - 1
             optimization.after_step(module, batch_idx, epoch, last_of_epoch)
             for callback in callbacks:
                 callback.on_train_batch_end(module)
             module.on_train_batch_end(output, (x, y), step)
+            logs.stepping = False
             losses.append(loss.detach())
             logs.examples += len(indices)
             logs.collect(len(indices))
             if last_of_epoch:
                 module.on_train_epoch_end()
                 logs.collect(len(task.indices))
+                logs.end_epoch(len(task.indices))
         module.on_train_end()
         logs.collect(len(task.indices))
         return losses, logs.examples

@@ -73,6 +73,9 @@ class RoundLogger(Protocol):
 
     def log_round(self, row: MetricsRow) -> None: ...
 
+    def log_clients(self, round_index: int, clients: Sequence[MetricsRow]) -> None:
+        """The round's per-client rows (`fedlight.loggers.clients`), after its `log_round`."""
+
     def finish(self, summary: dict[str, Any]) -> None: ...
 
 

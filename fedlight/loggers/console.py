@@ -17,7 +17,7 @@ import statistics
 import sys
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -131,6 +131,11 @@ def bar(console: Console) -> Progress:
     )
 
 
+def accuracy_text(accuracy: float | None) -> str:
+    """An accuracy of the summary, or "-" where the run has none (a model that is no classifier)."""
+    return "-" if accuracy is None else f"{accuracy:.4f}"
+
+
 @dataclass
 class ConsoleProgress:
     """A run's console: `mode` is `console.progress` (`auto`: `bar` where `stream`, the process's
@@ -203,6 +208,9 @@ class ConsoleProgress:
         if self._progress is not None:
             self._progress.update(self._task, completed=completed, **fields)
 
+    def log_clients(self, round_index: int, clients: Sequence[MetricsRow]) -> None:
+        pass  # one line per round
+
     def log_round(self, row: MetricsRow) -> None:
         """A round's line: its test accuracy and loss and the other numbers it reported where it
         was evaluated, else its train loss alone; on the bar, the round done and its status."""
@@ -265,9 +273,10 @@ class ConsoleProgress:
         target = summary["rounds_to_target"]
         split = summary.get("splits", {}).get("best_accuracy", "test")
         best = "best" if split == "test" else "best val"  # and the target's round
+        final, best_accuracy = summary["final_accuracy"], summary["best_accuracy"]
         console.print(
-            f"fedlight: {summary['rounds']} rounds  final acc {summary['final_accuracy']:.4f}  "
-            f"{best} {summary['best_accuracy']:.4f}  rounds to target "
+            f"fedlight: {summary['rounds']} rounds  final acc {accuracy_text(final)}  "
+            f"{best} {accuracy_text(best_accuracy)}  rounds to target "
             f"{'-' if target is None else target}  comm {summary['comm_mb']:.2f} MB  "
             f"{summary['wall_seconds']:.1f} s",
             highlight=False,

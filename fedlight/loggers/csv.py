@@ -10,6 +10,7 @@ The file is made by a rename and reopened without following links (`fedlight.sto
 
 import csv
 import io
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -41,6 +42,9 @@ class CSVLogger:
         else:
             self._writer.writerow(row)
             self._file.flush()
+
+    def log_clients(self, round_index: int, clients: Sequence[MetricsRow]) -> None:
+        pass  # metrics.csv is one row per round
 
     def _rewrite(self) -> None:
         """The whole file again (the header and the rows so far), replacing the old one

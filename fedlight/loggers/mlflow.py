@@ -12,6 +12,7 @@ a new MLflow run each time.
 import logging
 import os
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,6 +61,9 @@ class MLflowLogger:
     def log_round(self, row: MetricsRow) -> None:
         metrics = {name: value for name, value in row.items() if name != "round"}
         self._logger.log_metrics(metrics, step=int(row["round"]))
+
+    def log_clients(self, round_index: int, clients: Sequence[MetricsRow]) -> None:
+        pass  # the round's metrics only, as metrics.csv
 
     def finish(self, summary: dict[str, Any]) -> None:
         self._logger.finalize("success")

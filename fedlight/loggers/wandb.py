@@ -1,8 +1,13 @@
 """Weights & Biases: one W&B run per job, step = round, named after the job (`RunInfo.name`: its
 overrides, or `logger.wandb.name`); the jobs of a sweep share a group, job_type is the algorithm,
 the tags are the config-group choices (`algo=scaffold`, ...) and the config says each group by its
-option's name (`algo: scaffold`, `flat_config`). At the end the run's figures (curves, label
-histogram, participation, local accuracies) are logged as images.
+option's name (`algo: scaffold`, `flat_config`). With `logger.wandb.clients=table` (the default)
+each round's per-client rows (`fedlight.loggers.clients`) go into one table, `clients` (a round
+column, then the client's numbers; logged incrementally, so a killed run keeps its rounds), to sort
+or chart clients by loss, update norm or time. At the end the run's figures (curves, label
+histogram, participation, local accuracies) are logged as images and, with
+`logger.wandb.log_model` (the default), the final model.ckpt (model.pt where the module's
+hyperparameters could not be pickled) as a `model` artifact of the run, aliased `final`.
 
 Offline automatically when there is no API key or no network. An online run that W&B does not start
 within `logger.wandb.init_timeout` seconds (no network, server down) or cannot start (no API key,
@@ -16,6 +21,7 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,9 +29,12 @@ from urllib.parse import urlparse
 
 from fedlight.core.errors import require
 from fedlight.loggers.base import MetricsRow, RunInfo, flat_config
-from fedlight.store.run_files import FIGURES
+from fedlight.loggers.clients import CLIENT_COLUMNS
+from fedlight.store.run_files import FIGURES, LIGHTNING_CHECKPOINT_NAME, MODEL_NAME
 
 MODES = ("auto", "online", "offline", "disabled")  # logger.wandb.mode
+CLIENTS = ("table", "off")  # logger.wandb.clients
+CLIENTS_TABLE = "clients"  # the table's key
 ONLINE_MODES = ("online", "run")  # "run" is W&B's old name of online (WANDB_MODE=run)
 DEFAULT_WANDB_HOST = "api.wandb.ai"
 WAIT_FIX = "set logger.wandb.mode=offline to skip the wait, or a larger logger.wandb.init_timeout"
@@ -116,8 +125,11 @@ class WandbLogger:
     tags: list[str] = field(default_factory=list)
     init_timeout: float = 5.0  # seconds an online wandb.init may take before going offline
     name: str | None = None  # the W&B run's name; None: the job's (`RunInfo.name`)
+    clients: str = "table"  # each round's per-client rows: a table, or off
+    log_model: bool = True  # the final model.ckpt as an artifact
     _run: Any = field(default=None, init=False, repr=False)
     _output_dir: Path | None = field(default=None, init=False, repr=False)
+    _table: Any = field(default=None, init=False, repr=False)  # the clients table, once begun
 
     def __post_init__(self) -> None:
         require(
@@ -132,6 +144,15 @@ class WandbLogger:
             and timeout > 0,
             f"logger.wandb.init_timeout={'null' if timeout is None else timeout} must be a finite"
             " number of seconds > 0 (e.g. 5)",
+        )
+        require(
+            self.clients in CLIENTS,
+            f"logger.wandb.clients={self.clients} is not an option; choose from: "
+            f"{', '.join(CLIENTS)}",
+        )
+        require(
+            isinstance(self.log_model, bool),
+            f"logger.wandb.log_model={self.log_model} must be true or false",
         )
 
     def start(self, run: RunInfo) -> None:
@@ -200,6 +221,26 @@ class WandbLogger:
         except Exception as failure:  # noqa: BLE001
             self._disable(failure)
 
+    def log_clients(self, round_index: int, clients: Sequence[MetricsRow]) -> None:
+        """The round's rows added to the clients table and the table logged (W&B's incremental
+        mode uploads the new rows only). Its columns are those of the first round's rows: a name
+        that first appears later is left out of the table."""
+        if self._run is None or self.clients == "off" or not clients:
+            return
+        try:
+            import wandb
+
+            if self._table is None:
+                extra = sorted({name for row in clients for name in row} - set(CLIENT_COLUMNS))
+                self._table = wandb.Table(
+                    columns=["round", *CLIENT_COLUMNS, *extra], log_mode="INCREMENTAL"
+                )
+            for row in clients:
+                self._table.add_data(round_index, *(row.get(c) for c in self._table.columns[1:]))
+            self._run.log({CLIENTS_TABLE: self._table}, step=round_index)
+        except Exception as failure:  # noqa: BLE001
+            self._disable(failure)
+
     def finish(self, summary: dict[str, Any]) -> None:
         if self._run is None:
             return
@@ -215,9 +256,21 @@ class WandbLogger:
                 self._run.log(images)
             # the config is the run's W&B config already, by option name (no class paths)
             self._run.summary.update({k: v for k, v in summary.items() if k != "config"})
+            if self.log_model:
+                self.log_final_model(wandb, self._output_dir)
             self._run.finish()
         except Exception as failure:  # noqa: BLE001
             self._disable(failure)
+
+    def log_final_model(self, wandb: Any, output_dir: Path) -> None:
+        """model.ckpt (else model.pt) as the run's `model` artifact, aliased `final`."""
+        files = [output_dir / name for name in (LIGHTNING_CHECKPOINT_NAME, MODEL_NAME)]
+        model = next((path for path in files if path.exists()), None)
+        if model is None:
+            return
+        artifact = wandb.Artifact(f"model-{self._run.id}", type="model")
+        artifact.add_file(str(model))
+        self._run.log_artifact(artifact, aliases=["final"])
 
     def _disable(self, failure: Exception, context: str = "W&B") -> None:
         say(f"{context} failed ({first_line(failure)}); W&B logging disabled (metrics.csv has all)")

@@ -1,9 +1,12 @@
 """`fedlight report` of a study (`hydra/sweeper=optuna`, fedlight/runs/optuna_sweeper.py): per
-study, the best parameters and the value they reached, every trial (its parameters, value, and what
-happened to it), the importance of each parameter (Optuna's mean decrease in impurity of a random
-forest fitted to the trials: Breiman 2001; its fANOVA fails under this numpy), and the trial
-history as a plot (the objective against the trial, with the best so far, and against each
-parameter). optuna is imported only when a report has a study to read.
+study, the best parameters and the value they reached (a study of several objectives: its Pareto
+front, the trials no other trial beats in every objective), every trial (its parameters, values, and
+what happened to it), the importance of each parameter (Optuna's mean decrease in impurity of a
+random forest fitted to the trials: Breiman 2001), and the trial history as a plot (the objective
+against the trial, with the best so far, and against each parameter; several objectives: the first
+two against each other, the front drawn). optuna is imported only when a report has a study to read.
+The study is the sweep directory's `optuna.db` (SQLite) or `optuna_journal.log` (Optuna's journal
+file, `hydra.sweeper.storage=journal`).
 """
 
 from collections.abc import Iterator
@@ -11,9 +14,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from fedlight.core.errors import ConfigError, require
+from fedlight.core.errors import ConfigError, one_line, require
 from fedlight.reports import curves
-from fedlight.store.run_files import STUDY_FILE, STUDY_NAME
+from fedlight.store.run_files import JOURNAL_FILE, STUDY_FILE, STUDY_NAME
 
 # What to do with a study file Optuna cannot read, in a sweep and in a report.
 AFRESH = "move it away to begin the study afresh (its trials' directories stay)"
@@ -21,7 +24,13 @@ WITHOUT = "move it away to report the sweep without its study"
 
 
 def has_study(sweep_dir: Path) -> bool:
-    return (sweep_dir / STUDY_FILE).is_file()
+    return study_file(sweep_dir) is not None
+
+
+def study_file(sweep_dir: Path) -> Path | None:
+    """The sweep directory's study: its SQLite file, or its journal file."""
+    found = [sweep_dir / name for name in (STUDY_FILE, JOURNAL_FILE)]
+    return next((path for path in found if path.is_file()), None)
 
 
 @contextmanager
@@ -37,107 +46,199 @@ def study_read(where: str, fix: str) -> Iterator[None]:
         raise ConfigError(
             f"{where} is not a readable Optuna study ({str(error).splitlines()[0]}); {fix}"
         ) from None
+    except RuntimeError as error:  # a study another optuna wrote (optuna 2's: upgrade it)
+        if "table schema" not in str(error):
+            raise
+        url = where if "://" in where else f"sqlite:///{where}"
+        said = str(error).replace("$STORAGE_URL", url).replace("`$ ", "`")
+        raise ConfigError(f"{where} is an Optuna study of another version: {said}") from None
+    except ConfigError:
+        raise
+    except (ValueError, UnicodeDecodeError) as error:  # a journal file cut short or overwritten
+        raise ConfigError(
+            f"{where} is not a readable Optuna study ({one_line(error, limit=120)}); {fix}"
+        ) from None
 
 
 def load_study(sweep_dir: Path) -> Any:
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    path = (sweep_dir / STUDY_FILE).resolve()
-    storage = f"sqlite:///{path}"
+    found = study_file(sweep_dir)
+    require(found is not None, f"{sweep_dir} holds no Optuna study ({STUDY_FILE}, {JOURNAL_FILE})")
+    path = found.resolve()
     with study_read(str(path), WITHOUT):
+        if path.name == JOURNAL_FILE:
+            from optuna.storages.journal import JournalFileBackend, JournalStorage
+
+            storage: Any = JournalStorage(JournalFileBackend(str(path)))
+        else:
+            storage = f"sqlite:///{path}"
         names = [s.study_name for s in optuna.get_all_study_summaries(storage)]
         require(bool(names), f"{path} is not a readable Optuna study (it holds none); {WITHOUT}")
         name = STUDY_NAME if STUDY_NAME in names else names[0]
         return optuna.load_study(study_name=name, storage=storage)
 
 
-def importance(study: Any, completed: list[Any]) -> dict[str, float]:
-    """Each searched parameter's importance (a random forest's, fixed seed), summing to 1; empty
-    with fewer than two completed trials or a single value of every parameter."""
+def aims(study: Any) -> list[str]:
+    """The study's objectives, as fedlight recorded them (`value` where it did not)."""
+    named = study.user_attrs.get("objectives") or [study.user_attrs.get("objective", "value")]
+    if len(named) != len(study.directions):  # a study fedlight did not begin
+        return [f"value {i}" for i in range(len(study.directions))]
+    return [str(n) for n in named]
+
+
+def note(study: Any, trial: Any) -> str:
+    """What happened to `trial`: fedlight's note (the study's, or the trial's in a study begun
+    before fedlight kept them in the study), else its state."""
+    notes = study.user_attrs.get("notes") or {}
+    return str(
+        notes.get(str(trial.number), trial.user_attrs.get("fedlight", trial.state.name.lower()))
+    )
+
+
+def importance(study: Any, completed: list[Any], index: int = 0) -> dict[str, float]:
+    """Each searched parameter's importance for the objective `index` (a random forest's, fixed
+    seed), summing to 1; empty with fewer than two completed trials or a single value of every
+    parameter."""
     import optuna
 
-    params = study.best_trial.params
-    varied = {n for n in params if len({str(t.params.get(n)) for t in completed}) > 1}
+    names = {n for t in completed for n in t.params}
+    varied = {n for n in names if len({str(t.params.get(n)) for t in completed}) > 1}
     if len(completed) < 2 or not varied:
         return {}
     evaluator = optuna.importance.MeanDecreaseImpurityImportanceEvaluator(seed=0)
-    return dict(optuna.importance.get_param_importances(study, evaluator=evaluator))
+    if len({t.values[index] for t in completed}) < 2:  # the same value in every trial
+        return {}
+    target = None if len(study.directions) == 1 else (lambda t: t.values[index])
+    return dict(optuna.importance.get_param_importances(study, evaluator=evaluator, target=target))
 
 
-def study_markdown(study: Any, label: str, plot_name: str) -> list[str]:
-    """The study's section of report.md; its plot is `plot_name` beside it."""
+def study_markdown(
+    study: Any, label: str, plot_name: str, file_name: str = STUDY_FILE
+) -> list[str]:
+    """The study's section of report.md (of the study in `label/file_name`); its plot is
+    `plot_name` beside it."""
     from optuna.trial import TrialState
 
     trials = study.trials
     completed = [t for t in trials if t.state == TrialState.COMPLETE]
-    objective = study.user_attrs.get("objective", "value")
-    direction = study.direction.name.lower()
+    objectives = aims(study)
+    directions = [d.name.lower() for d in study.directions]
     counts = {s: sum(t.state == s for t in trials) for s in TrialState}
     lines = [
-        f"## Study {label}: {objective}, {direction}d",
+        f"## Study {label}: "
+        + "; ".join(
+            f"{o}{',' if len(objectives) == 1 else ''} {d}d"
+            for o, d in zip(objectives, directions, strict=True)
+        ),
         "",
         f"{len(trials)} trials: {counts[TrialState.COMPLETE]} completed, "
         f"{counts[TrialState.FAIL]} failed, {counts[TrialState.RUNNING]} interrupted "
-        f"(Optuna study `{study.study_name}` in `{label}/{STUDY_FILE}`).",
+        f"(Optuna study `{study.study_name}` in `{label}/{file_name}`).",
         "",
     ]
     if not completed:
         return [*lines, "No trial has completed yet.", ""]
-    best = study.best_trial
-    shares = importance(study, completed)
-    names = list(best.params)
-    lines += [
-        f"Best: **{best.value:.4f}** in trial {best.number} (job {best.number}): "
-        + ", ".join(f"`{n}={v}`" for n, v in best.params.items()),
-        "",
-    ]
-    if shares:
+    names = list(dict.fromkeys(n for t in trials for n in t.params))
+    front = {t.number for t in study.best_trials} if len(objectives) > 1 else set()
+    if len(objectives) == 1:
+        best = study.best_trial
         lines += [
-            "Importance (mean decrease in impurity of a random forest): "
-            + ", ".join(f"{n} {s:.2f}" for n, s in shares.items()),
+            f"Best: **{best.value:.4f}** in trial {best.number} (job {best.number}): "
+            + ", ".join(f"`{n}={v}`" for n, v in best.params.items()),
             "",
         ]
-    header = ["trial", *names, objective, "note"]
+    else:
+        lines += [
+            f"Pareto front ({', '.join(objectives)}): {len(front)} of {len(completed)} completed "
+            f"trials, those no other trial beats in every objective: trial"
+            f"{'s' if len(front) > 1 else ''} "
+            + ", ".join(str(n) for n in sorted(front))
+            + " (marked ◆ below).",
+            "",
+        ]
+    for index, objective in enumerate(objectives):
+        shares = importance(study, completed, index)
+        if shares:
+            lines += [
+                f"Importance{f' for {objective}' if len(objectives) > 1 else ''} (mean decrease "
+                "in impurity of a random forest): "
+                + ", ".join(f"{n} {s:.2f}" for n, s in shares.items()),
+                "",
+            ]
+    marked = ["front"] if front else []
+    header = ["trial", *marked, *names, *objectives, "note"]
     lines += ["| " + " | ".join(header) + " |", "| " + " | ".join(["---:"] * len(header)) + " |"]
     for trial in trials:
-        value = "—" if trial.value is None else f"{trial.value:.4f}"
-        note = trial.user_attrs.get("fedlight", trial.state.name.lower())
-        if note.startswith(f"{objective} "):  # a value as any other: nothing to say
-            note = ""
-        cells = [str(trial.number), *(str(trial.params.get(n, "")) for n in names), value, note]
+        values = trial.values or [None] * len(objectives)
+        shown = ["—" if v is None else f"{v:.4f}" for v in values]
+        said = note(study, trial)
+        plain = ", ".join(
+            f"{o} {v:.4g}" for o, v in zip(objectives, values, strict=True) if v is not None
+        )
+        if said == plain or (len(objectives) == 1 and said.startswith(f"{objectives[0]} ")):
+            said = ""  # a value as any other: nothing to say
+        on_front = ["◆" if trial.number in front else ""] if front else []
+        cells = [str(trial.number), *on_front, *(str(trial.params.get(n, "")) for n in names)]
+        cells += [*shown, said]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return [*lines, "", f"![trials]({plot_name})", ""]
 
 
 def write_study_plot(study: Any, path: Path, label: str) -> None:
-    """The objective against the trial (and the best so far), and against each parameter."""
+    """One objective: it against the trial (and the best so far), and against each parameter.
+    Several: the first two against each other, the Pareto front drawn, and the first against
+    each parameter."""
     from matplotlib.ticker import MaxNLocator
     from optuna.trial import TrialState
 
     completed = [t for t in study.trials if t.state == TrialState.COMPLETE]
     if not completed:
         return
-    names = list(study.best_trial.params)
-    objective = study.user_attrs.get("objective", "value")
+    names = list(dict.fromkeys(n for t in completed for n in t.params))
+    objectives = aims(study)
     fig = curves.figure(3.6 * (1 + len(names)), 3.4)
     axes = fig.subplots(1, 1 + len(names), squeeze=False)[0]
-    numbers = [t.number for t in completed]
-    values = [t.value for t in completed]
-    pick = max if study.direction.name == "MAXIMIZE" else min
-    best = [pick(values[: i + 1]) for i in range(len(values))]
-    axes[0].scatter(numbers, values, s=14, label="trial")
-    axes[0].step(numbers, best, where="post", color="black", linewidth=1, label="best so far")
-    axes[0].set(xlabel="trial", ylabel=objective, title=label)
-    axes[0].xaxis.set_major_locator(MaxNLocator(integer=True))
+    values = [t.values[0] for t in completed]
+    if len(objectives) == 1:
+        numbers = [t.number for t in completed]
+        pick = max if study.direction.name == "MAXIMIZE" else min
+        best = [pick(values[: i + 1]) for i in range(len(values))]
+        axes[0].scatter(numbers, values, s=14, label="trial")
+        axes[0].step(numbers, best, where="post", color="black", linewidth=1, label="best so far")
+        axes[0].set(xlabel="trial", ylabel=objectives[0], title=label)
+        axes[0].xaxis.set_major_locator(MaxNLocator(integer=True))
+    else:
+        front = sorted(study.best_trials, key=lambda t: t.values[1])
+        axes[0].scatter([t.values[1] for t in completed], values, s=14, label="trial")
+        axes[0].plot(
+            [t.values[1] for t in front],
+            [t.values[0] for t in front],
+            "D-",
+            color="black",
+            linewidth=1,
+            markersize=5,
+            label="Pareto front",
+        )
+        for t in completed:
+            axes[0].annotate(
+                str(t.number),
+                (t.values[1], t.values[0]),
+                xytext=(4, 4),
+                textcoords="offset points",
+                fontsize=7,
+            )
+        axes[0].set(xlabel=objectives[1], ylabel=objectives[0], title=label)
     axes[0].legend(fontsize="small")
     for ax, name in zip(axes[1:], names, strict=True):
-        xs = [t.params.get(name) for t in completed]
+        pairs = [(t.params[name], t.values[0]) for t in completed if name in t.params]
+        xs = [x for x, _ in pairs]
         numeric = all(isinstance(x, int | float) for x in xs)
         if numeric and min(xs) > 0 and max(xs) / min(xs) >= 10:
             ax.set_xscale("log")
-        ax.scatter(xs if numeric else [str(x) for x in xs], values, s=14)
-        ax.set(xlabel=name, ylabel=objective)
+        ax.scatter(xs if numeric else [str(x) for x in xs], [y for _, y in pairs], s=14)
+        ax.set(xlabel=name, ylabel=objectives[0])
     for ax in axes:
         ax.grid(alpha=0.3)
     fig.tight_layout()
@@ -153,6 +254,6 @@ def studies_markdown(sweep_dirs: list[Path], output_dir: Path) -> list[str]:
         label = sweep_dir.resolve().name
         plot = "study.png" if len(studies) == 1 else f"study_{label}.png"
         study = load_study(sweep_dir)
-        lines += study_markdown(study, label, plot)
+        lines += study_markdown(study, label, plot, study_file(sweep_dir).name)  # type: ignore[union-attr]
         write_study_plot(study, output_dir / plot, label)
     return lines

@@ -10,7 +10,7 @@ import json
 import math
 import os
 import sys
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from dataclasses import dataclass, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,7 @@ from fedlight.algorithms.base import Algorithm
 from fedlight.core.allocator import fix_mmap_threshold
 from fedlight.core.config import FLSettings, RunSettings
 from fedlight.core.errors import ConfigError, require
-from fedlight.core.layout import layout_for
+from fedlight.core.layout import LayoutChoice, layout_for
 from fedlight.core.moved import current_path
 from fedlight.core.rng import Stream, derive_seed, numpy_generator
 from fedlight.core.variants import resolved_variants
@@ -37,7 +37,8 @@ from fedlight.drivers.history import STATE_KEYS, History
 from fedlight.drivers.loop import FederatedLoop
 from fedlight.drivers.preemption import Preempted
 from fedlight.drivers.workers import OneWorker, Workers
-from fedlight.engines.lightning import setup_module
+from fedlight.engines.lightning import ModelFactory, setup_module
+from fedlight.engines.trainer_standin import TrainerStandIn, attach
 from fedlight.loggers.base import (
     RoundLogger,
     RoundProgress,
@@ -134,7 +135,7 @@ class Job:
 
     settings: RunSettings
     data: DataSource
-    model: Callable[..., pl.LightningModule]
+    model: ModelFactory
     partition: Partition
     stages: Stages
     loggers: list[RoundLogger]
@@ -453,10 +454,20 @@ def run_rounds(
     fraction = settings.data.validation_fraction
     data = split_validation(job.data.load(), fraction, settings.seed).to(device)
     check_federation_size(settings.fl.num_clients, len(data.train_y), job.choices, workers.main)
+    if workers.main and data.batch_size not in (None, settings.local.batch_size):
+        print(
+            f"fedlight: the data's own loaders batch {data.batch_size} examples; fedlight forms "
+            f"each client's batches of local.batch_size={settings.local.batch_size} (set "
+            f"local.batch_size={data.batch_size} to train in the data's batches)",
+            flush=True,
+        )
     chance = Chance.of(split_labels(data, settings.eval.split).cpu().numpy())
     module = build_module(job, data, device)
-    layout = layout_for(settings.fl.memory_format, module, device)
-    module, data = layout.apply(module), replace(data, layout=layout)
+    chosen = chosen_layout(settings.fl.memory_format, module, data, settings.local.batch_size)
+    if workers.main and settings.fl.memory_format == "auto":
+        said = f"{chosen.layout.name} ({chosen.reason})"
+        print(f"fedlight: fl.memory_format=auto: {said}", flush=True)
+    module, data = chosen.layout.apply(module), replace(data, layout=chosen.layout)
     clients = federation(job, data, output_dir, workers)
     driver = AsynchronousLoop if job.stages.algorithm.asynchronous else FederatedLoop
     loop = driver(
@@ -498,6 +509,15 @@ def run_rounds(
         write_model(output_dir, module, loop.final_model())
     privacy = job.stages.privacy.summary(loop.privacy_state(), history.completed_rounds)
     return Ran(history, chance, environment, resumes, privacy)
+
+
+def chosen_layout(
+    setting: str, module: pl.LightningModule, data: TensorDataset, batch_size: int
+) -> LayoutChoice:
+    """`fl.memory_format`'s layout for the module, tried on the first training batch."""
+    count = min(max(batch_size, 2), len(data.train_y))  # BatchNorm refuses a batch of one
+    batch = data.prepare(data.train_x[:count]), data.train_y[:count]
+    return layout_for(setting, module, next(module.parameters()).device, batch)
 
 
 def split_labels(data: TensorDataset, split: str) -> torch.Tensor:
@@ -558,6 +578,10 @@ def build_module(job: Job, data: TensorDataset, device: torch.device) -> pl.Ligh
     parameters (nothing to train or average) is refused in one line."""
     torch.manual_seed(derive_seed(job.settings.seed, Stream.MODEL_INIT))
     module = job.model(input_shape=data.input_shape, num_classes=data.num_classes)
+    local = job.settings.local
+    mean_client = max(1, len(data.train_y) // job.settings.fl.num_clients)
+    offered = job.model.offer(data.input_shape, data.num_classes)
+    attach(module, TrainerStandIn(module, local.epochs, local.batch_size, mean_client, offered))
     setup_module(module)
     module = module.to(device)
     target = job.config.get("model", {}).get("_target_", type(module).__name__)

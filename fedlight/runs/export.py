@@ -23,9 +23,7 @@ import pytorch_lightning as pl
 from fedlight.core.errors import one_line
 from fedlight.core.tensors import StateDict
 from fedlight.store.checkpoint import save_checkpoint
-
-MODEL_NAME = "model.pt"
-LIGHTNING_CHECKPOINT_NAME = "model.ckpt"
+from fedlight.store.run_files import LIGHTNING_CHECKPOINT_NAME, MODEL_NAME
 
 
 def lightning_checkpoint(module: pl.LightningModule, weights: StateDict) -> dict[str, Any]:

@@ -1,46 +1,63 @@
-"""`hydra/sweeper=optuna`: Hydra's Optuna sweeper (hydra-optuna-sweeper) with a study that
-survives its process, for tuning on the validation set (Akiba et al., "Optuna", KDD 2019; TPE:
-Bergstra et al., NeurIPS 2011).
+"""`hydra/sweeper=optuna`: an Optuna sweeper for Hydra on Optuna's public API (optuna >= 4), with
+a study that survives its process, for tuning on the validation set (Akiba et al., "Optuna", KDD
+2019; TPE: Bergstra et al., NeurIPS 2011).
 
-Hydra's own sweeper asks Optuna for `n_trials` more trials each time it runs and numbers its jobs
-from 0, so a killed study run again writes over its first jobs' directories and runs too many
-trials; and a job that returns no number (a fedlight run that diverged) is an error that ends the
-study. Run by fedlight's plugin (`hydra_plugins.fedlight_optuna`), the study:
-- lives in `<sweep dir>/optuna.db` (SQLite, study `fedlight`) unless `storage` says otherwise;
+It reads the settings of Hydra's Optuna sweeper (hydra-optuna-sweeper) as users type them:
+`hydra.sweeper.params` (and the command's own sweep overrides) with `choice()` (a categorical
+parameter), `interval(a,b)` (a float, or an int where both ends are ints; `tag(log, ...)` log
+scale) and `range(a,b,step)` (the values Hydra lists: `b` excluded). Unlike Hydra's sweeper, which
+asks Optuna for `n_trials` more trials each time it runs and numbers its jobs from 0 (so a killed
+study run again writes over its first jobs' directories and runs too many trials), and for which
+a job that returns no number (a fedlight run that diverged) is an error that ends the study, run by
+fedlight's plugin (`hydra_plugins.fedlight_optuna`) the study:
+- lives in `<sweep dir>/optuna.db` (SQLite, study `fedlight`) unless `storage` says otherwise:
+  another URL, or `journal` (Optuna's journal file, `<sweep dir>/optuna_journal.log`, what Optuna
+  advises on shared file systems such as NFS) or a journal file's path (`*.log`);
 - has `n_trials` trials in all: run again (`fedlight resume <sweep dir>`, or the command with
   `resume=auto`), it runs only those it lacks, and an interrupted trial again in its own job
   directory (numbered by the trial), where `resume=auto` continues it from its checkpoint;
-- keeps its sampler, pickled after each draw in `<sweep dir>/optuna_sampler.pkl` (as Optuna's FAQ
-  advises for a reproducible resume), so that a continued study draws what the uninterrupted one
-  would have (one trial at a time; with `n_jobs` > 1 the batches after a kill may differ); the
-  file is read back by an unpickler that admits only what a sampler of the configured kind is
-  made of, so that one planted in the sweep directory runs no code;
-- gives a trial whose job diverged, or has no value for the objective, the worst value the
+- keeps its sampler's state, the state of each random generator in it, as numbers in
+  `<sweep dir>/optuna_sampler.json` after each draw, so that a continued study draws what the
+  uninterrupted one would have (one trial at a time; with `n_jobs` > 1 the batches after a kill
+  may differ); no pickle: the file is read as JSON numbers into a sampler built from the
+  configuration, so one planted in the sweep directory runs no code;
+- gives a trial whose job diverged, or has no value for an objective, the worst value the
   objective can take (0 for an accuracy: the sampler ranks it last), or records it as failed where
-  the objective has no worst (bytes, seconds), and goes on; only a job that ended in an error counts
+  an objective has no worst (bytes, seconds), and goes on; only a job that ended in an error counts
   against `max_failure_rate`;
-- maximizes or minimizes as fedlight's `objective` says unless `direction` is given, and refuses a
-  grid sampler (a grid is Hydra's basic sweeper: `optim.lr=0.01,0.03,0.1`), and, before it writes
-  anything, a study of another search space in the same storage or of other `fl.rounds`.
+- optimizes one objective (the run's `objective`) or several (`objectives`, e.g.
+  `[final_accuracy, comm_mb]`: its result a Pareto front), each maximized or minimized as the
+  objective says unless `direction` is given; refuses a grid sampler (a grid is Hydra's basic
+  sweeper: `optim.lr=0.01,0.03,0.1`), and, before it writes anything, a study of another search
+  space or other objectives in the same storage, or of other `fl.rounds`.
 """
 
-import io
-import pickle
+import functools
+import json
+import math
+import re
 import sys
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import optuna
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override, Transformer
+from hydra.core.plugins import Plugins
 from hydra.core.utils import JobReturn
 from hydra.core.utils import JobStatus as HydraJobStatus
 from hydra.types import HydraContext, TaskFunction
-from hydra_plugins.hydra_optuna_sweeper._impl import (
-    OptunaSweeperImpl,
-    create_params_from_overrides,
-)
+from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
-from optuna.distributions import BaseDistribution
+from optuna.distributions import (
+    BaseDistribution,
+    CategoricalDistribution,
+    FloatDistribution,
+    IntDistribution,
+)
 from optuna.trial import FrozenTrial, Trial, TrialState
 
 from fedlight.core.config import OBJECTIVES
@@ -48,9 +65,11 @@ from fedlight.core.errors import ConfigError, one_line, require
 from fedlight.reports.study_report import AFRESH, study_read
 from fedlight.runs.experiment import RESUME_FREE_KEYS
 from fedlight.runs.tuned import RESULTS_FILE
-from fedlight.store.files import write_bytes, write_text
-from fedlight.store.run_files import SAMPLER_FILE, STUDY_FILE, STUDY_NAME
+from fedlight.store.files import write_text
+from fedlight.store.run_files import JOURNAL_FILE, SAMPLER_FILE, STUDY_FILE, STUDY_NAME
 from fedlight.store.sweeps import JobStatus, job_state
+
+NOTES = "notes"  # the study's user attribute: what happened to each trial, by its number
 
 
 class StudySweep:
@@ -64,81 +83,131 @@ class StudySweep:
         config: DictConfig,
     ) -> None:
         optuna.logging.set_verbosity(optuna.logging.WARNING)  # fedlight says what it does
-        self.impl = OptunaSweeperImpl(**settings)
-        self.impl.setup(hydra_context=hydra_context, task_function=task_function, config=config)
-        self.launcher = self.impl.launcher  # the launcher Hydra's sweeper set up
-        self.config = config
-        self.sweep_dir = Path(config.hydra.sweep.dir)
-        self.objective = str(config.objective)
-        self.directions = directions(settings["direction"], self.objective)
-
-    def sweep(self, arguments: list[str]) -> None:
-        impl = self.impl
-        impl._process_searchspace_config()
-        overrides = [*impl._parse_sweeper_params_config(), *arguments]
-        space, fixed = create_params_from_overrides(overrides)
-        space = {name: d for name, d in space.items() if name not in fixed}
-        if isinstance(impl.sampler, optuna.samplers.GridSampler) or (
-            getattr(impl.sampler, "func", None) is optuna.samplers.GridSampler
+        settings = {k: plain(v) for k, v in settings.items()}
+        require(
+            settings.get("search_space") is None,
+            "hydra.sweeper.search_space is Hydra 1.1's form; give the searched parameters as "
+            "hydra.sweeper.params, e.g. "
+            "hydra.sweeper.params.optim.lr='tag(log,interval(0.01,0.3))'",
+        )
+        self.sampler = settings["sampler"]
+        if isinstance(self.sampler, functools.partial):  # sampler=grid: built from the space
+            self.sampler = self.sampler.func
+        if self.sampler is optuna.samplers.GridSampler or isinstance(
+            self.sampler, optuna.samplers.GridSampler
         ):
             raise ConfigError(
                 "hydra/sweeper=optuna with sampler=grid: a grid is Hydra's basic sweeper; drop "
                 "hydra/sweeper=optuna and list the values (optim.lr=0.01,0.03,0.1)"
             )
+        self.n_trials = int(settings["n_trials"])
+        self.n_jobs = int(settings["n_jobs"])
+        self.max_failure_rate = float(settings["max_failure_rate"])
+        require(
+            0.0 <= self.max_failure_rate <= 1.0,
+            f"hydra.sweeper.max_failure_rate={self.max_failure_rate} must be from 0 to 1",
+        )
+        require(self.n_jobs >= 1, f"hydra.sweeper.n_jobs={self.n_jobs} must be >= 1")
+        self.params = settings.get("params") or {}
+        custom = settings.get("custom_search_space")
+        self.custom = instantiate({"_target_": custom, "_partial_": True}) if custom else None
+        self.launcher = Plugins.instance().instantiate_launcher(
+            config=config, hydra_context=hydra_context, task_function=task_function
+        )
+        self.config = config
+        self.sweep_dir = Path(config.hydra.sweep.dir)
+        self.objective = str(config.objective)
+        self.objectives = objectives(settings.get("objectives"), self.objective)
+        self.multi = settings.get("objectives") is not None
+        self.directions = directions(settings["direction"], self.objectives)
+        self.storage, self.where = study_storage(settings["storage"], self.sweep_dir)
+        self.study_name = settings["study_name"] or STUDY_NAME
+
+    def sweep(self, arguments: list[str]) -> None:
+        declared = [f"{name}={value}" for name, value in self.params.items()]
+        space, fixed = search_space([*declared, *arguments])
         study = self.open_study(space, fixed)
         self.run_interrupted(study, fixed)
-        while (left := impl.n_trials - len(study.trials)) > 0:
-            trials = [study.ask() for _ in range(min(left, impl.n_jobs))]
-            overrides = impl._configure_trials(trials, space, fixed)  # the sampler draws here
+        while (left := self.n_trials - len(study.trials)) > 0:
+            trials = [self.ask(study, space, fixed) for _ in range(min(left, self.n_jobs))]
             keep_sampler(study.sampler, self.sweep_dir / SAMPLER_FILE)
-            self.run(study, trials, overrides)
-        write_results(study, self.sweep_dir / RESULTS_FILE)
+            overrides = [trial_overrides(t.params, fixed) for t in trials]
+            self.run(study, [t.number for t in trials], overrides)
+        write_results(study, self.objectives, self.sweep_dir / RESULTS_FILE)
+        if isinstance(self.storage, str) or self.where.endswith(".log"):
+            url = self.where if self.where.endswith(".log") or "://" in self.where else self.storage
+            say(f"optuna: browse the study: optuna-dashboard {url}")
+
+    def ask(self, study: optuna.Study, space: dict[str, BaseDistribution], fixed: dict) -> Trial:
+        """A new trial, its parameters drawn by the sampler (the searched space's, in order, then
+        those `custom_search_space` suggests), the fixed settings noted on it as Hydra's sweeper
+        notes them."""
+        trial = study.ask(fixed_distributions=space)
+        if self.custom is not None:
+            self.custom(self.config, trial)
+        clash = sorted(set(trial.params) & set(fixed))
+        require(not clash, f"hydra/sweeper=optuna: {', '.join(clash)} both searched and fixed")
+        for name, value in fixed.items():
+            trial.set_user_attr(name, value)
+        return trial
 
     def open_study(self, space: dict[str, BaseDistribution], fixed: dict[str, Any]) -> Any:
         """The sweep directory's study, created or continued; a continuation is refused before
         anything is written (`check_record`). The sweep's record, multirun.yaml as Hydra's basic
         sweeper keeps it (`fedlight resume` reads it), is written once the study is opened."""
         self.sweep_dir.mkdir(parents=True, exist_ok=True)
-        path = self.sweep_dir.resolve() / STUDY_FILE
-        storage = self.impl.storage or f"sqlite:///{path}"
-        with study_read(
-            self.impl.storage or str(path), f"{AFRESH}, or give another hydra.sweep.dir"
-        ):
+        with study_read(self.where, f"{AFRESH}, or give another hydra.sweep.dir"):
+            storage = self.storage
             study = optuna.create_study(
-                study_name=self.impl.study_name or STUDY_NAME,
-                storage=storage,
-                sampler=self.impl.sampler,
+                study_name=self.study_name,
+                storage=journal_storage(storage) if isinstance(storage, Path) else storage,
+                sampler=self.sampler,
                 directions=self.directions,
                 load_if_exists=True,
             )
-            self.check_record(study, search_record(space, fixed), storage)
+            self.check_record(study, search_record(space, fixed))
             trials = study.trials
         write_text(self.sweep_dir / "multirun.yaml", OmegaConf.to_yaml(self.config))
-        if 0 < len(trials) < self.impl.n_trials:  # continued, with draws to come: as it left them
-            study.sampler = continued_sampler(study.sampler, self.sweep_dir / SAMPLER_FILE, space)
+        if 0 < len(trials) < self.n_trials:  # continued, with draws to come: as it left them
+            study.sampler = continued_sampler(study.sampler, self.sweep_dir / SAMPLER_FILE)
         done = sum(t.state != TrialState.RUNNING for t in trials)
+        aims = ", ".join(f"{o} {d}d" for o, d in zip(self.objectives, self.directions, strict=True))
         say(
-            f"optuna study {study.study_name} in {storage}: {done} of {self.impl.n_trials} trials "
-            f"done, {self.objective} {self.directions[0]}d"
+            f"optuna study {study.study_name} in {self.where}: {done} of {self.n_trials} trials "
+            f"done, {aims}"
         )
         return study
 
-    def check_record(self, study: Any, searched: list[str], storage: str) -> None:
-        """A new study records its search, objective and `fl.rounds`; a continued one is refused
+    def check_record(self, study: Any, searched: list[str]) -> None:
+        """A new study records its search, objectives and `fl.rounds`; a continued one is refused
         where it searched another space, with other fixed settings (those a resume may change
-        aside), or ran its trials for other `fl.rounds` (a trial's value is its run's, and a
-        finished trial is not run again)."""
+        aside), for other objectives or directions, or ran its trials for other `fl.rounds` (a
+        trial's value is its run's, and a finished trial is not run again)."""
         rounds = int(self.config.fl.rounds)
         recorded = study.user_attrs
         if "search" not in recorded:
             study.set_user_attr("search", searched)
-            study.set_user_attr("objective", self.objective)
+            study.set_user_attr("objective", self.objectives[0])
+            if self.multi:
+                study.set_user_attr("objectives", self.objectives)
             study.set_user_attr("rounds", rounds)
+            with warnings.catch_warnings():  # experimental in Optuna: names in its dashboard
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                study.set_metric_names(self.objectives)
             return
+        storage = self.where
         require(
-            recorded["search"] == searched,
+            recorded["search"] in (searched, legacy_record(searched)),
             f"hydra/sweeper=optuna: {storage} holds a study of another search "
             f"({' '.join(recorded['search'])}); give another hydra.sweep.dir, or search as it did",
+        )
+        aimed = recorded.get("objectives", [recorded.get("objective", self.objectives[0])])
+        was = [d.name.lower() for d in study.directions]
+        require(
+            (aimed, was) == (self.objectives, self.directions),
+            f"hydra/sweeper=optuna: {storage} holds a study of {', '.join(aimed)} "
+            f"({', '.join(was)}), not of {', '.join(self.objectives)} "
+            f"({', '.join(self.directions)}); give another hydra.sweep.dir, or the same objectives",
         )
         ran = recorded.get("rounds", rounds)  # a study begun before fedlight recorded them
         require(
@@ -154,133 +223,148 @@ class StudySweep:
         if interrupted:
             numbers = ", ".join(str(t.number) for t in interrupted)
             say(f"optuna: trials {numbers} were interrupted; run again in their directories")
-        for batch in consecutive(interrupted, self.impl.n_jobs):
-            trials = [Trial(study, t._trial_id) for t in batch]
-            self.run(study, trials, [trial_overrides(t, fixed) for t in batch])
+        for batch in consecutive(interrupted, self.n_jobs):
+            overrides = [trial_overrides(t.params, fixed) for t in batch]
+            self.run(study, [t.number for t in batch], overrides)
 
-    def run(self, study: Any, trials: list[Trial], overrides: Sequence[Sequence[str]]) -> None:
-        """Launch `trials` as the jobs numbered by the first of them, and tell the study."""
-        returns = self.launcher.launch(overrides, initial_job_idx=trials[0].number)
+    def run(self, study: Any, numbers: list[int], overrides: Sequence[Sequence[str]]) -> None:
+        """Launch the trials `numbers` as the jobs numbered by the first of them, and tell the
+        study (by the trial's number: Optuna's public `Study.tell`)."""
+        returns = self.launcher.launch(overrides, initial_job_idx=numbers[0])
         failed = [ret for ret in returns if ret.status == HydraJobStatus.FAILED]
-        for trial, ret in zip(trials, returns, strict=True):
-            state, value, note = self.outcome(ret)
-            trial.set_user_attr("fedlight", note)
-            study.tell(trial, value, state=state)
+        for number, ret in zip(numbers, returns, strict=True):
+            state, values, note = self.outcome(ret)
+            study.set_user_attr(NOTES, {**study.user_attrs.get(NOTES, {}), str(number): note})
+            study.tell(number, values, state=state)
             best = best_line(study)
-            say(f"optuna: trial {trial.number}: {note}{f'; {best}' if best else ''}")
-        if failed and len(failed) / len(returns) > self.impl.max_failure_rate:
+            say(f"optuna: trial {number}: {note}{f'; {best}' if best else ''}")
+        if failed and len(failed) / len(returns) > self.max_failure_rate:
             failed[0].return_value  # raises the job's own error  # noqa: B018
 
-    def outcome(self, ret: JobReturn) -> tuple[TrialState, float | None, str]:
-        """The trial's state and value from its job, and what to say of it."""
+    def outcome(self, ret: JobReturn) -> tuple[TrialState, list[float] | None, str]:
+        """The trial's state and values from its job, and what to say of it."""
         if ret.status == HydraJobStatus.FAILED:
             return TrialState.FAIL, None, "failed (an error; see its error.txt)"
-        if ret.return_value is not None:
-            value = float(ret.return_value)
-            return TrialState.COMPLETE, value, f"{self.objective} {value:.4g}"
-        status = job_state(Path(ret.hydra_cfg.hydra.runtime.output_dir)).status
-        why = "diverged" if status == JobStatus.DIVERGED else f"no {self.objective}"
-        worst = OBJECTIVES[self.objective].worst
-        if worst is None:
-            return TrialState.FAIL, None, f"{why} (a failed trial: {self.objective} has no worst)"
-        return TrialState.COMPLETE, worst, f"{why}: given the worst {self.objective}, {worst}"
+        state = job_state(Path(ret.hydra_cfg.hydra.runtime.output_dir))
+        if self.multi:
+            diverged = state.status == JobStatus.DIVERGED
+            summary = {} if diverged else (state.summary or {})
+            found = [summary.get(o) for o in self.objectives]
+        else:  # the job's return value: its `objective`
+            diverged = ret.return_value is None and state.status == JobStatus.DIVERGED
+            found = [ret.return_value]
+        if all(is_number(v) for v in found):
+            values = [float(v) for v in found]
+            said = ", ".join(f"{o} {v:.4g}" for o, v in zip(self.objectives, values, strict=True))
+            return TrialState.COMPLETE, values, said
+        lacking = [o for o, v in zip(self.objectives, found, strict=True) if not is_number(v)]
+        why = "diverged" if diverged else f"no {', '.join(lacking)}"
+        worst = [OBJECTIVES[o].worst for o in self.objectives]
+        unbounded = [o for o, w in zip(self.objectives, worst, strict=True) if w is None]
+        if unbounded:
+            return TrialState.FAIL, None, f"{why} (a failed trial: {unbounded[0]} has no worst)"
+        given = ", ".join(f"{o}, {w}" for o, w in zip(self.objectives, worst, strict=True))
+        return TrialState.COMPLETE, worst, f"{why}: given the worst {given}"  # type: ignore[return-value]
 
 
-def keep_sampler(sampler: optuna.samplers.BaseSampler, path: Path) -> None:
-    """The sampler after a draw, pickled whole (its random state with it), written atomically and
-    never through a link (fedlight's writer: the sweep directory may be writable by others)."""
-    write_bytes(path, pickle.dumps(sampler))
+def plain(value: Any) -> Any:
+    """A setting as Python values (Hydra hands lists and dicts over as OmegaConf's)."""
+    if OmegaConf.is_config(value):
+        return OmegaConf.to_container(value, resolve=True)
+    return value
 
 
-class SamplerUnpickler(pickle.Unpickler):
-    """Unpickles only the classes and functions in `allowed`: a sampler file (which anyone who
-    can write the sweep directory could replace) never runs code of its choosing."""
-
-    def __init__(self, data: bytes, allowed: set[tuple[str, str]]) -> None:
-        super().__init__(io.BytesIO(data))
-        self.allowed = allowed
-
-    def find_class(self, module: str, name: str) -> Any:
-        if (module, name) not in self.allowed:
-            raise pickle.UnpicklingError(f"it names {module}.{name}, no part of a sampler")
-        return super().find_class(module, name)
+def is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
-class NamesRecorder(pickle.Unpickler):
-    """Notes the classes and functions a pickle names (one fedlight has just made itself)."""
-
-    def __init__(self, data: bytes) -> None:
-        super().__init__(io.BytesIO(data))
-        self.named: set[tuple[str, str]] = set()
-
-    def find_class(self, module: str, name: str) -> Any:
-        self.named.add((module, name))
-        return super().find_class(module, name)
+# The search space from Hydra's sweep overrides -------------------------------------------------
 
 
-def sampler_parts(
-    sampler: optuna.samplers.BaseSampler, space: dict[str, BaseDistribution]
-) -> set[tuple[str, str]]:
-    """What a kept sampler of the configured kind may be made of: the classes and functions a
-    pickle of the configured one names (its random states included), and the distributions of
-    the searched space (a sampler caches them as it draws)."""
-    recorder = NamesRecorder(pickle.dumps(sampler))
-    recorder.load()
-    return recorder.named | {(type(d).__module__, type(d).__qualname__) for d in space.values()}
-
-
-def continued_sampler(
-    configured: optuna.samplers.BaseSampler, path: Path, space: dict[str, BaseDistribution]
-) -> optuna.samplers.BaseSampler:
-    """The sampler a continued study draws with: the one its latest draw left in `path` (the
-    sweep's own file), if it is of the configured kind and made only of what such a sampler is
-    made of (`space`: the searched distributions); else the configured one, reseeded, so that it
-    does not repeat the first command's draws."""
-    kept, why = None, "none was kept"
-    if path.is_file():
-        try:
-            kept = SamplerUnpickler(path.read_bytes(), sampler_parts(configured, space)).load()
-        except Exception as error:  # noqa: BLE001 - cut short, damaged or foreign: draw afresh
-            why = f"{path} is not a sampler fedlight kept: {one_line(error, limit=120)}"
+def search_space(overrides: list[str]) -> tuple[dict[str, BaseDistribution], dict[str, Any]]:
+    """Each sweep override as an Optuna distribution, the others as fixed settings; a parameter
+    both searched and fixed is fixed (the command's value over the preset's search)."""
+    space: dict[str, BaseDistribution] = {}
+    fixed: dict[str, Any] = {}
+    for override in OverridesParser.create().parse_overrides(overrides):
+        name = override.get_key_element()
+        if override.is_sweep_override():
+            space[name] = distribution(override)
+            fixed.pop(name, None)
         else:
-            why = f"it was a {type(kept).__name__}"
-    if type(kept) is type(configured):
-        say("optuna: the sampler continues from its state after the latest draw")
-        return kept
-    configured.reseed_rng()
-    say(f"optuna: the sampler draws afresh ({why}), not as an uninterrupted study would")
-    return configured
+            fixed[name] = override.get_value_element_as_str()
+            space.pop(name, None)
+    return space, fixed
 
 
-def directions(given: Any, objective: str) -> list[str]:
-    """The one direction of the study: `direction` where given, else the objective's."""
-    if given is None:
-        return [OBJECTIVES[objective].direction]
-    named = [getattr(d, "name", d) for d in (given if isinstance(given, list) else [given])]
-    if len(named) != 1:
-        raise ConfigError(
-            f"hydra.sweeper.direction={named}: fedlight's objective is one number; give one "
-            "direction (maximize or minimize) or none (the objective's)"
-        )
-    return [str(named[0])]
+def distribution(override: Override) -> BaseDistribution:
+    """`choice(...)`: categorical; `interval(a,b)`: a float uniform over [a, b] (`tag(log, ...)`
+    log-uniform), as Hydra's Optuna sweeper draws it; `range(a,b,step)`: the values Hydra lists
+    for it (ints where they are; `b` excluded; shuffled: categorical)."""
+    value = override.value()
+    listed = lambda: list(override.sweep_iterator(transformer=Transformer.encode))  # noqa: E731
+    if override.is_choice_sweep():
+        return CategoricalDistribution(listed())
+    if override.is_range_sweep():
+        values = listed()
+        require(bool(values), f"{override.input_line} lists no value")
+        if value.shuffle:
+            return CategoricalDistribution(values)
+        step = value.step
+        if all(isinstance(v, int) for v in values) and isinstance(step, int):
+            return IntDistribution(values[0], values[-1], step=step)
+        low = float(values[0])
+        return FloatDistribution(low, low + float(step) * (len(values) - 1), step=float(step))
+    if override.is_interval_sweep():  # Hydra reads its ends as floats, interval(1,5) too
+        return FloatDistribution(float(value.start), float(value.end), log="log" in value.tags)
+    raise ConfigError(
+        f"{override.input_line}: hydra/sweeper=optuna searches choice(), interval() and range()"
+    )
 
 
 def search_record(space: dict[str, BaseDistribution], fixed: dict[str, Any]) -> list[str]:
     """The search as the study keeps it: each distribution, and each fixed setting that changes
     a number (those a resume may change left out)."""
     searched = [f"{name}={distribution}" for name, distribution in space.items()]
-    kept = [
+    return sorted(searched) + kept_settings(fixed)
+
+
+def kept_settings(fixed: dict[str, Any]) -> list[str]:
+    return sorted(
         f"{name}={value}"
         for name, value in fixed.items()
         if name.lstrip("+~") not in RESUME_FREE_KEYS and not name.startswith("hydra")
-    ]
-    return sorted(searched) + sorted(kept)
+    )
 
 
-def trial_overrides(trial: FrozenTrial, fixed: dict[str, Any]) -> list[str]:
-    """The overrides an interrupted trial runs again with: its drawn parameters, and this
-    command's fixed ones (the study's, up to those a resume may change, such as `resume=auto`)."""
-    return [f"{name}={value}" for name, value in {**trial.params, **fixed}.items()]
+def legacy_record(searched: list[str]) -> list[str]:
+    """`searched` as a study begun under optuna 2 recorded it (its distribution classes), so
+    that such a study, its storage upgraded (`optuna storage upgrade`), continues."""
+    return [f"{n}={legacy_distribution(t)}" for n, _, t in (s.partition("=") for s in searched)]
+
+
+def legacy_distribution(text: str) -> str:
+    """`FloatDistribution(high=0.3, log=True, low=0.01, step=None)` as optuna 2 wrote it
+    (`LogUniformDistribution(high=0.3, low=0.01)`); another text as it is."""
+    match = re.fullmatch(r"(Float|Int)Distribution\((high=.*)\)", text)
+    if match is None:
+        return text
+    args = dict(pair.split("=", 1) for pair in match.group(2).split(", "))
+    high, low, step, log = args["high"], args["low"], args["step"], args["log"] == "True"
+    if match.group(1) == "Float":
+        if log:
+            return f"LogUniformDistribution(high={high}, low={low})"
+        if step != "None":
+            return f"DiscreteUniformDistribution(high={high}, low={low}, q={step})"
+        return f"UniformDistribution(high={high}, low={low})"
+    kind = "IntLogUniformDistribution" if log else "IntUniformDistribution"
+    return f"{kind}(high={high}, low={low}, step={step})"
+
+
+def trial_overrides(params: dict[str, Any], fixed: dict[str, Any]) -> list[str]:
+    """The overrides a trial runs with: its drawn parameters, and this command's fixed ones (the
+    study's, up to those a resume may change, such as `resume=auto`)."""
+    return [f"{name}={value}" for name, value in {**params, **fixed}.items()]
 
 
 def consecutive(trials: list[FrozenTrial], size: int) -> list[list[FrozenTrial]]:
@@ -295,30 +379,226 @@ def consecutive(trials: list[FrozenTrial], size: int) -> list[list[FrozenTrial]]
     return batches
 
 
+# Objectives, directions, storage ---------------------------------------------------------------
+
+
+def objectives(given: Any, objective: str) -> list[str]:
+    """The study's objectives: `hydra.sweeper.objectives` where given, else the run's one."""
+    if given is None:
+        return [objective]
+    named = [str(o) for o in (given if isinstance(given, list) else [given])]
+    unknown = [o for o in named if o not in OBJECTIVES]
+    require(
+        not unknown,
+        f"hydra.sweeper.objectives: {', '.join(unknown)} is not a summary.json number; choose "
+        f"from: {', '.join(OBJECTIVES)}",
+    )
+    require(bool(named), "hydra.sweeper.objectives is empty; name one or more, or none (null)")
+    require(len(set(named)) == len(named), f"hydra.sweeper.objectives={named} names one twice")
+    return named
+
+
+def directions(given: Any, aims: list[str]) -> list[str]:
+    """One direction per objective: `direction` where given (one, or one per objective), else
+    each objective's own."""
+    if given is None:
+        return [OBJECTIVES[o].direction for o in aims]
+    named = [str(getattr(d, "name", d)) for d in (given if isinstance(given, list) else [given])]
+    wrong = [d for d in named if d not in ("maximize", "minimize")]
+    require(not wrong, f"hydra.sweeper.direction: {', '.join(wrong)} is not maximize or minimize")
+    if len(named) != len(aims):
+        raise ConfigError(
+            f"hydra.sweeper.direction={named}: the study has {len(aims)} objective"
+            f"{'s' if len(aims) > 1 else ''} ({', '.join(aims)}); give one direction each "
+            "(maximize or minimize) or none (each objective's)"
+        )
+    return named
+
+
+def study_storage(given: Any, sweep_dir: Path) -> tuple[Any, str]:
+    """The study's storage, as Optuna takes it (a journal file: its path), and where it is (for
+    messages): `None`, SQLite in the sweep directory; a URL; `journal` or a `*.log` path, Optuna's
+    journal file; an Optuna storage Hydra instantiated (`_target_`)."""
+    if isinstance(given, optuna.storages.BaseStorage):
+        return given, type(given).__name__
+    if given is None:
+        path = sweep_dir.resolve() / STUDY_FILE
+        return f"sqlite:///{path}", str(path)
+    text = str(given)
+    if "://" in text:  # its password, if it names one, not printed
+        return text, re.sub(r"://([^:/@]+):[^@/]*@", r"://\1:***@", text)
+    if text == "journal" or text.endswith(".log"):
+        path = sweep_dir.resolve() / JOURNAL_FILE if text == "journal" else Path(text).resolve()
+        return path, str(path)  # made once the sweep directory is (journal_storage)
+    raise ConfigError(
+        f"hydra.sweeper.storage={text}: give an Optuna storage URL (sqlite:///..., "
+        f"postgresql://...), journal (Optuna's journal file {sweep_dir}/{JOURNAL_FILE}) or a "
+        "journal file's path (*.log)"
+    )
+
+
+def journal_storage(path: Path) -> optuna.storages.BaseStorage:
+    """Optuna's journal file at `path` (made if it is not there)."""
+    from optuna.storages.journal import JournalFileBackend, JournalStorage
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return JournalStorage(JournalFileBackend(str(path)))
+
+
+# The sampler's state, kept as numbers ----------------------------------------------------------
+
+
+def random_states(sampler: Any) -> Iterator[tuple[str, Any]]:
+    """Each numpy random generator (RandomState, Generator) in `sampler` (its random sampler's
+    too), by its attribute path: all of a sampler's state that its storage does not hold (TPE,
+    random, NSGA-II, GP, QMC, and CMA-ES, whose search state Optuna keeps in the storage)."""
+    seen: set[int] = set()
+
+    def walk(obj: Any, path: str) -> Iterator[tuple[str, Any]]:
+        if id(obj) in seen:
+            return
+        seen.add(id(obj))
+        if isinstance(obj, np.random.RandomState | np.random.Generator):
+            yield path, obj
+        elif type(obj).__name__ == "LazyRandomState":  # made on first use: made now
+            yield from walk(obj.rng, f"{path}.rng")
+        elif isinstance(obj, dict):
+            for key, item in obj.items():
+                yield from walk(item, f"{path}[{key!r}]")
+        elif isinstance(obj, list | tuple):
+            for index, item in enumerate(obj):
+                yield from walk(item, f"{path}[{index}]")
+        elif type(obj).__module__.startswith("optuna") and hasattr(obj, "__dict__"):
+            for key, item in vars(obj).items():
+                yield from walk(item, f"{path}.{key}")
+
+    yield from walk(sampler, "")
+
+
+def as_json(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return {"array": value.tolist(), "dtype": str(value.dtype)}
+    if isinstance(value, dict):
+        return {k: as_json(v) for k, v in value.items()}
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def from_json(value: Any) -> Any:
+    if isinstance(value, dict) and set(value) == {"array", "dtype"}:
+        return np.asarray(value["array"], dtype=np.dtype(value["dtype"]))
+    if isinstance(value, dict):
+        return {k: from_json(v) for k, v in value.items()}
+    return value
+
+
+def sampler_state(sampler: Any) -> dict[str, Any]:
+    states = {}
+    for path, rng in random_states(sampler):
+        state = (
+            rng.get_state(legacy=False)
+            if isinstance(rng, np.random.RandomState)
+            else (rng.bit_generator.state)
+        )
+        states[path] = as_json(state)
+    return {"sampler": type(sampler).__qualname__, "random_states": states}
+
+
+def keep_sampler(sampler: optuna.samplers.BaseSampler, path: Path) -> None:
+    """The sampler's random states after a draw, as JSON numbers, written atomically and never
+    through a link (fedlight's writer: the sweep directory may be writable by others)."""
+    write_text(path, json.dumps(sampler_state(sampler)))
+
+
+def restore_sampler(sampler: Any, kept: Any) -> None:
+    """`sampler` (built from the configuration) given the random states `kept`; an error where
+    `kept` is not the state of a sampler of its kind."""
+    require(isinstance(kept, dict), "not a JSON object")
+    require(
+        kept.get("sampler") == type(sampler).__qualname__,
+        f"it was a {kept.get('sampler')}",
+    )
+    states = kept.get("random_states")
+    generators = dict(random_states(sampler))
+    require(
+        isinstance(states, dict) and set(states) == set(generators),
+        "its random generators are not this sampler's",
+    )
+    for path, rng in generators.items():
+        state = from_json(states[path])
+        if isinstance(rng, np.random.RandomState):
+            rng.set_state(state)
+        else:
+            rng.bit_generator.state = state
+
+
+def continued_sampler(configured: optuna.samplers.BaseSampler, path: Path) -> Any:
+    """The sampler a continued study draws with: the configured one with the random states its
+    latest draw left in `path` (the sweep's own file), where they are a sampler of the configured
+    kind's; else the configured one, reseeded, so that it does not repeat the first command's
+    draws."""
+    why = "none was kept"
+    if path.is_file():
+        try:
+            restore_sampler(configured, json.loads(path.read_bytes()))
+        except Exception as error:  # noqa: BLE001 - cut short, damaged or foreign: draw afresh
+            why = f"{path} is not a sampler's state fedlight kept: {one_line(error, limit=120)}"
+        else:
+            say("optuna: the sampler continues from its state after the latest draw")
+            return configured
+    configured.reseed_rng()
+    say(f"optuna: the sampler draws afresh ({why}), not as an uninterrupted study would")
+    return configured
+
+
+# What the study says ---------------------------------------------------------------------------
+
+
 def best_line(study: Any) -> str | None:
-    """`best 0.8123 (trial 3)`, or None before any trial completed."""
-    completed = [t for t in study.trials if t.state == TrialState.COMPLETE]
-    if not completed:
+    """`best 0.8123 (trial 3)` (one objective) or `Pareto front: trials 0, 3` (several), or None
+    before any trial completed."""
+    if not any(t.state == TrialState.COMPLETE for t in study.trials):
         return None
+    if len(study.directions) > 1:
+        front = sorted(t.number for t in study.best_trials)
+        return f"Pareto front: trial{'s' if len(front) > 1 else ''} {', '.join(map(str, front))}"
     best = study.best_trial
     return f"best {best.value:.4g} (trial {best.number})"
 
 
-def write_results(study: Any, path: Path) -> None:
-    """Hydra's `optimization_results.yaml`: the best parameters and value, and fedlight's count."""
+def write_results(study: Any, aims: list[str], path: Path) -> None:
+    """Hydra's `optimization_results.yaml`: the best parameters and value (one objective) or the
+    Pareto front (several: `solutions`, as Hydra's sweeper writes it), and fedlight's count."""
     states = [t.state for t in study.trials]
-    results: dict[str, Any] = {
-        "name": "optuna",
-        "study": study.study_name,
-        "direction": study.direction.name.lower(),
+    results: dict[str, Any] = {"name": "optuna", "study": study.study_name}
+    if len(aims) == 1:
+        results["direction"] = study.direction.name.lower()
+    else:
+        results |= {"objectives": aims, "directions": [d.name.lower() for d in study.directions]}
+    results |= {
         "trials": len(states),
         "completed": states.count(TrialState.COMPLETE),
         "failed": states.count(TrialState.FAIL),
     }
-    if results["completed"]:
+    if results["completed"] and len(aims) == 1:
         best = study.best_trial
         results |= {"best_params": best.params, "best_value": best.value, "best_trial": best.number}
         say(f"optuna: best {best.value:.4g} (trial {best.number}: {best.params})")
+    elif results["completed"]:
+        front = sorted(study.best_trials, key=lambda t: t.number)
+        results["solutions"] = [
+            {
+                "trial": t.number,
+                "params": t.params,
+                "values": dict(zip(aims, t.values, strict=True)),
+            }
+            for t in front
+        ]
+        say(f"optuna: Pareto front of {', '.join(aims)}: {len(front)} trials")
+        for t in front:
+            values = ", ".join(f"{o} {v:.4g}" for o, v in zip(aims, t.values, strict=True))
+            say(f"optuna:   trial {t.number}: {values} ({t.params})")
     write_text(path, OmegaConf.to_yaml(OmegaConf.create(results)))
 
 

@@ -32,13 +32,14 @@ from fedlight.core.config import RunSettings
 from fedlight.core.errors import ConfigError
 from fedlight.loggers.mlflow import MLRUNS_DIR
 from fedlight.loggers.tensorboard import TENSORBOARD_DIR
-from fedlight.runs.export import LIGHTNING_CHECKPOINT_NAME, MODEL_NAME
 from fedlight.store.client_states import CLIENT_STATES_DIR
 from fedlight.store.files import linked
 from fedlight.store.run_files import (
     CHECKPOINT_NAME,
     ERROR_NAME,
+    LIGHTNING_CHECKPOINT_NAME,
     LOCK_NAME,
+    MODEL_NAME,
     PREEMPTED_NAME,
     SUMMARY_NAME,
     lock_holder,

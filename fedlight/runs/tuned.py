@@ -68,6 +68,12 @@ def best_params(study: Path) -> dict[str, object]:
             f"{study}"
         ) from None
     best = results.get("best_params")
+    if "objectives" in results:  # a study of several objectives: a front, no one best trial
+        raise ConfigError(
+            f"fedlight tuned {study}: the study weighs {', '.join(results['objectives'])} against "
+            "each other, and its result is a Pareto front (fedlight report shows it), not one best "
+            "trial; run the front's trial you choose with its parameters and seed=0,1,2"
+        )
     if not isinstance(best, dict):
         raise ConfigError(
             f"fedlight tuned {study}: {path} names no best trial (no trial completed); "

@@ -22,8 +22,13 @@ LOCAL_ACCURACY_NAME = "local_accuracy.png"
 # The figures a run draws (local_accuracy.png only with local test sets), in the order a tracker
 # shows them.
 FIGURES = (CURVES_NAME, LABEL_HISTOGRAM_NAME, PARTICIPATION_NAME, LOCAL_ACCURACY_NAME)
+MODEL_NAME = "model.pt"  # the final global weights, a plain state dict
+LIGHTNING_CHECKPOINT_NAME = "model.ckpt"  # the same as a Lightning checkpoint
 STUDY_NAME = "fedlight"
-SAMPLER_FILE = "optuna_sampler.pkl"  # the study's sampler after its latest draw (its RNG state)
+# Optuna's journal file, the study's storage with hydra.sweeper.storage=journal
+JOURNAL_FILE = "optuna_journal.log"
+# the random states of the study's sampler after its latest draw, as JSON numbers (no pickle)
+SAMPLER_FILE = "optuna_sampler.json"
 
 
 def lock_holder(directory: Path) -> str | None:

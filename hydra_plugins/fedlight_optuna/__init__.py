@@ -1,13 +1,22 @@
-"""fedlight's `hydra/sweeper=optuna` (fedlight/runs/optuna_sweeper.py): Hydra's Optuna sweeper with
-a study kept in the sweep directory that continues where it stopped, diverged trials given the
-worst value, and the objective's direction.
+"""fedlight's `hydra/sweeper=optuna` (fedlight/runs/optuna_sweeper.py): an Optuna sweeper for
+Hydra on Optuna's public API (optuna >= 4), with a study kept in the sweep directory that continues
+where it stopped, diverged trials given the worst value, the objective's direction, and studies of
+several objectives (a Pareto front).
+
+It takes the settings of Hydra's own Optuna sweeper (hydra-optuna-sweeper, which pins optuna
+below 3 and is not needed beside it) as users type them: `hydra.sweeper.params` with
+`interval()`, `choice()`, `range()` and `tag(log, ...)`, `hydra/sweeper/sampler=tpe|random|...`,
+`direction`, `storage`, `study_name`, `n_trials`, `n_jobs`, `max_failure_rate`,
+`custom_search_space`; and fedlight's `objectives` (several summary.json numbers: a
+multi-objective study).
 
 Hydra instantiates plugins only from the `hydra_plugins` namespace and imports every module in it
 at start-up, so this one is light (the sweeper's work, and optuna, load when a sweep sets it up).
-Its config replaces Hydra's under the same name: fedlight's entry point stores it
-(`fedlight.cli.main.register_configs`) once Hydra's plugin scan (which runs every plugin module, in
-an order of the search path's making) has stored Hydra's. This plugin is the top of fedlight's
-layers: it imports fedlight, and nothing of fedlight imports it.
+Its configs (fedlight/cli/optuna_configs.py) are stored by fedlight's entry point once Hydra's
+plugin scan (which runs every plugin module, in an order of the search path's making) is done, so
+that they replace those of another Optuna sweeper installed beside fedlight under the same names.
+This plugin is the top of fedlight's layers: it imports fedlight, and nothing of fedlight imports
+it.
 """
 
 from collections.abc import Callable
@@ -19,7 +28,7 @@ from omegaconf import DictConfig
 
 
 class FedlightOptunaSweeper(Sweeper):
-    """Hydra's Optuna sweeper whose study survives its process (fedlight.runs.optuna_sweeper)."""
+    """An Optuna sweeper whose study survives its process (fedlight.runs.optuna_sweeper)."""
 
     def __init__(self, **settings: Any) -> None:
         self.settings = settings

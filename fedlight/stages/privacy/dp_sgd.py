@@ -60,6 +60,7 @@ from fedlight.engines.lightning import (
     optimization_of,
 )
 from fedlight.engines.sequential import SequentialEngine, training_loss
+from fedlight.engines.trainer_standin import standin_of
 from fedlight.stages.base import Delivered, Plan, StageSetup
 from fedlight.stages.privacy.accountant import Spent, calibrate_noise, spent
 from fedlight.stages.privacy.base import GaussianMechanism, as_state, default_delta, scalar
@@ -163,15 +164,21 @@ class DPSGDEngine(SequentialEngine):
         seed = self.seed_of(round_index, task.client)
         generator = torch.Generator().manual_seed(seed)
         torch.manual_seed(seed)
-        optimization = optimization_of(module.configure_optimizers())
-        optimizer = self.private_optimizer(optimization, lrs, round(rate * n), round_index, task)
         params = [p for p in module.parameters() if p.requires_grad]
         losses: list[torch.Tensor] = []
         steps = num_local_steps(n, local.epochs, local.batch_size)
         per_epoch = steps // local.epochs
-        logs = TrainingLogs()
-        with local_metrics(module), logging_to(module, logs):
+        logs = TrainingLogs(stepping=True)  # training_step is the only hook called
+        standin = standin_of(module, local.epochs, local.batch_size)
+        training = standin.local_training(n, local.epochs)
+        with training, local_metrics(module), logging_to(module, logs):
+            optimization = optimization_of(module.configure_optimizers())
+            expected = round(rate * n)
+            optimizer = self.private_optimizer(optimization, lrs, expected, round_index, task)
+            standin.optimizers = [optimizer]
+            standin.lr_scheduler_configs = list(optimization.schedulers)
             for step in range(steps):
+                standin.current_epoch = step // per_epoch
                 taken = torch.rand(n, generator=generator) < rate
                 indices = task.indices[taken.nonzero().squeeze(1).to(device)]
                 optimizer.zero_grad(set_to_none=True)
@@ -190,6 +197,7 @@ class DPSGDEngine(SequentialEngine):
                     logs.examples += len(indices)
                     logs.collect(len(indices))
                 optimizer.step()
+                standin.global_step += 1
                 epoch, batch_idx = divmod(step, per_epoch)
                 optimization.after_step(module, batch_idx, epoch, batch_idx == per_epoch - 1)
             logged = logs.sums()

@@ -1,0 +1,111 @@
+"""`self.trainer` of a client module: a stand-in for the Lightning Trainer fedlight does not build
+(`fedlight.engines.lightning`), with the fields modules commonly read.
+
+A client's local training in a round is one fit of `local.epochs` epochs, so `current_epoch`
+counts its local epochs from 0 and `global_step` its optimizer steps from 0, and
+`estimated_stepping_batches` is its steps (a OneCycleLR built on it ends with the training).
+Outside a client's training (the module's `setup`, the driver's first look at
+`configure_optimizers`, evaluation) the per-training fields answer for a client of the
+federation's mean size. Any other field is refused in one line naming it: fedlight would
+otherwise give a value that means nothing here.
+"""
+
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from fedlight.core.errors import ConfigError
+from fedlight.engines.lightning import Offered, Scheduler
+
+FIELDS = (
+    "model",
+    "current_epoch",
+    "global_step",
+    "max_epochs",
+    "estimated_stepping_batches",
+    "num_training_batches",
+    "is_global_zero",
+    "logger",
+    "loggers",
+    "optimizers",
+    "lr_scheduler_configs",
+    "sanity_checking",
+    "offered",
+)
+
+
+class TrainerFieldError(ConfigError, AttributeError):
+    """A module read a Trainer field the stand-in does not have (an AttributeError too, so that
+    `hasattr(self.trainer, ...)` and `getattr(..., default)` answer as for a missing field)."""
+
+
+@dataclass
+class TrainerStandIn:
+    """The fields of `self.trainer` (FIELDS); see the module docstring."""
+
+    model: nn.Module = field(repr=False)  # a Trainer's is the module itself on one device
+    max_epochs: int  # local.epochs
+    batch_size: int  # local.batch_size
+    examples: int  # the client's training examples (the federation's mean outside training)
+    offered: Offered  # what fedlight offered the constructor (hooks.ModelFactory)
+    current_epoch: int = 0
+    global_step: int = 0
+    optimizers: list[torch.optim.Optimizer] = field(default_factory=list)
+    lr_scheduler_configs: list[Scheduler] = field(default_factory=list)
+    is_global_zero: bool = True  # each worker trains its clients alone
+    logger: None = None  # what the module logs goes to fedlight's loggers (`self.log`)
+    loggers: list[Any] = field(default_factory=list)
+    sanity_checking: bool = False  # fedlight runs no sanity check
+
+    @property
+    def num_training_batches(self) -> int:
+        return math.ceil(self.examples / self.batch_size)
+
+    @property
+    def estimated_stepping_batches(self) -> int:
+        return self.max_epochs * self.num_training_batches
+
+    def __getattr__(self, name: str) -> Any:
+        # only for names that are not fields: a Trainer's others mean nothing here
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise TrainerFieldError(
+            f"the model reads self.trainer.{name}, which fedlight's Trainer stand-in does not "
+            f"have (it builds no Trainer); it has {', '.join(FIELDS)} (docs/data-and-models.md, "
+            "'Your own model')"
+        )
+
+    @contextmanager
+    def local_training(self, examples: int, epochs: int) -> Iterator["TrainerStandIn"]:
+        """The fields of one client's local training of `epochs` epochs on `examples` examples,
+        counted from 0; the mean-client fields again after it."""
+        outside = self.examples, self.max_epochs
+        self.examples, self.max_epochs = examples, epochs
+        self.current_epoch = self.global_step = 0
+        try:
+            yield self
+        finally:
+            self.examples, self.max_epochs = outside
+            self.current_epoch = self.global_step = 0
+            self.optimizers, self.lr_scheduler_configs = [], []
+
+
+def attach(module: nn.Module, standin: TrainerStandIn) -> None:
+    """`module.trainer` is `standin` from now on (and each child LightningModule's)."""
+    module.trainer = standin
+
+
+def standin_of(module: nn.Module, epochs: int, batch_size: int) -> TrainerStandIn:
+    """The module's stand-in, attached now (with `epochs`, `batch_size` and an unknown client
+    size) where the module was not built by `fedlight.runs.experiment.build_module`."""
+    found = vars(module).get("_trainer", vars(module).get("trainer"))  # a duck-typed one's
+    if isinstance(found, TrainerStandIn):
+        return found
+    standin = TrainerStandIn(module, epochs, batch_size, batch_size, Offered((), 0, {}))
+    attach(module, standin)
+    return standin

@@ -1,0 +1,47 @@
+"""Per-client rows of a round, for the trackers that show them (W&B's table, TensorBoard's
+histograms): metrics.csv keeps one row per round, so a client that trains badly, sends a large
+update or lags is visible only here.
+
+A row holds the client's id, its training loss and examples, its local training time, its bytes
+each way, the norm of its update (how far local training moved its weights: an outlier is a
+diverging or attacking client), whether its upload came late or was rejected, and what its own
+client-side stages reported and its module logged in training. An asynchronous server update's
+rows are its arrivals, with their staleness and without `update_norm` (an upload arrives encoded,
+its trained weights are not at hand). The rows are the main worker's (every worker's
+participants, gathered); rounds a resume replays have none.
+"""
+
+from collections.abc import Mapping, Sequence
+
+import torch
+
+from fedlight.core.tensors import StateDict
+
+# The columns every per-client row of a synchronous round has, in this order.
+CLIENT_COLUMNS = (
+    "client",
+    "train_loss",
+    "num_samples",
+    "client_seconds",
+    "bytes_up",
+    "bytes_down",
+    "update_norm",
+    "late",
+    "rejected",
+)
+
+
+def update_norm(weights: StateDict, start: StateDict) -> float:
+    """The L2 norm of `weights` less `start` over the floating tensors both hold, in float64
+    (one number per client, one device sync)."""
+    norms = [
+        torch.linalg.vector_norm(weights[name] - tensor, dtype=torch.float64)
+        for name, tensor in start.items()
+        if name in weights and tensor.is_floating_point()
+    ]
+    return float(torch.linalg.vector_norm(torch.stack(norms))) if norms else 0.0
+
+
+def logged_means(logged: Mapping[str, Sequence[float]]) -> dict[str, float]:
+    """What one client's module logged in training (name → weighted sum, weight) as means."""
+    return {name: total / weight for name, (total, weight) in logged.items() if weight}
