@@ -19,16 +19,10 @@ from pathlib import Path
 
 import yaml
 
-from fedlight.reports.report import (
-    MISSING,
-    Group,
-    cell,
-    group_jobs,
-    load_jobs,
-    markdown_table,
-    mean_and_std,
-    metric_values,
-)
+from fedlight.reports.cells import cell, group_jobs, mean_and_std, metric_values
+from fedlight.reports.load import load_jobs
+from fedlight.reports.model import MISSING, Group
+from fedlight.reports.write import markdown_table
 
 FINAL = "final_accuracy"
 

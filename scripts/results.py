@@ -420,7 +420,7 @@ def setting_verdict(label: str, theirs: str, ours: str, verdicts: dict[str, str]
 def setting_table(root: Path, page: Page, spec: dict[str, Any]) -> list[str]:
     """The source's setting beside the records', with a verdict per row (a proxy can never read
     as the source's setting): the block's `verdicts` say, per row label, what differs and why."""
-    from fedlight.reports.report import markdown_table
+    from fedlight.reports.write import markdown_table
 
     reference = read_yaml(root / spec["reference"])
     theirs = reference.get("setting") or {}
@@ -440,7 +440,7 @@ def setting_table(root: Path, page: Page, spec: dict[str, Any]) -> list[str]:
 def regenerate(root: Path, only: list[str] | None = None) -> list[Path]:
     """Every page under `root` (or the tables `only` names) made again from its records;
     returns the files written."""
-    from fedlight.reports import report
+    from fedlight.reports.cli import main as report_main
 
     written: list[Path] = []
     for page in read_pages(root):
@@ -450,7 +450,7 @@ def regenerate(root: Path, only: list[str] | None = None) -> list[Path]:
             directory = root / page.directory / out
             argv = [str(root / page.directory / sweep) for sweep in sweeps]
             with contextlib.redirect_stdout(io.StringIO()):  # it says where it wrote
-                report.main([*argv, *page.report_args.get(out, ()), "-o", str(directory)])
+                report_main([*argv, *page.report_args.get(out, ()), "-o", str(directory)])
             written += [directory / "report.md", directory / "report.csv"]
         for document in page.documents:
             path = root / document

@@ -14,16 +14,10 @@ from pathlib import Path
 
 import yaml
 
-from fedlight.reports.report import (
-    MISSING,
-    Group,
-    cell,
-    group_jobs,
-    load_jobs,
-    markdown_table,
-    mean_and_std,
-    metric_values,
-)
+from fedlight.reports.cells import cell, group_jobs, mean_and_std, metric_values
+from fedlight.reports.load import load_jobs
+from fedlight.reports.model import MISSING, Group
+from fedlight.reports.write import markdown_table
 from fedlight.runs.resume import recorded_command
 from fedlight.runs.tuned import RESULTS_FILE, TESTED_DIR, TUNE_PRESET, best_params
 

@@ -98,7 +98,7 @@ def test_version_is_fedlights() -> None:
 
 def test_report_imports_neither_torch_nor_lightning() -> None:
     probe = (
-        "import sys, fedlight.cli.entry, fedlight.reports.report; "
+        "import sys, fedlight.cli.entry, fedlight.reports.cli; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in "
         "('torch', 'pytorch_lightning', 'lightning', 'torchvision')))"
     )

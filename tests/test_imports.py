@@ -18,7 +18,7 @@ from tests.test_data import write_mnist_tree
 
 # Imported lazily by fedlight: only the modules below may name them at module level.
 LAZY_ROOTS = {"matplotlib", "wandb", "sklearn", "tensorboard", "mlflow"}
-USES_THEM = {"fedlight.reports.curves", "fedlight.reports.report", "fedlight.data.digits"}
+USES_THEM = {"fedlight.reports.curves", "fedlight.data.digits"}
 LOGGING = ("tensorboard", "mlflow", "torch.utils.tensorboard")  # loaded with their loggers only
 
 # Runs the real CLI in this process and records, at the first round and at the exit, which

@@ -24,7 +24,7 @@ import yaml
 
 from fedlight.cli.main import group_options, validate_command_line
 from fedlight.core.errors import ConfigError
-from fedlight.reports.report import main as report_main
+from fedlight.reports.cli import main as report_main
 from fedlight.reports.study_report import load_study
 from fedlight.runs.optuna_sweeper import (
     consecutive,

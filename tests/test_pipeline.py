@@ -413,7 +413,7 @@ def test_workers_exchanging_partial_sums_agree_with_one_worker_to_rounding(
 
 
 def test_fedlight_report_tabulates_a_stage_reported_metric(tmp_path: Path) -> None:
-    from fedlight.reports.report import main as report_main
+    from fedlight.reports.cli import main as report_main
 
     from .conftest import run_cli
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from fedlight.core.errors import ConfigError
-from fedlight.reports.report import main as report_main
+from fedlight.reports.cli import main as report_main
 
 from .conftest import TINY, compose_config, rows_without_timings, run_cli
 

@@ -13,17 +13,12 @@ from typing import Any
 import pytest
 from omegaconf import OmegaConf
 
-from fedlight.reports.report import (
-    JobResult,
-    Layout,
-    column_curve,
-    format_cell,
-    group_jobs,
-    load_jobs,
-    main,
-    mean_virtual_times,
-    reproduction_line,
-)
+from fedlight.reports.cells import format_cell, group_jobs
+from fedlight.reports.cli import main
+from fedlight.reports.load import load_jobs
+from fedlight.reports.model import JobResult, Layout
+from fedlight.reports.notes import reproduction_line
+from fedlight.reports.write import column_curve, mean_virtual_times
 
 from .conftest import REPO, TINY, run_cli
 
@@ -529,7 +524,7 @@ def test_a_read_only_sweep_without_output_is_a_one_line_error(
     def refuse(*args: Any, **kwargs: Any) -> None:
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr("fedlight.reports.report.tempfile.NamedTemporaryFile", refuse)
+    monkeypatch.setattr("fedlight.reports.cli.tempfile.NamedTemporaryFile", refuse)
     assert main([str(sweep)]) == 2
     one_line_error(capsys, f"the sweep directory {sweep} (Permission denied)", "pass -o DIR")
 
@@ -656,7 +651,7 @@ def test_report_of_a_real_sweep_through_the_cli(tmp_path: Path) -> None:
             assert float(row[f"{metric}_mean"]) == pytest.approx(mean, rel=1e-12)
 
     module_run = subprocess.run(
-        [sys.executable, "-m", "fedlight.reports.report", str(sweep)],
+        [sys.executable, "-m", "fedlight.reports.cli", str(sweep)],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -986,7 +981,8 @@ def test_the_digit_for_digit_line_names_the_layout_and_threads_the_jobs_ran_with
 def test_a_report_names_no_machine_paths(tmp_path: Path) -> None:
     """An absolute path given on the command line is shown as typed from where the command ran
     (Hydra's hydra.runtime.cwd); a sweep outside the report's directory by its name."""
-    from fedlight.reports.report import portable, shown_path
+    from fedlight.reports.cli import shown_path
+    from fedlight.reports.load import portable
 
     assert portable("data.root=/srv/lab/shared/data", "/srv/lab/main") == "data.root=../shared/data"
     assert portable("data.root=../data", "/srv/lab/main") == "data.root=../data"
@@ -1003,7 +999,7 @@ def test_the_reports_command_keeps_the_config_dir(tmp_path: Path) -> None:
     the folder relative to where it ran."""
     import yaml
 
-    from fedlight.reports.report import sweep_command
+    from fedlight.reports.write import sweep_command
 
     record = {
         "hydra": {
@@ -1025,7 +1021,7 @@ def test_the_reports_command_keeps_the_config_dir(tmp_path: Path) -> None:
 
 
 def test_the_test_accuracy_at_the_validation_best_round_is_a_percentage() -> None:
-    from fedlight.reports.report import is_accuracy
+    from fedlight.reports.cells import is_accuracy
 
     assert is_accuracy("test_accuracy_at_best") and is_accuracy("val_accuracy")
     assert not is_accuracy("best_round")

@@ -22,7 +22,7 @@ from fedlight.cli import main as cli
 from fedlight.core.errors import ConfigError
 from fedlight.loggers.base import RunInfo
 from fedlight.loggers.csv import CSVLogger
-from fedlight.reports.report import main as report_main
+from fedlight.reports.cli import main as report_main
 from fedlight.runs import run_dir
 from fedlight.runs.experiment import run_job
 from fedlight.store.checkpoint import CHECKPOINT_NAME, load_checkpoint, save_checkpoint

@@ -83,7 +83,7 @@ def main() -> None:
     study's best configuration."""
     args = sys.argv[1:]
     if args[:1] == ["report"]:
-        from fedlight.reports.report import main as report_main
+        from fedlight.reports.cli import main as report_main
 
         sys.exit(report_main(args[1:]))
     if args[:1] == ["resume"]:

@@ -66,7 +66,7 @@ from fedlight.engines.lightning import ModelFactory
 from fedlight.loggers.base import job_name
 from fedlight.loggers.console import Tee, sweep_line
 from fedlight.partitions.base import ClientCount
-from fedlight.reports.report import plural
+from fedlight.reports.model import plural
 from fedlight.round.stages import CONF_DIR as STAGES_CONF_DIR
 from fedlight.round.stages import build_stages, instantiate_group
 from fedlight.runs import run_dir

@@ -1,6 +1,6 @@
 """The one curve writer: panels of per-round lines (a mean, optionally a ± std band), saved as
 curves.png. A run's own curves (`fedlight.runs.outputs`) and a sweep's report
-(`fedlight.reports.report`) both
+(`fedlight.reports.write`) both
 draw through it. matplotlib is imported when a figure is drawn, at the end of a run, so that a
 run's start does not pay for it."""
 
