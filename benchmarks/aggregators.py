@@ -34,11 +34,10 @@ import torch
 # Benchmark the working tree's fedlight, installed or not.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import fedlight.cli.main
-import fedlight.core.config
+import fedlight.cli.schema
 from fedlight.aggregation.base import Aggregator
+from fedlight.cli.build import instantiate_group
 from fedlight.core.tensors import StateDict
-from fedlight.round.stages import instantiate_group
 from fedlight.runs.launch import resolve_device
 
 AGGREGATORS = (
@@ -68,7 +67,7 @@ def settings(name: str, n: int) -> list[str]:
 
 def build_aggregator(name: str, n: int) -> Aggregator:
     overrides = [f"aggregator={name}", *settings(name, n)]
-    with hydra.initialize_config_dir(config_dir=fedlight.cli.main.CONF_DIR, version_base="1.3"):
+    with hydra.initialize_config_dir(config_dir=fedlight.cli.schema.CONF_DIR, version_base="1.3"):
         cfg = hydra.compose("config", overrides=overrides)
     aggregator: Aggregator = instantiate_group(cfg, "aggregator")
     aggregator.check(n)
@@ -77,7 +76,7 @@ def build_aggregator(name: str, n: int) -> Aggregator:
 
 def cnn_shapes() -> dict[str, torch.Size]:
     """The `cnn` model's state dict shapes for Fashion-MNIST, built from conf/model/cnn.yaml."""
-    with hydra.initialize_config_dir(config_dir=fedlight.cli.main.CONF_DIR, version_base="1.3"):
+    with hydra.initialize_config_dir(config_dir=fedlight.cli.schema.CONF_DIR, version_base="1.3"):
         cfg = hydra.compose("config", overrides=["model=cnn"])
     model = instantiate_group(cfg, "model")(input_shape=INPUT_SHAPE, num_classes=NUM_CLASSES)
     return {name: t.shape for name, t in model.state_dict().items()}
@@ -133,7 +132,7 @@ def parse_args() -> argparse.Namespace:
 def main() -> None:
     args = parse_args()
     torch.set_num_threads(args.threads)
-    fedlight.core.config.register_schema()
+    fedlight.cli.schema.register_schema()
     device = resolve_device(args.device)
     shapes = cnn_shapes()
     parameters = sum(shape.numel() for shape in shapes.values())

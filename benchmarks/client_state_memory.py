@@ -37,8 +37,8 @@ import torch
 # benchmarks/ on the path).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import fedlight.cli.main
-import fedlight.core.config
+import fedlight.cli.job
+import fedlight.cli.schema
 from fedlight.core.tensors import nbytes
 from fedlight.runs.experiment import run_job
 from fedlight.store.checkpoint import CHECKPOINT_NAME
@@ -78,10 +78,10 @@ def run(args: argparse.Namespace, output_dir: Path) -> None:
         f"eval.every={args.rounds}",
         f"checkpoint.every={args.checkpoint_every}",
     ]
-    with hydra.initialize_config_dir(config_dir=fedlight.cli.main.CONF_DIR, version_base="1.3"):
+    with hydra.initialize_config_dir(config_dir=fedlight.cli.schema.CONF_DIR, version_base="1.3"):
         cfg = hydra.compose("config", overrides=overrides)
     choices = {"algo": "scaffold", "data": "mnist", "model": "cnn", "partition": "iid"}
-    job = fedlight.cli.main.build_job(cfg, choices=choices)
+    job = fedlight.cli.job.build_job(cfg, choices=choices)
     rss_before = peak_rss_bytes()
     started = time.perf_counter()
     summary = run_job(job, output_dir)
@@ -141,7 +141,7 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
-    fedlight.core.config.register_schema()
+    fedlight.cli.schema.register_schema()
     if args.output_dir is not None:
         run(args, args.output_dir)
         return

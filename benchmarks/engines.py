@@ -47,8 +47,8 @@ import torch
 # Benchmark the working tree's fedlight, installed or not.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import fedlight.cli.main
-import fedlight.core.config
+import fedlight.cli.job
+import fedlight.cli.schema
 from fedlight.core.rng import Stream, derive_seed, numpy_generator
 from fedlight.data.augment import CropFlip
 from fedlight.data.base import TensorDataset
@@ -101,9 +101,9 @@ def build_loop(workload: Workload, engine: str, data: TensorDataset) -> Federate
         "optim.lr=0.05",
         "optim.momentum=0.0",
     ]
-    with hydra.initialize_config_dir(config_dir=fedlight.cli.main.CONF_DIR, version_base="1.3"):
+    with hydra.initialize_config_dir(config_dir=fedlight.cli.schema.CONF_DIR, version_base="1.3"):
         cfg = hydra.compose("config", overrides=overrides)
-    job = fedlight.cli.main.build_job(cfg, choices={})
+    job = fedlight.cli.job.build_job(cfg, choices={})
     labels = data.train_y.cpu().numpy()
     client_sets = job.partition(
         labels, workload.num_clients, numpy_generator(SEED, Stream.PARTITION)
@@ -247,7 +247,7 @@ def workloads(args: argparse.Namespace) -> list[tuple[Workload, str]]:
 def main() -> None:
     args = parse_args()
     torch.set_num_threads(args.threads)
-    fedlight.core.config.register_schema()
+    fedlight.cli.schema.register_schema()
     device = resolve_device(args.device)
     chosen = workloads(args)
     loaders = {"mnist": load_mnist, "cifar": load_cifar}

@@ -52,8 +52,8 @@ from torch.nn import functional as F  # noqa: N812
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import fedlight.cli.main
-import fedlight.core.config
+import fedlight.cli.job
+import fedlight.cli.schema
 from fedlight.core.layout import LAYOUTS
 from fedlight.core.rng import Stream, derive_seed, numpy_generator
 from fedlight.data.base import TensorDataset
@@ -86,7 +86,7 @@ class Result:
 
 def niid_bench_job(data: TensorDataset, epochs: int, overrides: Sequence[str]) -> Job:
     """One niid_bench FedAvg round (Dirichlet α = 0.5) from the real config, on preloaded data."""
-    with hydra.initialize_config_dir(config_dir=fedlight.cli.main.CONF_DIR, version_base="1.3"):
+    with hydra.initialize_config_dir(config_dir=fedlight.cli.schema.CONF_DIR, version_base="1.3"):
         cfg = hydra.compose(
             "config",
             overrides=[
@@ -101,10 +101,10 @@ def niid_bench_job(data: TensorDataset, epochs: int, overrides: Sequence[str]) -
             ],
             return_hydra_config=True,
         )
-    choices = fedlight.cli.main.group_choices(cfg, cfg.hydra.runtime.choices)
+    choices = fedlight.cli.job.group_choices(cfg, cfg.hydra.runtime.choices)
     with open_dict(cfg):
         del cfg["hydra"]
-    job = fedlight.cli.main.build_job(cfg, choices=choices)
+    job = fedlight.cli.job.build_job(cfg, choices=choices)
     job.data = Loaded(data)  # decoded once, outside the timed region
     return job
 
@@ -276,7 +276,7 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
-    fedlight.core.config.register_schema()
+    fedlight.cli.schema.register_schema()
     data = FashionMNIST(root=args.data_root, download=False).load()
     overrides: dict[str, tuple[str, ...]] = {"fedlight": (), "fedlight_before": BEFORE}
     clients = client_sets(niid_bench_job(data, 1, ()), data)

@@ -26,7 +26,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import w1
 
-from fedlight.core.config import register_schema
+from fedlight.cli.schema import register_schema
 from fedlight.data.base import TensorDataset
 from fedlight.data.mnist import MNIST
 from fedlight.loggers.base import RunInfo

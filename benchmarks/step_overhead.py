@@ -29,8 +29,8 @@ from torch.nn import functional as F  # noqa: N812
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fedlight.core.config import LocalSettings, OptimSettings, RunSettings
 from fedlight.core.layout import LAYOUTS
+from fedlight.core.settings import LocalSettings, OptimSettings, RunSettings
 from fedlight.data.base import TensorDataset
 from fedlight.data.fmnist import FashionMNIST
 from fedlight.engines.base import LocalTask, batch_indices

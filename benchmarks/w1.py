@@ -11,7 +11,7 @@ client selection, local shuffling seeds and initial weights, so they compute the
 should reach the same final accuracy (printed as a sanity check). Repeats alternate
 (fedlight, hand-written, fedlight, ...) after one untimed one-round warm-up of each.
 
-- fedlight: the real Hydra config is composed, `fedlight.cli.main.build_job` builds the job and the
+- fedlight: the real Hydra config is composed, `fedlight.cli.job.build_job` builds the job and the
   whole `fedlight.runs.experiment.run_job` call into a temporary directory is timed (partition,
   local training, aggregation, the final evaluation, metrics, plots and the checkpoint).
 - hand-written: per round sample the clients; for each, copy the global weights into the model,
@@ -45,8 +45,8 @@ from torch.nn import functional as F  # noqa: N812
 # benchmarks/ on the path).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import fedlight.cli.main
-import fedlight.core.config
+import fedlight.cli.job
+import fedlight.cli.schema
 from fedlight.core.rng import Stream, derive_seed, numpy_generator
 from fedlight.data.base import TensorDataset
 from fedlight.data.mnist import MNIST
@@ -117,10 +117,10 @@ def fedlight_job(
         f"checkpoint.every={rounds}",
         *overrides,
     ]
-    with hydra.initialize_config_dir(config_dir=fedlight.cli.main.CONF_DIR, version_base="1.3"):
+    with hydra.initialize_config_dir(config_dir=fedlight.cli.schema.CONF_DIR, version_base="1.3"):
         cfg = hydra.compose("config", overrides=w1_overrides)
     choices = {"data": "mnist", "model": model, "partition": "shards", "algo": "fedavg"}
-    job = fedlight.cli.main.build_job(cfg, choices=choices)
+    job = fedlight.cli.job.build_job(cfg, choices=choices)
     job.data = Preloaded(data)
     return job
 
@@ -262,7 +262,7 @@ def parse_args() -> argparse.Namespace:
 def main() -> None:
     args = parse_args()
     torch.set_num_threads(args.threads)
-    fedlight.core.config.register_schema()
+    fedlight.cli.schema.register_schema()
     data = MNIST(root=args.data_root, download=False).load()
     client_indices = shard_client_indices(data)
     assert all(len(s) == SAMPLES_PER_CLIENT for s in client_indices)

@@ -24,10 +24,10 @@ import torch  # noqa: E402
 torch.set_num_threads(1)
 import w1  # noqa: E402
 
-import fedlight.core.config  # noqa: E402
+import fedlight.cli.schema  # noqa: E402
 from fedlight.data.mnist import MNIST  # noqa: E402
 
-fedlight.core.config.register_schema()
+fedlight.cli.schema.register_schema()
 data = MNIST(root=data_root, download=False).load()
 r = w1.run_fedlight("mlp", data, rounds)
 print(src, rounds, r.accuracy, r.seconds, flush=True)

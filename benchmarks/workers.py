@@ -55,8 +55,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from w1 import CLIENTS_PER_ROUND, MODELS, STEPS_PER_CLIENT, fedlight_job
 
-import fedlight.core.config
-from fedlight.core.config import FLSettings, RunSettings
+import fedlight.cli.schema
+from fedlight.core.settings import FLSettings, RunSettings
 from fedlight.data.mnist import MNIST
 from fedlight.drivers.workers import OneWorker, Workers
 from fedlight.runs.experiment import Job, run_job, run_worker
@@ -130,7 +130,7 @@ def two_workers(workers: Workers, job: Job, rounds: int) -> Timing:
 
 def measure(workers: Workers, args: argparse.Namespace, spawned_at: float) -> None:
     """What each of the 2 workers runs; rank 0 prints."""
-    fedlight.core.config.register_schema()
+    fedlight.cli.schema.register_schema()
     data = MNIST(root=args.data_root, download=False).load()
     workers.barrier()
     show = print if workers.main else ignore

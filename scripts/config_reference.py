@@ -5,7 +5,7 @@ the indented comment lines below it, an option's is the comment block above its 
 key of an option and every run setting must have one (its meaning): a key without it is refused,
 naming its file. One page per config group (every option: its `_target_`, every key with its
 default, type and meaning), one for the run settings of conf/config.yaml (typed by
-fedlight.core.config's dataclasses) and one for the experiment presets. An option's summary, the
+fedlight.core.settings's dataclasses) and one for the experiment presets. An option's summary, the
 first sentence of its header comment, is its row in the short table of its group that this writes
 into docs/configuration.md, between the markers `<!-- config-group <group> -->` and
 `<!-- /config-group -->`. The pages and those tables are committed; tests/test_config_reference.py
@@ -24,7 +24,8 @@ from typing import Any
 
 import yaml
 
-from fedlight.core.config import CONFIG_GROUPS, SETTING_KEYS, RunSettings
+from fedlight.cli.schema import CONFIG_GROUPS, SETTING_KEYS, stage_kinds_registered
+from fedlight.core.settings import RunSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 CONF = ROOT / "fedlight" / "conf"
@@ -43,7 +44,7 @@ GENERATED = (
     f"`{COMMAND}` -->"
 )
 EXPERIMENT = "experiment"
-# Folders of conf/ that hold options but are no group of fedlight.core.config.CONFIG_GROUPS.
+# Folders of conf/ that hold options but are no group of fedlight.cli.schema.CONFIG_GROUPS.
 HYDRA_GROUPS = {
     "hydra/launcher": (
         "where a sweep's jobs run: without a choice Hydra's basic launcher runs them one after "
@@ -336,14 +337,14 @@ def group_page(group: str, description: str, default: str | None) -> str:
 
 def settings_page(config: YamlFile) -> str:
     """The run settings: conf/config.yaml's plain keys, typed by
-    fedlight.core.config.RunSettings."""
+    fedlight.core.settings.RunSettings."""
     lines = [
         GENERATED,
         "",
         "# Run settings",
         "",
         "The plain values of a run, in `fedlight/conf/config.yaml`; "
-        "`fedlight.core.config.RunSettings` types and checks them. Set one with `<key>=<value>` "
+        "`fedlight.core.settings.RunSettings` types and checks them. Set one with `<key>=<value>` "
         "(`fl.rounds=100`).",
         "",
     ]
@@ -440,18 +441,19 @@ def experiment_page() -> str:
 
 
 def groups() -> dict[str, str]:
-    """Every folder of conf/ with options, and what it chooses; a folder fedlight.core.config does
+    """Every folder of conf/ with options, and what it chooses; a folder fedlight.cli.schema does
     not register (or a registered group without a folder) is refused."""
     found = {
         str(path.parent.relative_to(CONF))
         for path in CONF.rglob("*.yaml")
         if path.parent != CONF and path.relative_to(CONF).parts[0] != EXPERIMENT
     }
+    stage_kinds_registered()
     known = {**CONFIG_GROUPS, **HYDRA_GROUPS}
     if unknown := found - set(known):
         raise SystemExit(
             f"fedlight/conf/{sorted(unknown)[0]}/ is no config group: register it in "
-            "fedlight.core.config.CONFIG_GROUPS (or HYDRA_GROUPS of scripts/config_reference.py)"
+            "fedlight.cli.schema.CONFIG_GROUPS (or HYDRA_GROUPS of scripts/config_reference.py)"
         )
     if missing := set(known) - found:
         raise SystemExit(f"config group {sorted(missing)[0]} has no folder fedlight/conf/<group>/")
@@ -502,7 +504,7 @@ def pages() -> dict[str, str]:
     known = groups()
     if unknown := [k for k in config.data if k not in (*SETTING_KEYS, *known, *NOT_SETTINGS)]:
         raise SystemExit(
-            f"conf/config.yaml's key {unknown[0]} is no run setting of fedlight.core.config "
+            f"conf/config.yaml's key {unknown[0]} is no run setting of fedlight.cli.schema "
             "(SETTING_KEYS) nor a config group"
         )
     chosen = chosen_defaults(config)

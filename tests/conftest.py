@@ -16,7 +16,8 @@ import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, open_dict
 
-from fedlight.cli.main import CONF_DIR, build_job, group_choices, register_configs
+from fedlight.cli.job import build_job, group_choices
+from fedlight.cli.schema import CONF_DIR, register_configs
 from fedlight.drivers.driver import Driver
 from fedlight.drivers.loop import FederatedLoop
 from fedlight.loggers.base import is_timing

@@ -24,10 +24,10 @@ from fedlight.aggregation.norm_clip import NormClip
 from fedlight.aggregation.trimmed_mean import TrimmedMean
 from fedlight.algorithms.base import ClientUpload
 from fedlight.algorithms.fedavg import UPDATE, FedAvg
+from fedlight.cli.schema import CONF_DIR
 from fedlight.core.context import Federation
 from fedlight.core.errors import ConfigError
 from fedlight.core.tensors import StateDict
-from fedlight.round.stages import CONF_DIR
 from fedlight.runs.experiment import Job
 
 AGGREGATOR_YAMLS = sorted(p.stem for p in (Path(CONF_DIR) / "aggregator").glob("*.yaml"))

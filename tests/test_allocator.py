@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
-from fedlight.core.config import FLSettings
 from fedlight.core.errors import ConfigError
+from fedlight.core.settings import FLSettings
 from tests.conftest import REPO
 
 GLIBC = sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"

@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 import torch
 
-from fedlight.cli.main import validate_command_line
 from fedlight.core.errors import ConfigError
 from fedlight.core.tensors import StateDict
 from fedlight.runs.experiment import Job, run_job
@@ -21,6 +20,7 @@ from fedlight.store.client_states import (
     DiskClientStates,
     MemoryClientStates,
 )
+from tests.helpers.commands import validate_command_line
 
 from .conftest import TINY, rows_without_timings, run_killed_in_round
 

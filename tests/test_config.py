@@ -5,10 +5,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from fedlight.cli.main import CONF_DIR, group_options, validate_command_line
-from fedlight.core.config import CONFIG_GROUPS
+from fedlight.cli.schema import CONF_DIR, CONFIG_GROUPS
+from fedlight.cli.validate import group_options
 from fedlight.core.errors import ConfigError
 from fedlight.runs.experiment import Job
+from tests.helpers.commands import validate_command_line
 
 OWN_SPLITS = Path(__file__).with_name("own_splits.json")  # 3 clients of digits examples
 # What an option needs besides itself (it refuses to run without, in one line; tested elsewhere).

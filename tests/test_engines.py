@@ -12,7 +12,6 @@ from torch import Tensor, nn
 from torch.nn import functional as F  # noqa: N812
 
 from fedlight.algorithms.base import ClientUpload, ServerState
-from fedlight.cli.main import validate_command_line
 from fedlight.core.context import RoundContext
 from fedlight.core.errors import ConfigError
 from fedlight.core.tensors import StateDict, detached_copy
@@ -29,6 +28,7 @@ from fedlight.models.classifier import Classifier
 from fedlight.models.mlp import MLP
 from fedlight.runs.experiment import Job, run_job
 from fedlight.store.checkpoint import load_checkpoint
+from tests.helpers.commands import validate_command_line
 
 from .conftest import TINY, rows_without_timings, run_cli, run_killed_in_round
 from .user_module import RecordingModule

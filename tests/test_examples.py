@@ -18,7 +18,8 @@ import pytest
 import torch
 
 import fedlight
-from fedlight.core import config
+from fedlight.cli import schema
+from fedlight.core.errors import ConfigError
 from fedlight.core.rng import Stream, numpy_generator
 from fedlight.data.digits import Digits
 from fedlight.models.mlp import MLP
@@ -164,16 +165,16 @@ def update_norm_registered() -> Iterator[None]:
     """What the entry point of docs/howto/add-stage.md registers, in this process only: the
     kind, first in the chain (before secure aggregation, which masks the uploads), a group of
     the schema; the installed packages' kinds again afterwards."""
-    config.register_stage_kinds({STAGE: ENTRY_POINT})
-    config.register_schema()
+    schema.register_stage_kinds({STAGE: ENTRY_POINT})
+    schema.register_schema()
     yield
-    config.register_stage_kinds()
-    config.register_schema()
+    schema.register_stage_kinds()
+    schema.register_schema()
 
 
 @pytest.mark.usefixtures("update_norm_registered")
 def test_the_update_norm_stage_reports_clips_and_pays_its_bytes(make_job, tmp_path: Path) -> None:
-    assert list(config.CHAINED_GROUPS) == [STAGE, "secure_aggregation"]
+    assert list(schema.CHAINED_GROUPS) == [STAGE, "secure_aggregation"]
     overrides = ["+update_norm=log", "update_norm.max_norm=0.001"]
     rows = run_two_rounds(make_job, tmp_path, search_path("update_norm"), *overrides)
     assert summary(tmp_path)[STAGE] == "log"
@@ -194,23 +195,23 @@ def test_a_plugged_in_kind_without_an_option_runs_its_default_and_changes_nothin
     rows = run_two_rounds(make_job, tmp_path / "plugged")
     assert summary(tmp_path / "plugged")[STAGE] == "none"
     assert not any(column.startswith(STAGE) for column in rows[0])
-    config.register_stage_kinds()
-    config.register_schema()
+    schema.register_stage_kinds()
+    schema.register_schema()
     alone = run_two_rounds(make_job, tmp_path / "alone")
     assert without_timings(rows) == without_timings(alone)
 
 
 def test_a_kind_that_clashes_or_is_no_stage_is_refused(make_job) -> None:
-    with pytest.raises(config.ConfigError, match="named like fedlight's own privacy; rename"):
-        config.register_stage_kinds({"privacy": ENTRY_POINT})
-    config.register_stage_kinds({"norms": ENTRY_POINT})  # its class is named update_norm
-    config.register_schema()
+    with pytest.raises(ConfigError, match="named like fedlight's own privacy; rename"):
+        schema.register_stage_kinds({"privacy": ENTRY_POINT})
+    schema.register_stage_kinds({"norms": ENTRY_POINT})  # its class is named update_norm
+    schema.register_schema()
     try:
-        with pytest.raises(config.ConfigError, match="no UploadStage named 'norms'"):
+        with pytest.raises(ConfigError, match="no UploadStage named 'norms'"):
             make_job(TWO_ROUNDS)
     finally:
-        config.register_stage_kinds()
-        config.register_schema()
+        schema.register_stage_kinds()
+        schema.register_schema()
 
 
 def installed(site: Path, kinds: dict[str, str]) -> Path:

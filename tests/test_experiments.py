@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from fedlight.cli.main import group_options, validate_command_line
+from fedlight.cli.validate import group_options
 from fedlight.core.errors import ConfigError
+from tests.helpers.commands import validate_command_line
 
 from .conftest import REPO, compose_config, run_cli
 

@@ -17,7 +17,7 @@ import torch
 
 from fedlight.cli import entry
 from fedlight.cli import main as cli
-from fedlight.core.config import MAX_THREADS
+from fedlight.core.settings import MAX_THREADS
 from fedlight.drivers.loop import FederatedLoop
 from fedlight.runs.outputs import MAX_CLIENT_BARS, client_blocks, write_participation
 from fedlight.store.checkpoint import CHECKPOINT_NAME, load_checkpoint

@@ -22,6 +22,7 @@ import torch
 from omegaconf import open_dict
 
 from fedlight.cli import main as cli
+from fedlight.cli.job import build_job, group_choices
 from fedlight.core.errors import ConfigError
 from fedlight.drivers.loop import FederatedLoop
 from fedlight.runs import run_dir
@@ -65,10 +66,10 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A finished 3-round TINY run with eval.every=2 (rows 2 and 3) and its checkpoint."""
     directory = tmp_path_factory.mktemp("finished") / "run"
     cfg = compose_config([*TINY, "fl.rounds=3", "eval.every=2"])
-    choices = cli.group_choices(cfg, cfg.hydra.runtime.choices)
+    choices = group_choices(cfg, cfg.hydra.runtime.choices)
     with open_dict(cfg):
         del cfg["hydra"]
-    run_job(cli.build_job(cfg, choices), directory)
+    run_job(build_job(cfg, choices), directory)
     return directory
 
 

@@ -12,9 +12,9 @@ import pytest
 import yaml
 
 import fedlight
-from fedlight.cli.main import validate_command_line
 from fedlight.core.errors import ConfigError
 from tests.conftest import REPO, TINY, rows_without_timings, run_cli
+from tests.helpers.commands import validate_command_line
 
 SMALL = [o for o in TINY if not o.startswith("fl.rounds=")]
 

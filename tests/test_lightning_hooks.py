@@ -12,8 +12,8 @@ import torch
 from sklearn.metrics import f1_score
 from torch.utils.data import DataLoader, TensorDataset
 
-from fedlight.core.config import FLSettings, RunSettings
 from fedlight.core.errors import ConfigError
+from fedlight.core.settings import FLSettings, RunSettings
 from fedlight.data.digits import Digits
 from fedlight.runs.experiment import Job, build_module, run_job
 from fedlight.runs.launch import spawn_workers

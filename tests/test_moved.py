@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from fedlight.cli.main import validate_command_line
 from fedlight.core.errors import ConfigError
 from fedlight.core.moved import current_path
 from fedlight.runs.experiment import comparable_config
+from tests.helpers.commands import validate_command_line
 
 from .conftest import REPO, run_cli
 

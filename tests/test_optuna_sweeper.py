@@ -22,7 +22,7 @@ import optuna
 import pytest
 import yaml
 
-from fedlight.cli.main import group_options, validate_command_line
+from fedlight.cli.validate import group_options
 from fedlight.core.errors import ConfigError
 from fedlight.reports.cli import main as report_main
 from fedlight.reports.study_report import load_study
@@ -41,6 +41,7 @@ from fedlight.runs.resume import resume_command
 from fedlight.runs.tuned import tuned_command
 from fedlight.store.run_files import JOURNAL_FILE, SAMPLER_FILE, STUDY_FILE
 from fedlight.store.sweeps import JobStatus, job_state, sweep_states
+from tests.helpers.commands import validate_command_line
 
 from .conftest import TINY, compose_config, run_cli
 from .test_hardening import RunsCode

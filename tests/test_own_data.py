@@ -13,7 +13,6 @@ import pytest
 import torch
 from torch.utils.data import Dataset
 
-from fedlight.cli.main import validate_command_line
 from fedlight.core.errors import ConfigError
 from fedlight.core.rng import Stream, numpy_generator
 from fedlight.data.base import DataError
@@ -28,6 +27,7 @@ from fedlight.partitions.natural import Natural
 from fedlight.partitions.shards import Shards
 from fedlight.runs.experiment import Job, run_job
 from tests.conftest import rows_without_timings, run_cli
+from tests.helpers.commands import validate_command_line
 from tests.own_data import CLASSES, WRITERS, ImagesOnly, TinyMNIST, Writers, writer_examples
 
 WRITERS_DATA = ["data=torch_dataset", "data.dataset=tests.own_data.Writers"]

@@ -15,11 +15,10 @@ import wandb
 
 from fedlight.algorithms.base import ClientUpload
 from fedlight.algorithms.fedprox import FedProx, ProximalTerm
-from fedlight.cli.main import validate_command_line
-from fedlight.core.config import FLSettings, RunSettings
 from fedlight.core.context import Federation, RoundContext
 from fedlight.core.errors import ConfigError
 from fedlight.core.rng import Stream, derive_seed
+from fedlight.core.settings import FLSettings, RunSettings
 from fedlight.core.tensors import StateDict, nbytes
 from fedlight.data.digits import Digits
 from fedlight.drivers.driver import Clients
@@ -32,6 +31,7 @@ from fedlight.stages.wire.base import DOWNLOAD, UPLOAD, Payload, Wire, WireTrans
 from fedlight.stages.wire.bf16 import BF16
 from fedlight.stages.wire.fp16 import FP16
 from fedlight.store.checkpoint import load_checkpoint
+from tests.helpers.commands import validate_command_line
 
 from . import worker_targets
 from .conftest import TINY, rows_without_timings, run_killed_in_round

@@ -32,7 +32,7 @@ def test_ray_launcher_composes_on_hydras_ray_plugin() -> None:
 
 @pytest.mark.skipif(HAS_RAY, reason="the Ray launcher is installed")
 def test_without_the_plugin_hydra_launcher_ray_names_the_extra_to_install() -> None:
-    from fedlight.cli.main import validate_command_line
+    from tests.helpers.commands import validate_command_line
 
     with pytest.raises(ConfigError, match=r"pip install 'fedlight\[ray\]'"):
         validate_command_line(["-m", *TINY, "seed=0,1", "hydra/launcher=ray"])

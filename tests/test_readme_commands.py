@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fedlight.cli.main import validate_command_line
+from tests.helpers.commands import validate_command_line
 
 from .conftest import REPO, compose_config
 

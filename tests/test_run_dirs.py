@@ -19,6 +19,7 @@ import torch
 from omegaconf import open_dict
 
 from fedlight.cli import main as cli
+from fedlight.cli.job import build_job, group_choices
 from fedlight.core.errors import ConfigError
 from fedlight.loggers.base import RunInfo
 from fedlight.loggers.csv import CSVLogger
@@ -39,10 +40,10 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A finished run of FINISHED (rows 2 and 3) with its checkpoint."""
     directory = tmp_path_factory.mktemp("finished") / "run"
     cfg = compose_config(FINISHED)
-    choices = cli.group_choices(cfg, cfg.hydra.runtime.choices)
+    choices = group_choices(cfg, cfg.hydra.runtime.choices)
     with open_dict(cfg):
         del cfg["hydra"]
-    run_job(cli.build_job(cfg, choices), directory)
+    run_job(build_job(cfg, choices), directory)
     return directory
 
 

@@ -15,9 +15,9 @@ from fedlight.algorithms.base import Algorithm, ClientUpload, ServerState
 from fedlight.algorithms.fedavg import FedAvg
 from fedlight.algorithms.fednova import momentum_step_norm
 from fedlight.algorithms.scaffold import CONTROL, DELTA_C, DELTA_Y, Scaffold
-from fedlight.core.config import FLSettings, LocalSettings, RunSettings
 from fedlight.core.context import Federation, RoundContext
 from fedlight.core.errors import ConfigError
+from fedlight.core.settings import FLSettings, LocalSettings, RunSettings
 from fedlight.core.tensors import StateDict
 from fedlight.data.base import TensorDataset
 from fedlight.drivers.driver import Clients

@@ -13,7 +13,7 @@ import torch
 from fedlight.aggregation.base import RoundRefused
 from fedlight.algorithms.base import ClientUpload
 from fedlight.algorithms.fedavg import BUFFERS, UPDATE, FedAvg
-from fedlight.core import config
+from fedlight.cli import schema
 from fedlight.core.context import Federation, RoundContext
 from fedlight.core.errors import ConfigError
 from fedlight.engines.base import LocalResult
@@ -302,16 +302,16 @@ def test_a_stage_that_decodes_on_the_server_before_the_masks_is_refused(
     """A stage before secure aggregation whose server side decodes (here: −1 after the client's
     +1) would decode masked ring elements: refused in one line, whether an option of a built-in
     kind or a kind another package plugs in (which runs before secure aggregation)."""
-    config.register_stage_kinds(kinds)
-    config.register_schema()
+    schema.register_stage_kinds(kinds)
+    schema.register_schema()
     try:
         with pytest.raises(ConfigError, match=message) as refusal:
             make_job([*TINY, "secure_aggregation=pairwise", *overrides])
         assert "\n" not in str(refusal.value)
         assert str(refusal.value).endswith("or secure_aggregation=none")
     finally:
-        config.register_stage_kinds()
-        config.register_schema()
+        schema.register_stage_kinds()
+        schema.register_schema()
 
 
 def test_a_round_the_server_cannot_unmask_reports_no_clients_training_numbers(

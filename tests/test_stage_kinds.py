@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fedlight.core import config
+from fedlight.cli import schema
 from fedlight.core.errors import ConfigError
 from fedlight.runs.experiment import Job, run_job
 
@@ -24,13 +24,13 @@ BROKEN = "brokenkind.stage:Stage"  # a package that raises as it is imported
 def plugged(kinds: dict[str, str]) -> Iterator[None]:
     """`kinds` registered as an installed package's entry points would be, in this process only;
     the installed packages' kinds again afterwards."""
-    config.register_stage_kinds(kinds)
-    config.register_schema()
+    schema.register_stage_kinds(kinds)
+    schema.register_schema()
     try:
         yield
     finally:
-        config.register_stage_kinds()
-        config.register_schema()
+        schema.register_stage_kinds()
+        schema.register_schema()
 
 
 def broken_package(site: Path) -> Path:
@@ -47,7 +47,7 @@ def test_a_kind_named_like_no_config_key_is_left_out_and_said(
     make_job: Callable[[list[str]], Job], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with plugged({"bad-name!": ENTRY_POINT}):
-        assert "bad-name!" not in config.CONFIG_GROUPS
+        assert "bad-name!" not in schema.CONFIG_GROUPS
         job = make_job(ONE_ROUND)
         run_job(job, tmp_path)
     assert [stage.name for stage in job.stages.chained] == ["secure_aggregation"]

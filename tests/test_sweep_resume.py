@@ -18,9 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from fedlight.cli.main import JobFailedError, continue_command, given_value, interrupted, job_failed
-from fedlight.core.config import RunSettings
+from fedlight.cli.jobs import given_value
+from fedlight.cli.output import JobFailedError, continue_command, interrupted, job_failed
 from fedlight.core.errors import ConfigError
+from fedlight.core.settings import RunSettings
 from fedlight.drivers.preemption import PREEMPTED_EXIT_CODE
 from fedlight.runs import run_dir
 from fedlight.runs.resume import decide, resume_command

@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 import torch
 
-from fedlight.cli.main import validate_command_line
 from fedlight.core.errors import ConfigError
 from fedlight.core.rng import Stream, numpy_generator
 from fedlight.data.base import TensorDataset
@@ -22,6 +21,7 @@ from fedlight.drivers.workers import OneWorker
 from fedlight.loggers.base import METRIC_COLUMNS
 from fedlight.runs.experiment import DivergenceError, Job, federation, run_job
 from fedlight.store.checkpoint import CHECKPOINT_NAME, load_checkpoint
+from tests.helpers.commands import validate_command_line
 
 from .conftest import TINY, rows_without_timings, run_cli, run_killed_in_round
 

@@ -9,7 +9,13 @@ from pathlib import Path
 
 from .conftest import REPO
 
-COUNT_JOBS = "validate_command_line(['-m', '+experiment=fed_vs_central'])"
+# The jobs of a command line as `fedlight` checks them before any runs.
+COUNT_JOBS = (
+    "from fedlight.cli.jobs import parse_command; "
+    "from fedlight.cli.schema import register_configs; "
+    "from fedlight.cli.validate import checked_jobs; register_configs(); "
+    "print(len(checked_jobs(parse_command(['-m', '+experiment=fed_vs_central']))[1]))"
+)
 
 
 def test_wheel_installs_and_runs_from_an_unrelated_directory(tmp_path: Path) -> None:
@@ -81,11 +87,7 @@ def test_wheel_installs_and_runs_from_an_unrelated_directory(tmp_path: Path) -> 
 
     # Presets and their nested option groups ship too: fed_vs_central's sweep has 3 × 3 jobs.
     preset_jobs = subprocess.run(
-        [
-            python,
-            "-c",
-            f"import fedlight.cli.main as c; c.register_configs(); print(len(c.{COUNT_JOBS}))",
-        ],
+        [python, "-c", COUNT_JOBS],
         cwd=elsewhere,
         check=True,
         capture_output=True,

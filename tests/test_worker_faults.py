@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from fedlight.core.config import FLSettings, RunSettings
 from fedlight.core.errors import ConfigError
+from fedlight.core.settings import FLSettings, RunSettings
 from fedlight.drivers.workers import WorkerError, WorkerLostError
 from fedlight.runs import run_dir
 from fedlight.runs.launch import spawn_workers

@@ -12,8 +12,8 @@ import pytest
 import torch
 from torch import Tensor
 
-from fedlight.core.config import FLSettings, RunSettings
 from fedlight.core.errors import ConfigError
+from fedlight.core.settings import FLSettings, RunSettings
 from fedlight.drivers import workers
 from fedlight.drivers.workers import (
     OneWorker,

@@ -65,15 +65,9 @@ def rerun(name: str, command_of: Callable[[Path], list[str]], usage: str, args: 
 
 
 def run_cli() -> None:
-    """fedlight's Hydra command line; an installed package's stage kind that fedlight refuses
-    as it loads (fedlight.core.config) is a one-line error, exit code 2."""
-    from fedlight.core.errors import ConfigError
+    """fedlight's Hydra command line (`fedlight.cli.main`)."""
+    from fedlight.cli.main import main as run_main
 
-    try:
-        from fedlight.cli.main import main as run_main
-    except ConfigError as error:
-        print(f"fedlight: error: {error}", file=sys.stderr)
-        sys.exit(2)
     run_main()
 
 

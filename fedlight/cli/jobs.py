@@ -29,23 +29,6 @@ MULTIRUN_FLAGS = ("-m", "--multirun")
 LIST_JOBS_FLAG = "--list-jobs"
 # Hydra's flags that take a value, and those of them fedlight reads
 VALUE_FLAGS = ("--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd")
-# Hydra's flags that print something and run no job: Hydra answers them on its own
-ANSWERING_FLAGS = (
-    "--help",
-    "-h",
-    "--hydra-help",
-    "--version",
-    "--cfg",
-    "-c",
-    "--info",
-    "-i",
-    "--shell-completion",
-    "-sc",
-    "--resolve",
-    "--package",
-    "-p",
-    "--experimental-rerun",
-)
 # The sweeper whose jobs are known before the first runs (Hydra's `hydra/sweeper=basic`)
 LISTING_SWEEPERS = ("hydra._internal.core_plugins.basic_sweeper.BasicSweeper",)
 
@@ -96,6 +79,14 @@ def parse_command(args: Sequence[str]) -> Command | None:
         else:
             command.overrides.append(arg)
     return command
+
+
+def given_value(overrides: list[str], key: str) -> str | None:
+    """The value the command line gives `key` (its last override), None where none does."""
+    given = [o for o in overrides if o.split("=")[0].lstrip("+") == key]
+    if not given:
+        return None
+    return str(OverridesParser.create().parse_overrides(given[-1:])[0].value())
 
 
 class JobCompositionError(Exception):

@@ -1,7 +1,7 @@
 """Modules that moved when fedlight's folders took the shape of its layers (docs/architecture.md).
 
 A config's `_target_` that names an old path is refused in one line naming the new one
-(`fedlight.cli.main`); a resumed run recorded with old paths compares equal to its new config
+(`fedlight.cli.job`); a resumed run recorded with old paths compares equal to its new config
 (`fedlight.runs.experiment.comparable_config`). Nothing is importable under an old path.
 """
 

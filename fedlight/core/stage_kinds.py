@@ -1,5 +1,5 @@
 """Stage kinds other packages plug into fedlight: entry points of group `fedlight.stage_kinds`,
-each `<kind> = "<module>:<class>"` (fedlight.core.config makes each a config group). Light: the
+each `<kind> = "<module>:<class>"` (fedlight.cli.schema makes each a config group). Light: the
 Hydra plugin that puts their YAMLs on the search path imports it in any Hydra program.
 """
 

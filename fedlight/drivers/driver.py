@@ -25,10 +25,10 @@ from torch import Tensor
 
 from fedlight.algorithms.base import ServerState
 from fedlight.core.allocator import release_freed
-from fedlight.core.config import RunSettings
 from fedlight.core.context import Federation
 from fedlight.core.errors import ConfigError
 from fedlight.core.rng import Stream
+from fedlight.core.settings import RunSettings
 from fedlight.core.tensors import StateDict, detached_copy, on_device
 from fedlight.data.base import TensorDataset
 from fedlight.drivers.history import (

@@ -7,7 +7,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from fedlight.core.config import EvalSettings
+from fedlight.core.settings import EvalSettings
 from fedlight.loggers.base import SPLIT_ACCURACY, MetricsRow, is_evaluated
 
 STATE_FORMAT = 3  # 3: a row per round (2: rows of evaluated rounds only, no test_columns)

@@ -15,8 +15,8 @@
 import pytorch_lightning as pl
 import torch
 
-from fedlight.core.config import RunSettings
 from fedlight.core.rng import Stream
+from fedlight.core.settings import RunSettings
 from fedlight.data.base import TensorDataset
 from fedlight.engines.base import Engine, LocalTask, first_optimizer
 from fedlight.engines.sequential import SequentialEngine

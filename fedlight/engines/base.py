@@ -17,8 +17,8 @@ import pytorch_lightning as pl
 import torch
 from torch import Tensor
 
-from fedlight.core.config import RunSettings
 from fedlight.core.rng import Stream, derive_seed
+from fedlight.core.settings import RunSettings
 from fedlight.core.tensors import StateDict
 from fedlight.data.base import TensorDataset
 from fedlight.engines.lightning import optimization_of

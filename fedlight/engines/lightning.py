@@ -58,9 +58,9 @@ from hydra.errors import InstantiationException
 from torch import Tensor
 from torchmetrics import Metric
 
-from fedlight.core.config import LocalSettings
 from fedlight.core.dotted import locate
 from fedlight.core.errors import ConfigError, one_line, require
+from fedlight.core.settings import LocalSettings
 
 # Hooks a Trainer calls that change a step's arithmetic and that fedlight does not call.
 REFUSED_OVERRIDES = ("backward", "optimizer_step", "optimizer_zero_grad")

@@ -14,10 +14,10 @@ import pytorch_lightning as pl
 import torch
 from torch import Tensor
 
-from fedlight.core.config import RunSettings
 from fedlight.core.errors import ConfigError
 from fedlight.core.layout import contiguous_state
 from fedlight.core.rng import Stream
+from fedlight.core.settings import RunSettings
 from fedlight.data.base import TensorDataset
 from fedlight.engines.base import Engine, LocalCallback, LocalResult, LocalTask, batch_indices
 from fedlight.engines.lightning import (

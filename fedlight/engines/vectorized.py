@@ -45,9 +45,9 @@ from torch.nn import functional as F  # noqa: N812
 from torch.nn.modules.dropout import _DropoutNd
 from torch.nn.utils.rnn import pad_sequence
 
-from fedlight.core.config import RunSettings
 from fedlight.core.errors import ConfigError
 from fedlight.core.rng import Stream
+from fedlight.core.settings import RunSettings
 from fedlight.core.tensors import StateDict
 from fedlight.data.base import TensorDataset
 from fedlight.engines.base import (

@@ -10,7 +10,7 @@ prints meanwhile goes above the bar, and console.log gets the plain lines, not t
 
 `lines` is one plain line per round (`round 3: acc ...`, `round 4: train_loss ...`), for logs,
 CI and SLURM: `auto` picks it where stderr is not a terminal, and `off` where the job's logging
-is quiet (`fedlight.cli.main.settle_progress`).
+is quiet (`fedlight.cli.job.settle_progress`).
 """
 
 import statistics
@@ -35,7 +35,7 @@ REFRESH_PER_SECOND = 2  # the bar's redraws: live enough, and nothing a round wo
 
 
 class Tee:
-    """A text stream shown on a `screen` and kept in a file (`fedlight.cli.main`'s console.log)."""
+    """A text stream shown on a `screen` and kept in a file (console.log: `fedlight.cli.output`)."""
 
     def __init__(self, screen: TextIO, kept: TextIO) -> None:
         self.screen, self.kept = screen, kept

@@ -23,11 +23,11 @@ import torch
 from fedlight import command_seconds
 from fedlight.algorithms.base import Algorithm
 from fedlight.core.allocator import fix_mmap_threshold
-from fedlight.core.config import FLSettings, RunSettings
 from fedlight.core.errors import ConfigError, require
 from fedlight.core.layout import LayoutChoice, layout_for
 from fedlight.core.moved import current_path
 from fedlight.core.rng import Stream, derive_seed, numpy_generator
+from fedlight.core.settings import FLSettings, RunSettings
 from fedlight.core.variants import resolved_variants
 from fedlight.data.base import DataError, DataSource, TensorDataset
 from fedlight.data.validation import split_validation
@@ -131,7 +131,7 @@ class Ran:
 
 @dataclass
 class Job:
-    """A fully built experiment: what `fedlight.cli.main` makes out of the composed Hydra config."""
+    """A fully built experiment: what `fedlight.cli.job` makes out of the composed Hydra config."""
 
     settings: RunSettings
     data: DataSource

@@ -37,8 +37,8 @@ import torch.multiprocessing as torch_mp
 from torch.multiprocessing.spawn import ProcessException, ProcessRaisedException
 
 from fedlight.core.allocator import fix_mmap_threshold
-from fedlight.core.config import FLSettings, RunSettings, check_nccl
 from fedlight.core.errors import one_line, require
+from fedlight.core.settings import FLSettings, RunSettings, check_nccl
 from fedlight.drivers.preemption import (
     PREEMPTED_EXIT_CODE,
     Preempted,

@@ -60,8 +60,8 @@ from optuna.distributions import (
 )
 from optuna.trial import FrozenTrial, Trial, TrialState
 
-from fedlight.core.config import OBJECTIVES
 from fedlight.core.errors import ConfigError, one_line, require
+from fedlight.core.settings import OBJECTIVES
 from fedlight.reports.study_report import AFRESH, study_read
 from fedlight.runs.experiment import RESUME_FREE_KEYS
 from fedlight.runs.tuned import RESULTS_FILE

@@ -28,8 +28,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from fedlight.core.config import RunSettings
 from fedlight.core.errors import ConfigError
+from fedlight.core.settings import RunSettings
 from fedlight.loggers.mlflow import MLRUNS_DIR
 from fedlight.loggers.tensorboard import TENSORBOARD_DIR
 from fedlight.store.client_states import CLIENT_STATES_DIR

@@ -29,8 +29,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
-from fedlight.core.config import RunSettings
 from fedlight.core.context import Federation, RoundContext
+from fedlight.core.settings import RunSettings
 from fedlight.core.tensors import StateDict
 from fedlight.engines.base import LocalResult
 from fedlight.stages.pool import ClientPool

@@ -41,8 +41,8 @@ from typing import Any, cast
 
 import torch
 
-from fedlight.core.config import FLSettings
 from fedlight.core.errors import ConfigError, one_line
+from fedlight.core.settings import FLSettings
 from fedlight.core.tensors import StateDict
 from fedlight.store.checkpoint import CHECKPOINT_NAME, save_checkpoint
 

@@ -1,5 +1,5 @@
 """Stage kinds other packages plug into fedlight: entry points of group `fedlight.stage_kinds`
-(`<kind> = "<module>:<class>"`; fedlight.core.config makes each a config group). A kind's YAMLs lie
+(`<kind> = "<module>:<class>"`; fedlight.cli.schema makes each a config group). A kind's YAMLs lie
 in `conf/<kind>/` beside its module, and this plugin puts that `conf/` on Hydra's search path, so
 that `+<kind>=<option>` finds them without `--config-dir`.
 

@@ -19,10 +19,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from fedlight.algorithms.base import Algorithm, ClientUpload
-from fedlight.core.config import RunSettings
 from fedlight.core.context import RoundContext
 from fedlight.core.errors import require
 from fedlight.core.rng import Stream, numpy_generator
+from fedlight.core.settings import RunSettings
 from fedlight.core.tensors import StateDict
 from fedlight.stages.base import Delivered, Plan, StageSetup
 from fedlight.stages.privacy.base import as_state, clipped, scalar

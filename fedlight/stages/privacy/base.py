@@ -32,10 +32,10 @@ import torch
 from torch import Tensor
 
 from fedlight.algorithms.base import Algorithm, ClientUpload
-from fedlight.core.config import RunSettings
 from fedlight.core.context import RoundContext
 from fedlight.core.errors import require
 from fedlight.core.rng import Stream, derive_seed
+from fedlight.core.settings import RunSettings
 from fedlight.core.tensors import StateDict
 from fedlight.data.base import TensorDataset
 from fedlight.engines.base import Engine

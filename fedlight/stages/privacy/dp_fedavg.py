@@ -46,9 +46,9 @@ from fedlight.aggregation.base import (
 )
 from fedlight.aggregation.mean import RunningMean
 from fedlight.algorithms.base import Algorithm, ClientUpload
-from fedlight.core.config import RunSettings
 from fedlight.core.context import RoundContext
 from fedlight.core.errors import require
+from fedlight.core.settings import RunSettings
 from fedlight.core.tensors import StateDict
 from fedlight.engines.base import LocalResult, num_local_steps
 from fedlight.stages.base import Delivered, Plan, StageSetup

@@ -39,11 +39,11 @@ from opacus import GradSampleModule
 from opacus.optimizers import DPOptimizer
 from opacus.validators import ModuleValidator
 
-from fedlight.core.config import RunSettings
 from fedlight.core.context import RoundContext
 from fedlight.core.errors import ConfigError, require
 from fedlight.core.layout import contiguous_state
 from fedlight.core.rng import Stream, derive_seed
+from fedlight.core.settings import RunSettings
 from fedlight.core.tensors import StateDict
 from fedlight.data.base import TensorDataset
 from fedlight.engines.base import (

@@ -1,0 +1,1 @@
+"""Helpers of the tests: code only tests call, kept out of fedlight."""
