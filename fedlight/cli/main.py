@@ -10,7 +10,7 @@ import os
 import sys
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -44,6 +44,7 @@ from fedlight.loggers.console import sweep_line
 from fedlight.runs import run_dir
 from fedlight.runs.experiment import DivergenceError, Job, run_job
 from fedlight.runs.launch import Terminated
+from fedlight.runs.resume import Decision
 from fedlight.store.client_states import ClientStateLostError
 from fedlight.store.files import write_text
 from fedlight.store.run_files import PREEMPTED_NAME
@@ -185,6 +186,8 @@ def main() -> None:
                     print("\n".join(job_lines(jobs, sweep_dir)))
                     sys.exit(0)
                 decisions = [decision for _, _, decision in checked]
+                if not command.multirun and decisions and all(d.skips for d in decisions):
+                    finished(decisions[0])
                 decided_line = decisions_line(decisions)
                 os.environ.pop(SWEEP_JOBS_VARIABLE, None)  # a sweep's count, set afresh
                 if command.multirun and jobs.complete:
@@ -202,6 +205,13 @@ def main() -> None:
                 fail(str(error), 2)
             sys.argv = [sys.argv[0], *command.hydra_args]
         run_hydra(locked)
+
+
+def finished(decision: Decision) -> NoReturn:
+    """A run that is finished with this config and asked for no more rounds: said, and the
+    command ends before Hydra writes anything (its directory is left as the run left it)."""
+    print(f"fedlight: {decision.finished_in}: {decision.said}", flush=True)
+    sys.exit(0)
 
 
 def run_hydra(locked: Path | None) -> None:

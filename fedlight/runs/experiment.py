@@ -12,6 +12,7 @@ import os
 import sys
 from collections.abc import Collection
 from dataclasses import dataclass, fields, is_dataclass, replace
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -419,12 +420,22 @@ def warn_of_empty_clients(client_sets: list[np.ndarray]) -> None:
         )
 
 
+def resumed_words(settings: RunSettings, checkpoint: dict[str, Any]) -> str:
+    """What a resume continues: "resumed from round 17 of 50 (checkpoint of <its time>)"."""
+    written = (Path(str(settings.resume)) / CHECKPOINT_NAME).stat().st_mtime
+    when = datetime.fromtimestamp(written).astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
+    done = int(checkpoint["completed_rounds"])
+    return f"resumed from round {done} of {settings.fl.rounds} (checkpoint of {when})"
+
+
 def run_worker(workers: Workers, job: Job, output_dir: Path) -> dict[str, Any]:
     """This worker's part of the job; every worker returns the main worker's summary. The
     summary and its figures are written once the rounds' data, models and client states are
     released, so that plotting reuses their memory instead of adding to the run's peak."""
     workers.barrier()  # a resumed checkpoint is complete: its writer has left the job before
     checkpoint = resumed_checkpoint(job, check_files=workers.main)
+    if checkpoint is not None and workers.main:
+        print(f"fedlight: {resumed_words(job.settings, checkpoint)}", flush=True)
     output_dir = workers.broadcast(output_dir)  # torchrun: each rank's Hydra chose its own
     output_dir.mkdir(parents=True, exist_ok=True)
     console = ConsoleProgress(job.settings.console.progress)

@@ -46,6 +46,7 @@ class Decision:
     overwrite: bool = False  # it starts over files an attempt left without a checkpoint
     summary: dict[str, Any] | None = None  # finished with this config: not run again
     said: str | None = None  # the decision in words, for the console
+    finished_in: Path | None = None  # the directory of the finished run it leaves alone
 
     @property
     def skips(self) -> bool:
@@ -57,7 +58,7 @@ def decide(given: str | None, directory: Path, difference: Difference, rounds: i
     the job's `fl.rounds`. A run directory given as `resume=` is that run's business. A directory
     another run is writing is decided by its files: taking its lock then refuses the job."""
     if given is not None and given != AUTO:
-        return Decision(given)
+        return given_run(Path(given), rounds)
     state = job_state(directory)
     if given is None and not state.preempted:
         return Decision(None)
@@ -80,11 +81,29 @@ def decide(given: str | None, directory: Path, difference: Difference, rounds: i
             "overwrite=true to replace its results"
         )
     if state.done and not extends(state, rounds):
-        return Decision(None, summary=state.summary, said=finished_words(state))
+        return Decision(
+            None, summary=state.summary, said=finished_words(state), finished_in=directory
+        )
     if checkpoint.is_file():
         why = "was preempted" if state.preempted else f"is {state.status}"
         return Decision(str(directory), said=f"{why}: resumes from its checkpoint")
     return Decision(None, overwrite=True, said="starts again (no checkpoint was written)")
+
+
+def given_run(directory: Path, rounds: int) -> Decision:
+    """`resume=<run dir>`: the run continues, unless it is finished and `fl.rounds` asks for no
+    more rounds than it ran: then there is nothing to do, and nothing is written."""
+    state = job_state(directory)
+    if state.done and not extends(state, rounds):
+        ran = (state.summary or {}).get("rounds", rounds)
+        return Decision(
+            None,
+            summary=state.summary,
+            said=f"finished ({ran} of {ran} rounds): nothing to resume; give fl.rounds > {ran} "
+            "to continue it",
+            finished_in=directory,
+        )
+    return Decision(str(directory))
 
 
 def saved_config(state: JobState) -> dict[str, Any] | None:
