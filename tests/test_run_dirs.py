@@ -83,7 +83,7 @@ def test_a_new_run_into_a_finished_runs_directory_is_refused_and_changes_nothing
     )
     # resuming another run into it would replace its results just the same
     monkeypatch.setenv("WANDB_MODE", "disabled")
-    cli_run([*FINISHED, f"resume={finished}", f"hydra.run.dir={tmp_path / 'x'}"], monkeypatch)
+    cli_run([*FINISHED, f"hydra.run.dir={tmp_path / 'x'}"], monkeypatch)
     code, err = cli_exit(
         [*FINISHED, f"resume={tmp_path / 'x'}", f"hydra.run.dir={finished}"], monkeypatch, capsys
     )
