@@ -85,7 +85,9 @@ def test_a_new_run_into_a_finished_runs_directory_is_refused_and_changes_nothing
     monkeypatch.setenv("WANDB_MODE", "disabled")
     cli_run([*FINISHED, f"hydra.run.dir={tmp_path / 'x'}"], monkeypatch)
     code, err = cli_exit(
-        [*FINISHED, f"resume={tmp_path / 'x'}", f"hydra.run.dir={finished}"], monkeypatch, capsys
+        [*FINISHED, "fl.rounds=4", f"resume={tmp_path / 'x'}", f"hydra.run.dir={finished}"],
+        monkeypatch,
+        capsys,
     )
     assert code == 2 and "holds the results of another run" in err
     assert snapshot(finished) == before
