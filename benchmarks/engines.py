@@ -54,8 +54,8 @@ from fedlight.data.augment import CropFlip
 from fedlight.data.base import TensorDataset
 from fedlight.data.cifar10 import CIFAR10, MEAN, STD
 from fedlight.data.mnist import MNIST
-from fedlight.drivers.driver import Clients
-from fedlight.drivers.loop import FederatedLoop
+from fedlight.drivers.base import Clients
+from fedlight.drivers.synchronous import FederatedLoop
 from fedlight.engines import LocalTask
 from fedlight.engines.base import LocalResult
 from fedlight.runs.launch import resolve_device

@@ -17,8 +17,8 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig, open_dict
 
 from fedlight.cli.main import CONF_DIR, build_job, group_choices, register_configs
-from fedlight.drivers.driver import Driver
-from fedlight.drivers.loop import FederatedLoop
+from fedlight.drivers.base import Driver
+from fedlight.drivers.synchronous import FederatedLoop
 from fedlight.loggers.base import is_timing
 from fedlight.runs.experiment import Job, run_job
 

@@ -10,8 +10,8 @@ from torch import Tensor
 from fedlight.algorithms.central import POOLED_TRAINER
 from fedlight.core.rng import Stream, derive_seed
 from fedlight.data.digits import Digits
-from fedlight.drivers.driver import Clients
-from fedlight.drivers.loop import FederatedLoop
+from fedlight.drivers.base import Clients
+from fedlight.drivers.synchronous import FederatedLoop
 from fedlight.runs.experiment import Job, run_job
 
 from .conftest import TINY, rows_without_timings, run_killed_in_round

@@ -5,8 +5,8 @@ from pathlib import Path
 import torch
 
 from fedlight.data.digits import Digits
-from fedlight.drivers.driver import Clients
-from fedlight.drivers.loop import FederatedLoop
+from fedlight.drivers.base import Clients
+from fedlight.drivers.synchronous import FederatedLoop
 from fedlight.runs.experiment import run_job
 
 from .user_module import RecordingModule

@@ -19,8 +19,8 @@ from fedlight.core.tensors import StateDict, detached_copy
 from fedlight.data.augment import CropFlip
 from fedlight.data.base import TensorDataset
 from fedlight.data.digits import Digits
-from fedlight.drivers.driver import Clients
-from fedlight.drivers.loop import FederatedLoop
+from fedlight.drivers.base import Clients
+from fedlight.drivers.synchronous import FederatedLoop
 from fedlight.engines import LocalTask, resolve_engine
 from fedlight.engines.base import LocalCallback, LocalResult
 from fedlight.engines.sequential import SequentialEngine

@@ -18,7 +18,7 @@ import torch
 from fedlight.cli import entry
 from fedlight.cli import main as cli
 from fedlight.core.config import MAX_THREADS
-from fedlight.drivers.loop import FederatedLoop
+from fedlight.drivers.synchronous import FederatedLoop
 from fedlight.runs.outputs import MAX_CLIENT_BARS, client_blocks, write_participation
 from fedlight.store.checkpoint import CHECKPOINT_NAME, load_checkpoint
 from fedlight.store.client_states import CLIENT_STATES_DIR

@@ -23,7 +23,7 @@ from omegaconf import open_dict
 
 from fedlight.cli import main as cli
 from fedlight.core.errors import ConfigError
-from fedlight.drivers.loop import FederatedLoop
+from fedlight.drivers.synchronous import FederatedLoop
 from fedlight.runs import run_dir
 from fedlight.runs.experiment import (
     DivergenceError,

@@ -7,8 +7,8 @@ import torch
 
 from fedlight.core.rng import Stream, derive_seed
 from fedlight.data.digits import Digits
-from fedlight.drivers.driver import Clients
-from fedlight.drivers.loop import FederatedLoop
+from fedlight.drivers.base import Clients
+from fedlight.drivers.synchronous import FederatedLoop
 from fedlight.runs.experiment import run_job
 
 from .conftest import TINY

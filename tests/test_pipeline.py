@@ -22,8 +22,8 @@ from fedlight.core.errors import ConfigError
 from fedlight.core.rng import Stream, derive_seed
 from fedlight.core.tensors import StateDict, nbytes
 from fedlight.data.digits import Digits
-from fedlight.drivers.driver import Clients
-from fedlight.drivers.loop import FederatedLoop
+from fedlight.drivers.base import Clients
+from fedlight.drivers.synchronous import FederatedLoop
 from fedlight.loggers.base import METRIC_COLUMNS, is_timing
 from fedlight.runs.experiment import Job, run_job
 from fedlight.runs.launch import spawn_workers

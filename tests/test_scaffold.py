@@ -20,8 +20,8 @@ from fedlight.core.context import Federation, RoundContext
 from fedlight.core.errors import ConfigError
 from fedlight.core.tensors import StateDict
 from fedlight.data.base import TensorDataset
-from fedlight.drivers.driver import Clients
-from fedlight.drivers.loop import FederatedLoop
+from fedlight.drivers.base import Clients
+from fedlight.drivers.synchronous import FederatedLoop
 from fedlight.engines.base import LocalResult
 from fedlight.lr_schedules.constant import Constant
 from fedlight.round.stages import Stages

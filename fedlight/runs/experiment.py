@@ -32,10 +32,10 @@ from fedlight.core.variants import resolved_variants
 from fedlight.data.base import DataError, DataSource, TensorDataset
 from fedlight.data.validation import split_validation
 from fedlight.drivers.asynchronous import AsynchronousLoop
-from fedlight.drivers.driver import Clients, Driver
+from fedlight.drivers.base import Clients, Driver
 from fedlight.drivers.history import STATE_KEYS, History
-from fedlight.drivers.loop import FederatedLoop
 from fedlight.drivers.preemption import Preempted
+from fedlight.drivers.synchronous import FederatedLoop
 from fedlight.drivers.workers import OneWorker, Workers
 from fedlight.engines.lightning import ModelFactory, setup_module
 from fedlight.engines.trainer_standin import TrainerStandIn, attach

@@ -32,7 +32,7 @@ from torch import Tensor
 
 from fedlight.core.context import RoundContext, RoundMetrics
 from fedlight.core.tensors import StateDict
-from fedlight.drivers.driver import Driver
+from fedlight.drivers.base import Driver
 from fedlight.drivers.history import RoundStats
 from fedlight.engines import LocalTask
 from fedlight.engines.base import LocalResult

@@ -31,6 +31,7 @@ from fedlight.core.errors import ConfigError
 from fedlight.core.rng import Stream
 from fedlight.core.tensors import StateDict, detached_copy, on_device
 from fedlight.data.base import TensorDataset
+from fedlight.drivers.evaluation import Evaluated, RunEvaluation
 from fedlight.drivers.history import (
     STATE_FORMAT,
     History,
@@ -40,7 +41,6 @@ from fedlight.drivers.history import (
     restored_history,
 )
 from fedlight.drivers.preemption import Preempted, requested
-from fedlight.drivers.run_evaluation import Evaluated, RunEvaluation
 from fedlight.drivers.workers import OneWorker, Workers
 from fedlight.engines import Engine, LocalTask, make_engine
 from fedlight.engines.base import LocalCallback, LocalResult
