@@ -49,6 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import fedlight.cli.main
 import fedlight.core.config
+from fedlight.core.messages import LocalResult
 from fedlight.core.rng import Stream, derive_seed, numpy_generator
 from fedlight.data.augment import CropFlip
 from fedlight.data.base import TensorDataset
@@ -57,7 +58,6 @@ from fedlight.data.mnist import MNIST
 from fedlight.drivers.base import Clients
 from fedlight.drivers.synchronous import FederatedLoop
 from fedlight.engines import LocalTask
-from fedlight.engines.base import LocalResult
 from fedlight.runs.launch import resolve_device
 
 ENGINES = ("sequential", "vectorized")

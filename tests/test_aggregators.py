@@ -22,10 +22,10 @@ from fedlight.aggregation.median import Median
 from fedlight.aggregation.multi_krum import MultiKrum
 from fedlight.aggregation.norm_clip import NormClip
 from fedlight.aggregation.trimmed_mean import TrimmedMean
-from fedlight.algorithms.base import ClientUpload
 from fedlight.algorithms.fedavg import UPDATE, FedAvg
 from fedlight.core.context import Federation
 from fedlight.core.errors import ConfigError
+from fedlight.core.messages import ClientUpload
 from fedlight.core.tensors import StateDict
 from fedlight.round.stages import CONF_DIR
 from fedlight.runs.experiment import Job

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fedlight.algorithms.base import Algorithm, ClientUpload, ServerState
+from fedlight.algorithms.base import Algorithm
 from fedlight.algorithms.fedadagrad import FedAdagrad
 from fedlight.algorithms.fedadam import FedAdam
 from fedlight.algorithms.fedavg import FedAvg
@@ -17,8 +17,8 @@ from fedlight.algorithms.fedprox import FedProx, ProximalTerm
 from fedlight.algorithms.fedyogi import FedYogi
 from fedlight.core.context import Federation, RoundContext
 from fedlight.core.errors import ConfigError
+from fedlight.core.messages import ClientUpload, LocalResult, ServerState
 from fedlight.core.tensors import StateDict
-from fedlight.engines.base import LocalResult
 from fedlight.models.mlp import MLP
 from fedlight.runs.experiment import Job, run_job
 from fedlight.store.checkpoint import load_checkpoint

@@ -11,10 +11,10 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F  # noqa: N812
 
-from fedlight.algorithms.base import ClientUpload, ServerState
 from fedlight.cli.main import validate_command_line
 from fedlight.core.context import RoundContext
 from fedlight.core.errors import ConfigError
+from fedlight.core.messages import ClientUpload, LocalResult, ServerState
 from fedlight.core.tensors import StateDict, detached_copy
 from fedlight.data.augment import CropFlip
 from fedlight.data.base import TensorDataset
@@ -22,7 +22,7 @@ from fedlight.data.digits import Digits
 from fedlight.drivers.base import Clients
 from fedlight.drivers.synchronous import FederatedLoop
 from fedlight.engines import LocalTask, resolve_engine
-from fedlight.engines.base import LocalCallback, LocalResult
+from fedlight.engines.base import LocalCallback
 from fedlight.engines.sequential import SequentialEngine
 from fedlight.engines.vectorized import VectorizedEngine
 from fedlight.models.classifier import Classifier

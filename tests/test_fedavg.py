@@ -4,11 +4,10 @@ import pytest
 import torch
 
 from fedlight.aggregation.mean import WeightedMean
-from fedlight.algorithms.base import ClientUpload
 from fedlight.algorithms.fedavg import FedAvg
 from fedlight.core.context import Federation
 from fedlight.core.errors import ConfigError
-from fedlight.engines.base import LocalResult
+from fedlight.core.messages import ClientUpload, LocalResult
 
 CTX = Federation(num_clients=10, trainable=frozenset({"w"})).round(1)
 

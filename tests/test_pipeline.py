@@ -13,12 +13,12 @@ import pytest
 import torch
 import wandb
 
-from fedlight.algorithms.base import ClientUpload
 from fedlight.algorithms.fedprox import FedProx, ProximalTerm
 from fedlight.cli.main import validate_command_line
 from fedlight.core.config import FLSettings, RunSettings
 from fedlight.core.context import Federation, RoundContext
 from fedlight.core.errors import ConfigError
+from fedlight.core.messages import ClientUpload
 from fedlight.core.rng import Stream, derive_seed
 from fedlight.core.tensors import StateDict, nbytes
 from fedlight.data.digits import Digits

@@ -11,18 +11,18 @@ import pytorch_lightning as pl
 import torch
 from torch import Tensor, nn
 
-from fedlight.algorithms.base import Algorithm, ClientUpload, ServerState
+from fedlight.algorithms.base import Algorithm
 from fedlight.algorithms.fedavg import FedAvg
 from fedlight.algorithms.fednova import momentum_step_norm
 from fedlight.algorithms.scaffold import CONTROL, DELTA_C, DELTA_Y, Scaffold
 from fedlight.core.config import FLSettings, LocalSettings, RunSettings
 from fedlight.core.context import Federation, RoundContext
 from fedlight.core.errors import ConfigError
+from fedlight.core.messages import ClientUpload, LocalResult, ServerState
 from fedlight.core.tensors import StateDict
 from fedlight.data.base import TensorDataset
 from fedlight.drivers.base import Clients
 from fedlight.drivers.synchronous import FederatedLoop
-from fedlight.engines.base import LocalResult
 from fedlight.lr_schedules.constant import Constant
 from fedlight.round.stages import Stages
 from fedlight.runs.experiment import Job, run_job

@@ -23,11 +23,11 @@ import pytorch_lightning as pl
 import torch
 from torch import Tensor
 
-from fedlight.algorithms.base import ServerState
 from fedlight.core.allocator import release_freed
 from fedlight.core.config import RunSettings
 from fedlight.core.context import Federation
 from fedlight.core.errors import ConfigError
+from fedlight.core.messages import LocalResult, ServerState, StageStates
 from fedlight.core.rng import Stream
 from fedlight.core.tensors import StateDict, detached_copy, on_device
 from fedlight.data.base import TensorDataset
@@ -43,13 +43,13 @@ from fedlight.drivers.history import (
 from fedlight.drivers.preemption import Preempted, requested
 from fedlight.drivers.workers import OneWorker, Workers
 from fedlight.engines import Engine, LocalTask, make_engine
-from fedlight.engines.base import LocalCallback, LocalResult
+from fedlight.engines.base import LocalCallback
 from fedlight.engines.evaluator import ACCURACY, LOSS, VAL_ACCURACY, VAL_LOSS, VALIDATION_PREFIX
 from fedlight.engines.lightning import Optimization, optimization_of
 from fedlight.loggers.base import MetricsRow, RoundLogger, RoundProgress, SilentProgress
 from fedlight.round.client import ClientPipeline
 from fedlight.round.stages import Stages
-from fedlight.stages.base import StageSetup, StageStates, UploadStage
+from fedlight.stages.base import StageSetup, UploadStage
 from fedlight.stages.pool import ClientPool
 from fedlight.store.checkpoint import save_checkpoint
 from fedlight.store.client_states import ClientStates, MemoryClientStates

@@ -12,13 +12,13 @@ import pytorch_lightning as pl
 import torch
 from torch import Tensor
 
-from fedlight.algorithms.base import Algorithm, ServerState
+from fedlight.algorithms.base import Algorithm
 from fedlight.core.context import Federation
+from fedlight.core.messages import ClientState, ServerState
 from fedlight.core.tensors import StateDict, detached_copy
 from fedlight.data.base import TensorDataset
 from fedlight.engines import Engine, LocalTask
 from fedlight.engines.evaluator import ACCURACY, LOSS, SPLIT_METRICS, VALIDATION_PREFIX, Evaluator
-from fedlight.stages.base import ClientState
 from fedlight.stages.pool import ModelQuality
 from fedlight.store.client_states import ClientStates
 

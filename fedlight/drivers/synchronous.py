@@ -31,11 +31,11 @@ from typing import TypeVar
 from torch import Tensor
 
 from fedlight.core.context import RoundContext, RoundMetrics
+from fedlight.core.messages import LocalResult
 from fedlight.core.tensors import StateDict
 from fedlight.drivers.base import Driver
 from fedlight.drivers.history import RoundStats
 from fedlight.engines import LocalTask
-from fedlight.engines.base import LocalResult
 from fedlight.engines.lightning import round_means
 from fedlight.loggers.base import MetricsRow
 from fedlight.loggers.clients import logged_means, update_norm

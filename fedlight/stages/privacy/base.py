@@ -31,10 +31,11 @@ import pytorch_lightning as pl
 import torch
 from torch import Tensor
 
-from fedlight.algorithms.base import Algorithm, ClientUpload
+from fedlight.algorithms.base import Algorithm
 from fedlight.core.config import RunSettings
 from fedlight.core.context import RoundContext
 from fedlight.core.errors import require
+from fedlight.core.messages import ClientUpload
 from fedlight.core.rng import Stream, derive_seed
 from fedlight.core.tensors import StateDict
 from fedlight.data.base import TensorDataset
