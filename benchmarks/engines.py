@@ -57,7 +57,7 @@ from fedlight.data.cifar10 import CIFAR10, MEAN, STD
 from fedlight.data.mnist import MNIST
 from fedlight.drivers.base import Clients
 from fedlight.drivers.synchronous import FederatedLoop
-from fedlight.engines import LocalTask
+from fedlight.engines.base import LocalTask
 from fedlight.runs.launch import resolve_device
 
 ENGINES = ("sequential", "vectorized")

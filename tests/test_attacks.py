@@ -22,7 +22,8 @@ from fedlight.core.errors import ConfigError
 from fedlight.core.messages import ClientUpload
 from fedlight.core.rng import Stream, derive_seed
 from fedlight.data.digits import Digits
-from fedlight.engines import LocalTask, make_engine
+from fedlight.engines import make_engine
+from fedlight.engines.base import LocalTask
 from fedlight.runs.experiment import Job, run_job
 from fedlight.stages.attacks.alie import ALIE, paper_z
 from fedlight.stages.attacks.gaussian import Gaussian

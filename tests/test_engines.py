@@ -21,8 +21,8 @@ from fedlight.data.base import TensorDataset
 from fedlight.data.digits import Digits
 from fedlight.drivers.base import Clients
 from fedlight.drivers.synchronous import FederatedLoop
-from fedlight.engines import LocalTask, resolve_engine
-from fedlight.engines.base import LocalCallback
+from fedlight.engines import resolve_engine
+from fedlight.engines.base import LocalCallback, LocalTask
 from fedlight.engines.sequential import SequentialEngine
 from fedlight.engines.vectorized import VectorizedEngine
 from fedlight.models.classifier import Classifier

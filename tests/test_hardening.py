@@ -33,7 +33,8 @@ from fedlight.runs.experiment import (
     run_job,
     warn_of_empty_clients,
 )
-from fedlight.store.checkpoint import CHECKPOINT_NAME, load_checkpoint
+from fedlight.store.checkpoint import load_checkpoint
+from fedlight.store.run_files import CHECKPOINT_NAME
 
 from .conftest import TINY, compose_config, rows_without_timings
 

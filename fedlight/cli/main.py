@@ -83,10 +83,9 @@ from fedlight.runs.launch import Parallelism, Terminated, auto_parallelism
 from fedlight.runs.resume import Decision, decide, hydra_override
 from fedlight.runs.run_dir import CONSOLE_NAME
 from fedlight.stages.base import Plan
-from fedlight.store.checkpoint import CHECKPOINT_NAME
 from fedlight.store.client_states import ClientStateLostError
 from fedlight.store.files import open_to_append, write_text
-from fedlight.store.run_files import ERROR_NAME, PREEMPTED_NAME, lock_holder
+from fedlight.store.run_files import CHECKPOINT_NAME, ERROR_NAME, PREEMPTED_NAME, lock_holder
 from fedlight.store.sweeps import (
     COMMAND_VARIABLE,
     SWEEP_JOBS_VARIABLE,

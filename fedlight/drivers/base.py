@@ -42,8 +42,8 @@ from fedlight.drivers.history import (
 )
 from fedlight.drivers.preemption import Preempted, requested
 from fedlight.drivers.workers import OneWorker, Workers
-from fedlight.engines import Engine, LocalTask, make_engine
-from fedlight.engines.base import LocalCallback
+from fedlight.engines import make_engine
+from fedlight.engines.base import Engine, LocalCallback, LocalTask
 from fedlight.engines.evaluator import ACCURACY, LOSS, VAL_ACCURACY, VAL_LOSS, VALIDATION_PREFIX
 from fedlight.engines.lightning import Optimization, optimization_of
 from fedlight.loggers.base import MetricsRow, RoundLogger, RoundProgress, SilentProgress

@@ -17,7 +17,7 @@ from fedlight.core.context import Federation
 from fedlight.core.messages import ClientState, ServerState
 from fedlight.core.tensors import StateDict, detached_copy
 from fedlight.data.base import TensorDataset
-from fedlight.engines import Engine, LocalTask
+from fedlight.engines.base import Engine, LocalTask
 from fedlight.engines.evaluator import ACCURACY, LOSS, SPLIT_METRICS, VALIDATION_PREFIX, Evaluator
 from fedlight.stages.pool import ModelQuality
 from fedlight.store.client_states import ClientStates

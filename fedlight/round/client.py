@@ -20,7 +20,7 @@ from fedlight.core.context import RoundContext
 from fedlight.core.errors import ConfigError
 from fedlight.core.messages import REPORTED_NUMBER_BYTES, ClientState, ClientUpload, LocalResult
 from fedlight.core.tensors import StateDict, nbytes
-from fedlight.engines import Engine, LocalTask
+from fedlight.engines.base import Engine, LocalTask
 from fedlight.stages.base import ClientStep, UploadStage
 from fedlight.stages.pool import ClientPool
 from fedlight.stages.wire.base import DOWNLOAD, Wire

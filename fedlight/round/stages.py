@@ -18,13 +18,9 @@ from hydra.errors import InstantiationException
 from omegaconf import DictConfig, OmegaConf
 
 from fedlight.algorithms.base import Algorithm
-from fedlight.core.config import (
-    CHAINED_GROUPS,
-    PLUGIN_STAGE_DEFAULTS,
-    STAGE_KINDS_ENTRY_POINTS,
-    UNNAMEABLE_STAGE_KINDS,
-)
+from fedlight.core.config import CHAINED_GROUPS, PLUGIN_STAGE_DEFAULTS, UNNAMEABLE_STAGE_KINDS
 from fedlight.core.errors import ConfigError, one_line, require
+from fedlight.core.stage_kinds import ENTRY_POINTS as STAGE_KINDS_ENTRY_POINTS
 from fedlight.lr_schedules.base import LRSchedule
 from fedlight.stages.attacks.base import Attack
 from fedlight.stages.base import UploadStage

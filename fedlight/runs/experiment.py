@@ -73,11 +73,11 @@ from fedlight.runs.outputs import (
     write_local_accuracies,
     write_participation,
 )
-from fedlight.runs.run_dir import SUMMARY_NAME
 from fedlight.stages.selection.base import Selection
-from fedlight.store.checkpoint import CHECKPOINT_NAME, load_checkpoint, resumable_checkpoint
+from fedlight.store.checkpoint import load_checkpoint, resumable_checkpoint
 from fedlight.store.client_states import ClientStateLostError, check_state_files, client_state_store
 from fedlight.store.files import write_text
+from fedlight.store.run_files import CHECKPOINT_NAME, SUMMARY_NAME
 
 # Settings that may differ between a run and its resumption without changing any number (dotted
 # for nested keys): a run may continue on another number of workers, checkpoint at another pace,

@@ -44,7 +44,8 @@ import torch
 from fedlight.core.config import FLSettings
 from fedlight.core.errors import ConfigError, one_line
 from fedlight.core.tensors import StateDict
-from fedlight.store.checkpoint import CHECKPOINT_NAME, save_checkpoint
+from fedlight.store.checkpoint import save_checkpoint
+from fedlight.store.run_files import CHECKPOINT_NAME
 
 CLIENT_STATES_DIR = "client_states"  # the disk store's folder inside a run directory
 
