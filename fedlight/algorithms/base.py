@@ -236,30 +236,6 @@ class Algorithm(ABC):
         """
         return server
 
-    def aggregate(
-        self,
-        ctx: RoundContext,
-        server: ServerState,
-        uploads: Sequence[ClientUpload],
-    ) -> ServerState:
-        """`server_update` of a list of decoded uploads, aggregated as a round would (hand
-        computations, tests).
-
-        Args:
-            ctx: the round.
-            server: the server state as the round began.
-            uploads: the round's decoded uploads, in aggregation order.
-
-        Returns:
-            The server state after the round.
-        """
-        aggregation = self.start_aggregation([u.num_samples for u in uploads])
-        for upload in uploads:
-            aggregation.add(self.contribution(ctx, upload))
-        return self.server_update(
-            ctx, server, aggregation.results(), aggregation.public_contributors
-        )
-
     def start_aggregation(self, sample_counts: Sequence[int]) -> RoundAggregation:
         """A round's accumulators for participants with these sample counts: the configurable
         parts through `aggregator`, the fixed ones as plain (weighted) means.

@@ -27,7 +27,7 @@ from fedlight.core.allocator import release_freed
 from fedlight.core.config import RunSettings
 from fedlight.core.context import Federation
 from fedlight.core.errors import ConfigError
-from fedlight.core.messages import LocalResult, ServerState, StageStates
+from fedlight.core.messages import ServerState, StageStates
 from fedlight.core.rng import Stream
 from fedlight.core.tensors import StateDict, detached_copy, on_device
 from fedlight.data.base import TensorDataset
@@ -43,7 +43,7 @@ from fedlight.drivers.history import (
 from fedlight.drivers.preemption import Preempted, requested
 from fedlight.drivers.workers import OneWorker, Workers
 from fedlight.engines import make_engine
-from fedlight.engines.base import Engine, LocalCallback, LocalTask
+from fedlight.engines.base import Engine
 from fedlight.engines.evaluator import ACCURACY, LOSS, VAL_ACCURACY, VAL_LOSS, VALIDATION_PREFIX
 from fedlight.engines.lightning import Optimization, optimization_of
 from fedlight.loggers.base import MetricsRow, RoundLogger, RoundProgress, SilentProgress
@@ -255,20 +255,6 @@ class Driver(ABC):
         if self.workers.main and topic not in self.told:
             self.told.add(topic)
             print(f"fedlight: {message}", file=sys.stderr, flush=True)
-
-    def train_client(
-        self,
-        client: int,
-        indices: Tensor,
-        round_index: int,
-        start: StateDict,
-        lrs: list[float],
-        callbacks: list[LocalCallback],
-    ) -> LocalResult:
-        """Local training of one participant by the loop's engine (as in a round)."""
-        task = LocalTask(client, indices, start, callbacks)
-        (local,) = self.engine.train([task], round_index, lrs)
-        return local
 
     def side_engine(self, epochs: int, stream: Stream) -> Engine | None:
         """An engine of `fl.engine`'s kind for a training beside the round's (a personal model's,

@@ -45,13 +45,6 @@ class RunEvaluation:
         data = self.data
         self.evaluator = Evaluator(self.module, self.batch_size, data.prepare, data.num_classes)
 
-    def evaluate(
-        self, server: ServerState, client_states: ClientStates, completed_rounds: int
-    ) -> tuple[float, float, float]:
-        """Mean test accuracy, mean test loss and accuracy spread of the evaluated models."""
-        metrics = self.evaluate_all(server, client_states, completed_rounds).test
-        return metrics[ACCURACY], metrics[LOSS], metrics["test_accuracy_std"]
-
     def evaluate_all(
         self,
         server: ServerState,
@@ -169,15 +162,6 @@ class RunEvaluation:
         x, y = self.data.train_x[indices], self.data.train_y[indices]
         metrics = self.evaluator.evaluate(weights, x, y)
         return ModelQuality(metrics[LOSS], metrics[ACCURACY])
-
-    def evaluate_weights(self, weights: StateDict) -> dict[str, float]:
-        data = self.data
-        return self.evaluator.evaluate(weights, data.test_x, data.test_y)
-
-    def evaluate_model(self, weights: StateDict) -> tuple[float, float]:
-        """Accuracy and mean cross-entropy of one model on the whole test set."""
-        metrics = self.evaluate_weights(weights)
-        return metrics[ACCURACY], metrics[LOSS]
 
 
 @dataclass(frozen=True)

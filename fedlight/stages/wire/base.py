@@ -257,9 +257,6 @@ class Wire(UploadStage):
     def chain(self, direction: str) -> dict[str, WireTransform]:
         return self.upload if direction == UPLOAD else self.download
 
-    def is_identity(self) -> bool:
-        return not self.upload and not self.download
-
 
 UPLOAD = "upload"
 DOWNLOAD = "download"
