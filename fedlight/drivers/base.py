@@ -158,17 +158,17 @@ class Driver(ABC):
         )
         epochs = self.settings.eval.finetune_epochs if local else 0
         return RunEvaluation(
-            self.module,
-            self.data,
-            self.settings.eval.batch_size,
-            self.algorithm,
-            self.federation,
-            self.client_indices,
-            self.client_test_indices,
-            self.side_engine(epochs, Stream.FINE_TUNING),
-            self.base_lrs,
-            self.client_validation_indices,
-            self.own_label_indices() if self.settings.eval.own_labels else None,
+            module=self.module,
+            data=self.data,
+            batch_size=self.settings.eval.batch_size,
+            algorithm=self.algorithm,
+            federation=self.federation,
+            client_indices=self.client_indices,
+            client_test_indices=self.client_test_indices,
+            finetune_engine=self.side_engine(epochs, Stream.FINE_TUNING),
+            base_lrs=self.base_lrs,
+            client_validation_indices=self.client_validation_indices,
+            own_label_indices=self.own_label_indices() if self.settings.eval.own_labels else None,
         )
 
     def own_label_indices(self) -> list[Tensor]:
