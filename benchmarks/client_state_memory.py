@@ -41,8 +41,8 @@ import fedlight.cli.job
 import fedlight.cli.schema
 from fedlight.core.tensors import nbytes
 from fedlight.runs.experiment import run_job
-from fedlight.store.checkpoint import CHECKPOINT_NAME
 from fedlight.store.client_states import CLIENT_STATES_DIR
+from fedlight.store.run_files import CHECKPOINT_NAME
 
 MB = 1e6
 

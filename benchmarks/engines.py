@@ -49,15 +49,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import fedlight.cli.job
 import fedlight.cli.schema
+from fedlight.core.messages import LocalResult
 from fedlight.core.rng import Stream, derive_seed, numpy_generator
 from fedlight.data.augment import CropFlip
 from fedlight.data.base import TensorDataset
 from fedlight.data.cifar10 import CIFAR10, MEAN, STD
 from fedlight.data.mnist import MNIST
-from fedlight.drivers.driver import Clients
-from fedlight.drivers.loop import FederatedLoop
-from fedlight.engines import LocalTask
-from fedlight.engines.base import LocalResult
+from fedlight.drivers.base import Clients
+from fedlight.drivers.synchronous import FederatedLoop
+from fedlight.engines.base import LocalTask
 from fedlight.runs.launch import resolve_device
 
 ENGINES = ("sequential", "vectorized")

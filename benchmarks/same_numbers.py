@@ -110,9 +110,9 @@ COMPRESSORS = ("topk", "randk", "qsgd", "int8", "sign")
 CASTS = ("fp16", "bf16")
 
 # metrics.csv columns that measure real time, left out of the comparison: the run's and the
-# clients' (fedlight/drivers/loop.py) and a wire codec's encode/decode time (`wire.<direction>.
-# encode_seconds`, fedlight/stages/wire/base.py); any other name ending in "seconds" too, except
-# these numbers of the system's virtual clock.
+# clients' (fedlight/drivers/synchronous.py) and a wire codec's encode/decode time
+# (`wire.<direction>.encode_seconds`, fedlight/stages/wire/base.py); any other name ending in
+# "seconds" too, except these numbers of the system's virtual clock.
 WALL_CLOCK = ("wall_seconds", "client_seconds")
 VIRTUAL_CLOCK = ("virtual_time", "round_seconds")
 

@@ -19,10 +19,10 @@ STARTED_VARIABLE = "FEDLIGHT_STARTED"  # the command's start, inherited by its w
 PUBLIC: dict[str, str] = {
     # algorithms (`algo=`)
     "Algorithm": "fedlight.algorithms.base",
-    "ClientUpload": "fedlight.algorithms.base",
-    "ServerState": "fedlight.algorithms.base",
+    "ClientUpload": "fedlight.core.messages",
+    "ServerState": "fedlight.core.messages",
     "LocalCallback": "fedlight.engines.base",
-    "LocalResult": "fedlight.engines.base",
+    "LocalResult": "fedlight.core.messages",
     # aggregators (`aggregator=`)
     "Accumulator": "fedlight.aggregation.base",
     "Aggregator": "fedlight.aggregation.base",
@@ -34,7 +34,7 @@ PUBLIC: dict[str, str] = {
     # upload stages and the round they see
     "UploadStage": "fedlight.stages.base",
     "ClientStep": "fedlight.stages.base",
-    "Delivered": "fedlight.stages.base",
+    "Delivered": "fedlight.core.messages",
     "Plan": "fedlight.stages.base",
     "Federation": "fedlight.core.context",
     "RoundContext": "fedlight.core.context",
@@ -92,17 +92,18 @@ __all__ = [
 if TYPE_CHECKING:  # what type checkers see; at run time `__getattr__` imports each on first use
     from fedlight.aggregation.base import Accumulator, Aggregator, Part, RobustAggregator
     from fedlight.aggregation.mean import Mean
-    from fedlight.algorithms.base import Algorithm, ClientUpload, ServerState
+    from fedlight.algorithms.base import Algorithm
     from fedlight.core.context import Federation, RoundContext
     from fedlight.core.errors import ConfigError, require
+    from fedlight.core.messages import ClientUpload, Delivered, LocalResult, ServerState
     from fedlight.core.rng import Stream
     from fedlight.core.tensors import StateDict
     from fedlight.data.base import DataSource, TensorDataset
-    from fedlight.engines.base import LocalCallback, LocalResult
+    from fedlight.engines.base import LocalCallback
     from fedlight.lr_schedules.base import LRSchedule
     from fedlight.partitions.base import Partition
     from fedlight.server_opt.base import ServerOptimizer
-    from fedlight.stages.base import ClientStep, Delivered, Plan, UploadStage
+    from fedlight.stages.base import ClientStep, Plan, UploadStage
     from fedlight.stages.compression.quantizer import Quantizer
     from fedlight.stages.selection.base import Selection
     from fedlight.stages.wire.base import LossyTransform, Payload, WireTransform

@@ -18,8 +18,8 @@ from omegaconf import DictConfig, open_dict
 
 from fedlight.cli.job import build_job, group_choices
 from fedlight.cli.schema import CONF_DIR, register_configs
-from fedlight.drivers.driver import Driver
-from fedlight.drivers.loop import FederatedLoop
+from fedlight.drivers.base import Driver
+from fedlight.drivers.synchronous import FederatedLoop
 from fedlight.loggers.base import is_timing
 from fedlight.runs.experiment import Job, run_job
 

@@ -4,7 +4,7 @@ the upload passed on and the stage's client state), plugged in by tests/test_sta
 
 from typing import Any
 
-from fedlight.algorithms.base import ClientUpload
+from fedlight.core.messages import ClientUpload
 from fedlight.core.tensors import StateDict
 from fedlight.stages.base import ClientStep, UploadStage
 

@@ -22,13 +22,14 @@ from fedlight.aggregation.median import Median
 from fedlight.aggregation.multi_krum import MultiKrum
 from fedlight.aggregation.norm_clip import NormClip
 from fedlight.aggregation.trimmed_mean import TrimmedMean
-from fedlight.algorithms.base import ClientUpload
 from fedlight.algorithms.fedavg import UPDATE, FedAvg
 from fedlight.cli.schema import CONF_DIR
 from fedlight.core.context import Federation
 from fedlight.core.errors import ConfigError
+from fedlight.core.messages import ClientUpload
 from fedlight.core.tensors import StateDict
 from fedlight.runs.experiment import Job
+from tests.helpers.algorithms import aggregate as aggregate_uploads
 
 AGGREGATOR_YAMLS = sorted(p.stem for p in (Path(CONF_DIR) / "aggregator").glob("*.yaml"))
 SHAPES = {"w": (2, 2), "b": (1,)}  # two tensors of different shapes: d = 5
@@ -405,7 +406,7 @@ def test_every_aggregator_moves_the_model_by_its_aggregate(
         ClientUpload(i, samples, 3, as_update(torch.tensor(row)))
         for i, (row, samples) in enumerate(zip(UPLOAD_ROWS, SAMPLES, strict=True))
     ]
-    moved = flatten(algorithm.aggregate(ctx, server, uploads).weights) - flatten(weights)
+    moved = flatten(aggregate_uploads(algorithm, ctx, server, uploads).weights) - flatten(weights)
 
     weighting = aggregator.weighting_of(FedAvg.parts[UPDATE])
     client_weights = [client_weight(weighting, samples) for samples in SAMPLES]

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fedlight.algorithms.base import Algorithm, ClientUpload, ServerState
+from fedlight.algorithms.base import Algorithm
 from fedlight.algorithms.fedadagrad import FedAdagrad
 from fedlight.algorithms.fedadam import FedAdam
 from fedlight.algorithms.fedavg import FedAvg
@@ -17,11 +17,12 @@ from fedlight.algorithms.fedprox import FedProx, ProximalTerm
 from fedlight.algorithms.fedyogi import FedYogi
 from fedlight.core.context import Federation, RoundContext
 from fedlight.core.errors import ConfigError
+from fedlight.core.messages import ClientUpload, LocalResult, ServerState
 from fedlight.core.tensors import StateDict
-from fedlight.engines.base import LocalResult
 from fedlight.models.mlp import MLP
 from fedlight.runs.experiment import Job, run_job
 from fedlight.store.checkpoint import load_checkpoint
+from tests.helpers.algorithms import aggregate
 
 from .conftest import TINY, rows_without_timings, run_killed_in_round
 
@@ -206,12 +207,12 @@ def test_fednova_normalizes_each_delta_by_its_steps() -> None:
     ]
     assert [u.tensors["w"].tolist() for u in sent] == [[2.0, -1.0], [2.0, 1.0]]
     assert all(u.tensors["bn"].tolist() == [1.0] for u in sent)
-    new = fednova.aggregate(CTX, server, sent)
+    new = aggregate(fednova, CTX, server, sent)
     # p = (1/4, 3/4);  Σ p d = (2, 1/2);  τ_eff = 2/4 + 18/4 = 5;  x + 0.5 · 5 · (2, 1/2)
     assert new.weights["w"].tolist() == pytest.approx([1.0 + 5.0, 2.0 + 1.25])
     # FedAvg would give x + 0.5 · (1/4 Δ_A + 3/4 Δ_B) = (1 + 5, 2 + 2): the 6-step client dominates
     fedavg = FedAvg(server_lr=0.5)
-    assert fedavg.aggregate(CTX, start(fedavg, [1.0, 2.0]), uploads).weights["w"].tolist() == (
+    assert aggregate(fedavg, CTX, start(fedavg, [1.0, 2.0]), uploads).weights["w"].tolist() == (
         pytest.approx([6.0, 4.0])
     )
     assert new.weights["bn"].tolist() == pytest.approx([0.5 + 1.0])  # buffers: the plain mean
@@ -245,8 +246,8 @@ X0 = [1.0, -2.0]
 
 
 def two_rounds(algorithm: Algorithm) -> tuple[ServerState, ServerState]:
-    first = algorithm.aggregate(CTX, start(algorithm, X0), uploads_of(ROUND_1))
-    return first, algorithm.aggregate(CTX, first, uploads_of(ROUND_2))
+    first = aggregate(algorithm, CTX, start(algorithm, X0), uploads_of(ROUND_1))
+    return first, aggregate(algorithm, CTX, first, uploads_of(ROUND_2))
 
 
 def test_fedavgm_two_rounds_by_hand() -> None:

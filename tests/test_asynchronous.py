@@ -11,12 +11,12 @@ import pytest
 import torch
 
 from fedlight.algorithms.asynchronous import Arrival
-from fedlight.algorithms.base import ClientUpload, ServerState
 from fedlight.algorithms.fedasync import FedAsync
 from fedlight.algorithms.fedbuff import FedBuff
 from fedlight.algorithms.staleness import Staleness
 from fedlight.core.context import Federation
 from fedlight.core.errors import ConfigError
+from fedlight.core.messages import ClientUpload, ServerState
 from fedlight.drivers.asynchronous import AsynchronousLoop
 from fedlight.runs.experiment import Job, run_job
 from tests.conftest import TINY, rows_without_timings, run_killed_in_round

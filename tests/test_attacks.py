@@ -15,14 +15,15 @@ import torch
 
 from fedlight.aggregation.base import RoundAggregation
 from fedlight.aggregation.mean import Mean, WeightedMean
-from fedlight.algorithms.base import ClientUpload
 from fedlight.algorithms.fedavg import BUFFERS, UPDATE, FedAvg
 from fedlight.algorithms.scaffold import DELTA_C, DELTA_Y, Scaffold
 from fedlight.core.context import Federation
 from fedlight.core.errors import ConfigError
+from fedlight.core.messages import ClientUpload
 from fedlight.core.rng import Stream, derive_seed
 from fedlight.data.digits import Digits
-from fedlight.engines import LocalTask, make_engine
+from fedlight.engines import make_engine
+from fedlight.engines.base import LocalTask
 from fedlight.runs.experiment import Job, run_job
 from fedlight.stages.attacks.alie import ALIE, paper_z
 from fedlight.stages.attacks.gaussian import Gaussian

@@ -10,9 +10,10 @@ from torch import Tensor
 from fedlight.algorithms.central import POOLED_TRAINER
 from fedlight.core.rng import Stream, derive_seed
 from fedlight.data.digits import Digits
-from fedlight.drivers.driver import Clients
-from fedlight.drivers.loop import FederatedLoop
+from fedlight.drivers.base import Clients
+from fedlight.drivers.synchronous import FederatedLoop
 from fedlight.runs.experiment import Job, run_job
+from tests.helpers.drivers import evaluate, evaluate_model, train_client
 
 from .conftest import TINY, rows_without_timings, run_killed_in_round
 
@@ -87,13 +88,13 @@ def test_one_model_continues_across_rounds_and_nothing_is_communicated(make_job)
     [(_, indices)] = loop.algorithm.participants(
         loop.federation.round(2, (0, 1, 2)), loop.client_indices
     )
-    expected = loop.train_client(POOLED_TRAINER, indices, 2, after_round_1, [0.05], [])
+    expected = train_client(loop, POOLED_TRAINER, indices, 2, after_round_1, [0.05], [])
     trained = loop.client_states[POOLED_TRAINER]
     assert all(torch.equal(expected.weights[k], trained[k]) for k in trained)
     assert all(torch.equal(initial[k], loop.server.weights[k]) for k in initial)
 
-    accuracy, loss, spread = loop.evaluation.evaluate(loop.server, loop.client_states, 1)
-    assert (accuracy, loss) == loop.evaluation.evaluate_model(trained) and spread == 0.0
+    accuracy, loss, spread = evaluate(loop.evaluation, loop.server, loop.client_states, 1)
+    assert (accuracy, loss) == evaluate_model(loop.evaluation, trained) and spread == 0.0
 
 
 def test_central_resumes_bit_exactly(

@@ -5,9 +5,10 @@ from pathlib import Path
 import torch
 
 from fedlight.data.digits import Digits
-from fedlight.drivers.driver import Clients
-from fedlight.drivers.loop import FederatedLoop
+from fedlight.drivers.base import Clients
+from fedlight.drivers.synchronous import FederatedLoop
 from fedlight.runs.experiment import run_job
+from tests.helpers.drivers import train_client
 
 from .user_module import RecordingModule
 
@@ -46,7 +47,7 @@ def test_a_client_without_data_takes_no_step(make_job) -> None:
     module = job.model(input_shape=data.input_shape, num_classes=data.num_classes)
     clients = [torch.arange(50), torch.zeros(0, dtype=torch.int64)]
     loop = FederatedLoop(job.settings, Clients(data, clients), module, job.stages)
-    empty = loop.train_client(1, loop.client_indices[1], 1, loop.server.weights, [0.05], [])
+    empty = train_client(loop, 1, loop.client_indices[1], 1, loop.server.weights, [0.05], [])
     assert (empty.num_steps, empty.num_samples, empty.train_loss) == (0, 0, 0.0)
     stats = loop.run_round(1)
     assert stats.train_loss == stats.train_loss  # not NaN

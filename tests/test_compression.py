@@ -19,7 +19,8 @@ from fedlight.stages.compression.randk import RandK
 from fedlight.stages.compression.topk import TopK, index_dtype
 from fedlight.stages.wire.base import UPLOAD, Payload, Wire
 from fedlight.stages.wire.fp16 import FP16
-from fedlight.store.checkpoint import CHECKPOINT_NAME, load_checkpoint
+from fedlight.store.checkpoint import load_checkpoint
+from fedlight.store.run_files import CHECKPOINT_NAME
 
 from .conftest import TINY, rows_without_timings, run_killed_in_round
 from .test_pipeline import read_rows

@@ -23,7 +23,8 @@ from fedlight.stages.compression.packing import pack_bits, packed_size, unpack_b
 from fedlight.stages.compression.qsgd import QSGD
 from fedlight.stages.compression.sign import Sign
 from fedlight.stages.wire.base import UPLOAD, Payload, Wire, WireTransform
-from fedlight.store.checkpoint import CHECKPOINT_NAME, load_checkpoint
+from fedlight.store.checkpoint import load_checkpoint
+from fedlight.store.run_files import CHECKPOINT_NAME
 
 from .conftest import TINY, rows_without_timings, run_killed_in_round
 from .test_pipeline import read_rows

@@ -11,17 +11,17 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F  # noqa: N812
 
-from fedlight.algorithms.base import ClientUpload, ServerState
 from fedlight.core.context import RoundContext
 from fedlight.core.errors import ConfigError
+from fedlight.core.messages import ClientUpload, LocalResult, ServerState
 from fedlight.core.tensors import StateDict, detached_copy
 from fedlight.data.augment import CropFlip
 from fedlight.data.base import TensorDataset
 from fedlight.data.digits import Digits
-from fedlight.drivers.driver import Clients
-from fedlight.drivers.loop import FederatedLoop
-from fedlight.engines import LocalTask, resolve_engine
-from fedlight.engines.base import LocalCallback, LocalResult
+from fedlight.drivers.base import Clients
+from fedlight.drivers.synchronous import FederatedLoop
+from fedlight.engines import resolve_engine
+from fedlight.engines.base import LocalCallback, LocalTask
 from fedlight.engines.sequential import SequentialEngine
 from fedlight.engines.vectorized import VectorizedEngine
 from fedlight.models.classifier import Classifier

@@ -18,10 +18,11 @@ import torch
 from fedlight.cli import entry
 from fedlight.cli import main as cli
 from fedlight.core.settings import MAX_THREADS
-from fedlight.drivers.loop import FederatedLoop
+from fedlight.drivers.synchronous import FederatedLoop
 from fedlight.runs.outputs import MAX_CLIENT_BARS, client_blocks, write_participation
-from fedlight.store.checkpoint import CHECKPOINT_NAME, load_checkpoint
+from fedlight.store.checkpoint import load_checkpoint
 from fedlight.store.client_states import CLIENT_STATES_DIR
+from fedlight.store.run_files import CHECKPOINT_NAME
 
 from .conftest import TINY
 from .test_data import write_mnist_tree

@@ -4,11 +4,11 @@ import pytest
 import torch
 
 from fedlight.aggregation.mean import WeightedMean
-from fedlight.algorithms.base import ClientUpload
 from fedlight.algorithms.fedavg import FedAvg
 from fedlight.core.context import Federation
 from fedlight.core.errors import ConfigError
-from fedlight.engines.base import LocalResult
+from fedlight.core.messages import ClientUpload, LocalResult
+from tests.helpers.algorithms import aggregate
 
 CTX = Federation(num_clients=10, trainable=frozenset({"w"})).round(1)
 
@@ -52,7 +52,7 @@ def test_fedavg_round_is_sample_weighted_average_of_client_models() -> None:
         assert state is None
         assert isinstance(upload, ClientUpload)
         uploads.append(upload)
-    new = fedavg.aggregate(CTX, server, uploads)
+    new = aggregate(fedavg, CTX, server, uploads)
     # (10·y1 + 30·y2) / 40
     assert torch.allclose(new.weights["w"], torch.tensor([(30 - 30) / 40, (0 + 150) / 40]))
     assert torch.allclose(new.weights["running"], torch.tensor([(20 + 180) / 40]))
@@ -68,7 +68,7 @@ def test_server_lr_scales_the_averaged_delta_of_parameters_only() -> None:
         0, {"w": torch.tensor([6.0]), "running": torch.tensor([4.0])}, 5, 1, 0.1, 0.0
     )
     upload, _ = fedavg.upload(CTX, server.weights, local, None)
-    new = fedavg.aggregate(CTX, server, [upload])
+    new = aggregate(fedavg, CTX, server, [upload])
     assert new.weights["w"].item() == pytest.approx(2.0 + 0.5 * 4.0)
     assert new.weights["running"].item() == pytest.approx(4.0)
 

@@ -24,7 +24,7 @@ from omegaconf import open_dict
 from fedlight.cli import main as cli
 from fedlight.cli.job import build_job, group_choices
 from fedlight.core.errors import ConfigError
-from fedlight.drivers.loop import FederatedLoop
+from fedlight.drivers.synchronous import FederatedLoop
 from fedlight.runs import run_dir
 from fedlight.runs.experiment import (
     DivergenceError,
@@ -34,7 +34,8 @@ from fedlight.runs.experiment import (
     run_job,
     warn_of_empty_clients,
 )
-from fedlight.store.checkpoint import CHECKPOINT_NAME, load_checkpoint
+from fedlight.store.checkpoint import load_checkpoint
+from fedlight.store.run_files import CHECKPOINT_NAME
 
 from .conftest import TINY, compose_config, rows_without_timings
 

@@ -198,7 +198,7 @@ def test_a_planted_upward_import_fails_the_checks(tmp_path: Path) -> None:
     a circle (the CLI imports errors.py); a driver under TYPE_CHECKING in rng.py, one more."""
     root = planted_copy(tmp_path)
     assert upward_imports(root) == [] and import_circles(root) == []
-    (cli, _), (driver, _) = named(root, "main"), named(root, "driver")
+    (cli, _), (driver, _) = named(root, "main"), named(root, "synchronous")
     errors, errors_file = named(root, "errors")
     planted = f"\n\ndef later() -> None:\n    import {cli}\n"
     errors_file.write_text(errors_file.read_text() + planted)

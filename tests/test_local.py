@@ -7,9 +7,10 @@ import torch
 
 from fedlight.core.rng import Stream, derive_seed
 from fedlight.data.digits import Digits
-from fedlight.drivers.driver import Clients
-from fedlight.drivers.loop import FederatedLoop
+from fedlight.drivers.base import Clients
+from fedlight.drivers.synchronous import FederatedLoop
 from fedlight.runs.experiment import run_job
+from tests.helpers.drivers import evaluate, evaluate_model, train_client
 
 from .conftest import TINY
 
@@ -35,7 +36,7 @@ def test_each_client_continues_its_own_model_and_the_server_never_changes(make_j
     assert not torch.equal(after_round_1[0]["net.1.weight"], after_round_1[1]["net.1.weight"])
 
     loop.run_round(2)
-    expected = loop.train_client(0, loop.client_indices[0], 2, after_round_1[0], [0.05], [])
+    expected = train_client(loop, 0, loop.client_indices[0], 2, after_round_1[0], [0.05], [])
     assert all(torch.equal(expected.weights[k], loop.client_states[0][k]) for k in expected.weights)
     assert all(torch.equal(initial[k], loop.server.weights[k]) for k in initial)
 
@@ -48,10 +49,10 @@ def test_reported_accuracy_is_the_mean_over_client_models_with_its_spread(make_j
     trained = sorted(loop.client_states)
     assert len(trained) == 2
     per_model = [
-        loop.evaluation.evaluate_model(loop.client_states.get(c, loop.server.weights))[0]
+        evaluate_model(loop.evaluation, loop.client_states.get(c, loop.server.weights))[0]
         for c in range(3)
     ]
-    mean, _, spread = loop.evaluation.evaluate(loop.server, loop.client_states, 1)
+    mean, _, spread = evaluate(loop.evaluation, loop.server, loop.client_states, 1)
     assert mean == sum(per_model) / 3
     assert spread == torch.tensor(per_model, dtype=torch.float64).std(correction=0).item() > 0
 

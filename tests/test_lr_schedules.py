@@ -8,11 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from fedlight.algorithms.base import ClientUpload
 from fedlight.core.context import Federation, RoundContext
 from fedlight.core.errors import ConfigError
+from fedlight.core.messages import ClientUpload, LocalResult
 from fedlight.core.tensors import StateDict
-from fedlight.engines.base import LocalResult
 from fedlight.lr_schedules.base import LRSchedule
 from fedlight.lr_schedules.cosine import Cosine
 from fedlight.lr_schedules.cyclic import Cyclic

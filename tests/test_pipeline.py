@@ -13,16 +13,16 @@ import pytest
 import torch
 import wandb
 
-from fedlight.algorithms.base import ClientUpload
 from fedlight.algorithms.fedprox import FedProx, ProximalTerm
 from fedlight.core.context import Federation, RoundContext
 from fedlight.core.errors import ConfigError
+from fedlight.core.messages import ClientUpload
 from fedlight.core.rng import Stream, derive_seed
 from fedlight.core.settings import FLSettings, RunSettings
 from fedlight.core.tensors import StateDict, nbytes
 from fedlight.data.digits import Digits
-from fedlight.drivers.driver import Clients
-from fedlight.drivers.loop import FederatedLoop
+from fedlight.drivers.base import Clients
+from fedlight.drivers.synchronous import FederatedLoop
 from fedlight.loggers.base import METRIC_COLUMNS, is_timing
 from fedlight.runs.experiment import Job, run_job
 from fedlight.runs.launch import spawn_workers

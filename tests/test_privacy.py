@@ -13,19 +13,19 @@ import pytest
 import torch
 from opacus.accountants import RDPAccountant
 
-from fedlight.algorithms.base import Algorithm, ClientUpload, ServerState
+from fedlight.algorithms.base import Algorithm
 from fedlight.algorithms.fedavg import UPDATE, FedAvg
 from fedlight.algorithms.fednova import FedNova
 from fedlight.algorithms.scaffold import Scaffold
 from fedlight.core.context import Federation
 from fedlight.core.errors import ConfigError
+from fedlight.core.messages import ClientUpload, Delivered, LocalResult, ServerState
 from fedlight.core.rng import Stream
 from fedlight.core.tensors import detached_copy
 from fedlight.data.base import TensorDataset
-from fedlight.engines.base import Engine, LocalResult, LocalTask
+from fedlight.engines.base import Engine, LocalTask
 from fedlight.engines.sequential import SequentialEngine
 from fedlight.runs.experiment import Job, run_job
-from fedlight.stages.base import Delivered
 from fedlight.stages.privacy.accountant import CALIBRATION_TOLERANCE, ORDERS, PRV_EPS_ERROR, epsilon
 from fedlight.stages.privacy.adaptive_clip import AdaptiveClip
 from fedlight.stages.privacy.base import as_state, default_delta, update_norm

@@ -17,8 +17,9 @@ import pytest
 import torch
 
 from fedlight.cli import main as cli
-from fedlight.store.checkpoint import CHECKPOINT_NAME, load_checkpoint, save_checkpoint
+from fedlight.store.checkpoint import load_checkpoint, save_checkpoint
 from fedlight.store.client_states import CLIENT_STATES_DIR
+from fedlight.store.run_files import CHECKPOINT_NAME
 
 from .conftest import TINY, rows_without_timings
 from .test_hardening import RunsCode, assert_one_line, cli_exit

@@ -26,7 +26,8 @@ from fedlight.loggers.csv import CSVLogger
 from fedlight.reports.cli import main as report_main
 from fedlight.runs import run_dir
 from fedlight.runs.experiment import run_job
-from fedlight.store.checkpoint import CHECKPOINT_NAME, load_checkpoint, save_checkpoint
+from fedlight.store.checkpoint import load_checkpoint, save_checkpoint
+from fedlight.store.run_files import CHECKPOINT_NAME
 
 from .conftest import TINY, compose_config
 from .test_hardening import assert_one_line, cli_exit, hold_lock, read_rows

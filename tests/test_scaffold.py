@@ -11,18 +11,18 @@ import pytorch_lightning as pl
 import torch
 from torch import Tensor, nn
 
-from fedlight.algorithms.base import Algorithm, ClientUpload, ServerState
+from fedlight.algorithms.base import Algorithm
 from fedlight.algorithms.fedavg import FedAvg
 from fedlight.algorithms.fednova import momentum_step_norm
 from fedlight.algorithms.scaffold import CONTROL, DELTA_C, DELTA_Y, Scaffold
 from fedlight.core.context import Federation, RoundContext
 from fedlight.core.errors import ConfigError
+from fedlight.core.messages import ClientUpload, LocalResult, ServerState
 from fedlight.core.settings import FLSettings, LocalSettings, RunSettings
 from fedlight.core.tensors import StateDict
 from fedlight.data.base import TensorDataset
-from fedlight.drivers.driver import Clients
-from fedlight.drivers.loop import FederatedLoop
-from fedlight.engines.base import LocalResult
+from fedlight.drivers.base import Clients
+from fedlight.drivers.synchronous import FederatedLoop
 from fedlight.lr_schedules.constant import Constant
 from fedlight.round.stages import Stages
 from fedlight.runs.experiment import Job, run_job
@@ -31,6 +31,7 @@ from fedlight.stages.selection.base import Population, Selection
 from fedlight.stages.selection.random import RandomSelection
 from fedlight.stages.wire.base import Wire
 from fedlight.store.checkpoint import load_checkpoint
+from tests.helpers.algorithms import aggregate
 
 from .conftest import TINY, rows_without_timings, run_killed_in_round
 
@@ -308,13 +309,13 @@ def test_a_client_that_took_no_step_stores_no_control_and_does_not_dilute_the_me
     upload1, state1 = scaffold.upload(ctx, received, idle, None)
     assert state1 is None and state0 is not None
     assert torch.equal(upload1.tensors[DELTA_C + "w"], torch.zeros(2, dtype=F64))
-    new = scaffold.aggregate(ctx, server, [upload0, upload1])
+    new = aggregate(scaffold, ctx, server, [upload0, upload1])
     assert torch.equal(new.weights["w"], y0["w"])
     assert new.weights["seen"].item() == 4.0
     c_0 = (X - y0["w"]) / (K * LR)  # option II with c = c_0 = 0
     assert torch.allclose(state0["w"], c_0, atol=1e-15)
     assert torch.allclose(new.extras[CONTROL + "w"], c_0 / 4, atol=1e-15)
-    assert scaffold.aggregate(ctx, server, [upload1]) is server  # nobody trained: nothing moves
+    assert aggregate(scaffold, ctx, server, [upload1]) is server  # nobody trained: nothing moves
 
 
 def test_bytes_count_the_controls_both_ways() -> None:

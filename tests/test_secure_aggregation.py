@@ -11,12 +11,11 @@ import pytest
 import torch
 
 from fedlight.aggregation.base import RoundRefused
-from fedlight.algorithms.base import ClientUpload
 from fedlight.algorithms.fedavg import BUFFERS, UPDATE, FedAvg
 from fedlight.cli import schema
 from fedlight.core.context import Federation, RoundContext
 from fedlight.core.errors import ConfigError
-from fedlight.engines.base import LocalResult
+from fedlight.core.messages import ClientUpload, LocalResult
 from fedlight.round.server import ServerRound
 from fedlight.runs.experiment import Job, run_job
 from fedlight.stages.base import ClientStep, UploadStage

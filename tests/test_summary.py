@@ -16,7 +16,8 @@ import fedlight
 from fedlight.loggers.base import MetricsRow
 from fedlight.runs.experiment import Job, run_job
 from fedlight.runs.outputs import Chance, collapsed_at_round, never_left_chance
-from fedlight.store.checkpoint import CHECKPOINT_NAME, load_checkpoint, save_checkpoint
+from fedlight.store.checkpoint import load_checkpoint, save_checkpoint
+from fedlight.store.run_files import CHECKPOINT_NAME
 
 from .conftest import TINY, run_killed_in_round
 

@@ -182,7 +182,7 @@ def slow_checkpoints(marker: Path) -> str:
     """Python that makes every checkpoint write take 1.5 s, touching `marker` as it begins."""
     return (
         "import pathlib, time\n"
-        "import fedlight.drivers.driver as d\n"
+        "import fedlight.drivers.base as d\n"
         "save = d.save_checkpoint\n"
         "def slow(path, state):\n"
         f"    pathlib.Path({str(marker)!r}).touch()\n"

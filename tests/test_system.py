@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from fedlight.algorithms.base import ClientUpload
 from fedlight.algorithms.fedavg import UPDATE, FedAvg
 from fedlight.core.context import Federation
 from fedlight.core.errors import ConfigError
+from fedlight.core.messages import ClientUpload
 from fedlight.core.rng import Stream, numpy_generator
 from fedlight.runs.experiment import Job, run_job
 from fedlight.system.base import System

@@ -20,7 +20,8 @@ from fedlight.data.validation import split_validation, stratified_sample, valida
 from fedlight.drivers.workers import OneWorker
 from fedlight.loggers.base import METRIC_COLUMNS
 from fedlight.runs.experiment import DivergenceError, Job, federation, run_job
-from fedlight.store.checkpoint import CHECKPOINT_NAME, load_checkpoint
+from fedlight.store.checkpoint import load_checkpoint
+from fedlight.store.run_files import CHECKPOINT_NAME
 from tests.helpers.commands import validate_command_line
 
 from .conftest import TINY, rows_without_timings, run_cli, run_killed_in_round

@@ -10,11 +10,11 @@ import pytest
 import torch
 from torch import Tensor
 
-from fedlight.algorithms.base import ServerState
 from fedlight.algorithms.fedprox import FedProx
 from fedlight.algorithms.scaffold import CONTROL, DELTA_C, DELTA_Y, Scaffold
 from fedlight.core.context import Federation
 from fedlight.core.errors import ConfigError
+from fedlight.core.messages import ServerState
 from fedlight.runs.experiment import Job, run_job
 from fedlight.server_opt.adam import Adam
 from fedlight.stages.pool import ClientPool, ModelQuality

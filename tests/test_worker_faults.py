@@ -20,7 +20,7 @@ from fedlight.core.settings import FLSettings, RunSettings
 from fedlight.drivers.workers import WorkerError, WorkerLostError
 from fedlight.runs import run_dir
 from fedlight.runs.launch import spawn_workers
-from fedlight.store.checkpoint import CHECKPOINT_NAME
+from fedlight.store.run_files import CHECKPOINT_NAME
 
 from . import worker_targets
 from .conftest import TINY

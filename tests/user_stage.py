@@ -5,8 +5,8 @@ entry point `shift = "tests.user_stage:Shift"`), `ShiftedPrivacy` as an option o
 
 from dataclasses import replace
 
-from fedlight.algorithms.base import ClientUpload
 from fedlight.core.context import RoundContext
+from fedlight.core.messages import ClientUpload
 from fedlight.core.tensors import StateDict
 from fedlight.stages.base import ClientStep, UploadStage
 from fedlight.stages.privacy.none import NoPrivacy

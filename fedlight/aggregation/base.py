@@ -18,12 +18,13 @@ keeps the global model and says why.
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import ClassVar, NamedTuple
+from typing import ClassVar
 
 import torch
 from torch import Tensor
 
 from fedlight.core.errors import require
+from fedlight.core.messages import Contributor
 from fedlight.core.tensors import StateDict
 
 WEIGHTINGS = ("samples", "uniform")
@@ -43,14 +44,6 @@ class Part:
 
     weighting: str  # the method's own: "samples" or "uniform"
     configurable: bool  # through the configured aggregator; else the method's fixed plain mean
-
-
-class Contributor(NamedTuple):
-    """Who sent an upload, and the numbers its weights come from."""
-
-    client: int
-    num_samples: int
-    num_steps: int
 
 
 @dataclass(frozen=True)

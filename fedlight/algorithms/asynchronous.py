@@ -15,11 +15,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from fedlight.algorithms.base import ClientUpload, ServerState
 from fedlight.algorithms.fedavg import FedAvg
 from fedlight.algorithms.staleness import Staleness
 from fedlight.core.context import RoundContext
 from fedlight.core.errors import require
+from fedlight.core.messages import ClientUpload, ServerState
 from fedlight.core.tensors import StateDict
 
 

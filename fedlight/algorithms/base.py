@@ -11,69 +11,16 @@ training, logging, checkpoints), so adding an algorithm never changes the loop.
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
 from torch import Tensor
 
-from fedlight.aggregation.base import (
-    Aggregator,
-    Contribution,
-    Contributor,
-    Part,
-    RoundAggregation,
-)
+from fedlight.aggregation.base import Aggregator, Contribution, Part, RoundAggregation
 from fedlight.aggregation.mean import Mean
 from fedlight.core.context import Federation, RoundContext
+from fedlight.core.messages import ClientUpload, LocalResult, ServerState
 from fedlight.core.tensors import StateDict
-from fedlight.engines.base import LocalCallback, LocalResult
-
-
-@dataclass
-class ServerState:
-    """The global model plus any server-side algorithm state (control variates, moments...)."""
-
-    weights: StateDict
-    extras: StateDict = field(default_factory=dict)
-
-
-@dataclass
-class ClientUpload:
-    """What one client sends to the server: `tensors` are counted byte for byte."""
-
-    client_id: int
-    num_samples: int
-    num_steps: int
-    tensors: StateDict
-    # numbers sent besides the tensors, by the upload stage that reports them (4 bytes each)
-    reports: dict[str, dict[str, float]] = field(default_factory=dict)
-    # True: the client sent no tensors, its update not being finite (secure aggregation never
-    # sends one unmasked); the server counts it rejected, a dropout of the round
-    withheld: bool = False
-
-    @property
-    def contributor(self) -> Contributor:
-        """Its sender and the numbers its aggregation weights come from."""
-        return Contributor(self.client_id, self.num_samples, self.num_steps)
-
-    def reporting(self, stage: str, numbers: dict[str, float]) -> "ClientUpload":
-        """This upload with `numbers` reported under `stage` (none: the upload itself).
-
-        Args:
-            stage: the reporting stage's name.
-            numbers: name → value, sent besides the tensors (4 bytes each).
-
-        Returns:
-            A copy with the reports added, or this upload when there are none.
-        """
-        if not numbers:
-            return self
-        return replace(self, reports=self.reports | {stage: numbers})
-
-    @property
-    def reported_numbers(self) -> int:
-        """How many numbers the upload reports besides its tensors (each counted as 4 bytes)."""
-        return sum(len(numbers) for numbers in self.reports.values())
+from fedlight.engines.base import LocalCallback
 
 
 class Algorithm(ABC):
@@ -288,30 +235,6 @@ class Algorithm(ABC):
             The server state after the round.
         """
         return server
-
-    def aggregate(
-        self,
-        ctx: RoundContext,
-        server: ServerState,
-        uploads: Sequence[ClientUpload],
-    ) -> ServerState:
-        """`server_update` of a list of decoded uploads, aggregated as a round would (hand
-        computations, tests).
-
-        Args:
-            ctx: the round.
-            server: the server state as the round began.
-            uploads: the round's decoded uploads, in aggregation order.
-
-        Returns:
-            The server state after the round.
-        """
-        aggregation = self.start_aggregation([u.num_samples for u in uploads])
-        for upload in uploads:
-            aggregation.add(self.contribution(ctx, upload))
-        return self.server_update(
-            ctx, server, aggregation.results(), aggregation.public_contributors
-        )
 
     def start_aggregation(self, sample_counts: Sequence[int]) -> RoundAggregation:
         """A round's accumulators for participants with these sample counts: the configurable

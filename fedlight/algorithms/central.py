@@ -17,9 +17,9 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from fedlight.algorithms.base import ServerState
 from fedlight.algorithms.local import Local
 from fedlight.core.context import Federation, RoundContext
+from fedlight.core.messages import ServerState
 from fedlight.core.rng import Stream
 from fedlight.core.tensors import StateDict
 

@@ -21,8 +21,9 @@ from fedlight.algorithms.fedavg import FedAvg
 from fedlight.algorithms.fedprox import ProximalTerm
 from fedlight.core.context import RoundContext
 from fedlight.core.errors import require
+from fedlight.core.messages import LocalResult
 from fedlight.core.tensors import StateDict, detached_copy
-from fedlight.engines.base import LocalCallback, LocalResult
+from fedlight.engines.base import LocalCallback
 
 
 @dataclass

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from fedlight.algorithms.asynchronous import Arrival, AsynchronousFedAvg
-from fedlight.algorithms.base import ServerState
 from fedlight.core.context import RoundContext
 from fedlight.core.errors import require
+from fedlight.core.messages import ServerState
 
 
 @dataclass

@@ -16,11 +16,11 @@ import torch
 
 from fedlight.aggregation.base import Aggregator, Part
 from fedlight.aggregation.mean import Mean
-from fedlight.algorithms.base import Algorithm, ClientUpload, ServerState
+from fedlight.algorithms.base import Algorithm
 from fedlight.core.context import Federation, RoundContext
 from fedlight.core.errors import require
+from fedlight.core.messages import ClientUpload, LocalResult, ServerState
 from fedlight.core.tensors import StateDict, subtract
-from fedlight.engines.base import LocalResult
 from fedlight.server_opt.base import ServerOptimizer
 from fedlight.server_opt.sgd import SGD
 

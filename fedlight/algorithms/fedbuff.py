@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from fedlight.algorithms.asynchronous import Arrival, AsynchronousFedAvg
-from fedlight.algorithms.base import ServerState
 from fedlight.core.context import RoundContext
 from fedlight.core.errors import require
+from fedlight.core.messages import ServerState
 
 
 @dataclass

@@ -29,12 +29,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from fedlight.aggregation.base import client_weight
-from fedlight.algorithms.base import ClientUpload, ServerState
 from fedlight.algorithms.fedavg import BUFFERS, UPDATE, FedAvg
 from fedlight.core.context import RoundContext
 from fedlight.core.errors import require
+from fedlight.core.messages import ClientUpload, LocalResult, ServerState
 from fedlight.core.tensors import StateDict, subtract
-from fedlight.engines.base import LocalResult
 
 
 def momentum_step_norm(num_steps: int, momentum: float) -> float:

@@ -13,12 +13,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from fedlight.algorithms.base import ClientUpload, ServerState
 from fedlight.algorithms.fedavg import FedAvg
 from fedlight.core.context import Federation, RoundContext
 from fedlight.core.errors import ConfigError
+from fedlight.core.messages import ClientUpload, LocalResult, ServerState
 from fedlight.core.tensors import StateDict, detached_copy, subtract
-from fedlight.engines.base import LocalResult
 
 
 def layers_in_order(weights: StateDict) -> list[str]:

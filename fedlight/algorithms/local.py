@@ -11,10 +11,10 @@ that has not trained yet counts with the initial model), and `test_accuracy_std`
 from dataclasses import dataclass
 from typing import ClassVar
 
-from fedlight.algorithms.base import Algorithm, ClientUpload, OwnModel, ServerState
+from fedlight.algorithms.base import Algorithm, OwnModel
 from fedlight.core.context import RoundContext
+from fedlight.core.messages import ClientUpload, LocalResult, ServerState
 from fedlight.core.tensors import StateDict, detached_copy
-from fedlight.engines.base import LocalResult
 
 
 @dataclass

@@ -81,14 +81,14 @@ import torch
 from torch import Tensor
 
 from fedlight.aggregation.base import WEIGHTINGS, Part
-from fedlight.algorithms.base import ClientUpload, ServerState
 from fedlight.algorithms.fedavg import BUFFERS, FedAvg
 from fedlight.algorithms.fednova import momentum_step_norm
 from fedlight.core.context import Federation, RoundContext
 from fedlight.core.errors import require
+from fedlight.core.messages import ClientUpload, LocalResult, ServerState
 from fedlight.core.tensors import StateDict
 from fedlight.core.variants import VariantTable, fill_from_variant
-from fedlight.engines.base import LocalCallback, LocalResult
+from fedlight.engines.base import LocalCallback
 from fedlight.engines.sequential import training_loss
 
 CONTROL = "control/"  # key prefix of c in ServerState.extras and of the download

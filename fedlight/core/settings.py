@@ -64,14 +64,14 @@ def check_nccl(backend: str, is_cuda: bool, device: str) -> None:
 CLIENT_STATE_STORES = ("auto", "memory", "disk")
 ENGINE_CHOICES = ("auto", "sequential", "vectorized")  # fl.engine; see fedlight.engines
 BACKENDS = ("auto", "gloo", "nccl")  # fl.backend: torch.distributed backend of fl.workers > 1
-# fl.exchange: what workers exchange per round (see fedlight.drivers.loop)
+# fl.exchange: what workers exchange per round (see fedlight.drivers.synchronous)
 EXCHANGES = ("uploads", "sums")
 # fl.threads_per_worker's ceiling: torch's thread pools crash at 10^6 threads; more than the
 # CPUs is allowed, with a warning (fedlight.runs.experiment), since the thread count changes float
 # results and reproducing a number may need the threads of a larger machine.
 MAX_THREADS = 1024
 # fl.on_divergence: what a run does when its loss or weights become nan or inf (see
-# fedlight.drivers.loop)
+# fedlight.drivers.synchronous)
 ON_DIVERGENCE = ("stop", "continue")
 
 

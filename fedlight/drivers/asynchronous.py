@@ -40,11 +40,11 @@ from typing import Any
 
 from fedlight.aggregation.base import all_finite
 from fedlight.algorithms.asynchronous import Arrival, AsynchronousFedAvg
-from fedlight.algorithms.base import ClientUpload
 from fedlight.core.context import RoundContext
+from fedlight.core.messages import ClientUpload
 from fedlight.core.rng import Stream, numpy_generator
 from fedlight.core.tensors import StateDict, on_device
-from fedlight.drivers.driver import Driver
+from fedlight.drivers.base import Driver
 from fedlight.drivers.history import RoundStats
 from fedlight.engines.lightning import round_means
 from fedlight.loggers.base import MetricsRow

@@ -10,40 +10,19 @@ example order comes from its own generator (seed, LOCAL_TRAINING, round, client)
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
 import pytorch_lightning as pl
 import torch
 from torch import Tensor
 
+from fedlight.core.messages import LocalResult
 from fedlight.core.rng import Stream, derive_seed
 from fedlight.core.settings import RunSettings
 from fedlight.core.tensors import StateDict
 from fedlight.data.base import TensorDataset
 from fedlight.engines.lightning import optimization_of
-
-
-@dataclass
-class LocalResult:
-    """What local training produced on one client, before the algorithm decides what to send.
-
-    `weights` share storage with the engine (the sequential engine's one client module): valid
-    until the next client's result is asked for, so an algorithm that keeps them must copy them.
-    """
-
-    client_id: int
-    weights: StateDict
-    num_samples: int
-    num_steps: int
-    lr: float  # the local learning rate of this round (first parameter group)
-    train_loss: float
-    examples: int = 0  # examples trained on, over all steps (the work on a system's clock)
-    # what the algorithm's callbacks measured during training (`LocalCallback.measured`)
-    measured: StateDict = field(default_factory=dict)
-    # what the module logged (`self.log`) in training: name → (weighted sum, weight), which add
-    # up over clients to the round's means (`fedlight.engines.lightning.TrainingLogs`)
-    logged: dict[str, tuple[float, float]] = field(default_factory=dict)
 
 
 class LocalCallback:

@@ -16,10 +16,11 @@ from torch import Tensor
 
 from fedlight.core.errors import ConfigError
 from fedlight.core.layout import contiguous_state
+from fedlight.core.messages import LocalResult
 from fedlight.core.rng import Stream
 from fedlight.core.settings import RunSettings
 from fedlight.data.base import TensorDataset
-from fedlight.engines.base import Engine, LocalCallback, LocalResult, LocalTask, batch_indices
+from fedlight.engines.base import Engine, LocalCallback, LocalTask, batch_indices
 from fedlight.engines.lightning import (
     Logs,
     Optimization,

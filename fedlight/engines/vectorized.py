@@ -46,18 +46,12 @@ from torch.nn.modules.dropout import _DropoutNd
 from torch.nn.utils.rnn import pad_sequence
 
 from fedlight.core.errors import ConfigError
+from fedlight.core.messages import LocalResult
 from fedlight.core.rng import Stream
 from fedlight.core.settings import RunSettings
 from fedlight.core.tensors import StateDict
 from fedlight.data.base import TensorDataset
-from fedlight.engines.base import (
-    Engine,
-    LocalCallback,
-    LocalResult,
-    LocalTask,
-    batch_indices,
-    num_local_steps,
-)
+from fedlight.engines.base import Engine, LocalCallback, LocalTask, batch_indices, num_local_steps
 from fedlight.engines.lightning import optimization_of
 from fedlight.models.classifier import Classifier
 

@@ -8,6 +8,6 @@ wire's codecs)
 server (`server.py`): decode in reverse → aggregate the split parts (a stage may replace the
 aggregation) → the algorithm's server update → the stages' round end in reverse
 
-The drivers (`fedlight.drivers.loop`, `fedlight.drivers.asynchronous`) only schedule: whom, when,
-on which worker; a new kind of stage is one `UploadStage` and never changes them.
+The drivers (`fedlight.drivers.synchronous`, `fedlight.drivers.asynchronous`) only schedule:
+whom, when, on which worker; a new kind of stage is one `UploadStage` and never changes them.
 """

@@ -15,14 +15,14 @@ from typing import Any
 
 from torch import Tensor
 
-from fedlight.algorithms.base import Algorithm, ClientUpload
+from fedlight.algorithms.base import Algorithm
 from fedlight.core.context import RoundContext
 from fedlight.core.errors import ConfigError
+from fedlight.core.messages import REPORTED_NUMBER_BYTES, ClientState, ClientUpload, LocalResult
 from fedlight.core.tensors import StateDict, nbytes
-from fedlight.engines import Engine, LocalTask
-from fedlight.engines.base import LocalResult
-from fedlight.stages.base import ClientState, ClientStep, UploadStage
-from fedlight.stages.pool import REPORTED_NUMBER_BYTES, ClientPool
+from fedlight.engines.base import Engine, LocalTask
+from fedlight.stages.base import ClientStep, UploadStage
+from fedlight.stages.pool import ClientPool
 from fedlight.stages.wire.base import DOWNLOAD, Wire
 
 

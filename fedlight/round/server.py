@@ -13,11 +13,12 @@ is kept.
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from fedlight.aggregation.base import Contributor, RoundAggregation, RoundRefused
-from fedlight.algorithms.base import Algorithm, ClientUpload, ServerState
+from fedlight.aggregation.base import RoundAggregation, RoundRefused
+from fedlight.algorithms.base import Algorithm
 from fedlight.core.context import RoundContext
+from fedlight.core.messages import ClientUpload, Contributor, Delivered, ServerState, StageStates
 from fedlight.core.tensors import StateDict
-from fedlight.stages.base import Delivered, StageStates, UploadStage, round_aggregation
+from fedlight.stages.base import UploadStage, round_aggregation
 
 
 @dataclass

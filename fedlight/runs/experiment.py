@@ -33,10 +33,10 @@ from fedlight.core.variants import resolved_variants
 from fedlight.data.base import DataError, DataSource, TensorDataset
 from fedlight.data.validation import split_validation
 from fedlight.drivers.asynchronous import AsynchronousLoop
-from fedlight.drivers.driver import Clients, Driver
+from fedlight.drivers.base import Clients, Driver
 from fedlight.drivers.history import STATE_KEYS, History
-from fedlight.drivers.loop import FederatedLoop
 from fedlight.drivers.preemption import Preempted
+from fedlight.drivers.synchronous import FederatedLoop
 from fedlight.drivers.workers import OneWorker, Workers
 from fedlight.engines.lightning import ModelFactory, setup_module
 from fedlight.engines.trainer_standin import TrainerStandIn, attach
@@ -74,11 +74,11 @@ from fedlight.runs.outputs import (
     write_local_accuracies,
     write_participation,
 )
-from fedlight.runs.run_dir import SUMMARY_NAME
 from fedlight.stages.selection.base import Selection
-from fedlight.store.checkpoint import CHECKPOINT_NAME, load_checkpoint, resumable_checkpoint
+from fedlight.store.checkpoint import load_checkpoint, resumable_checkpoint
 from fedlight.store.client_states import ClientStateLostError, check_state_files, client_state_store
 from fedlight.store.files import write_text
+from fedlight.store.run_files import CHECKPOINT_NAME, SUMMARY_NAME
 
 # Settings that may differ between a run and its resumption without changing any number (dotted
 # for nested keys): a run may continue on another number of workers, checkpoint at another pace,

@@ -26,21 +26,18 @@ server learns only their sum (`hides_uploads`).
 """
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from fedlight.core.context import Federation, RoundContext
+from fedlight.core.messages import ClientUpload, Delivered, LocalResult, StageStates
 from fedlight.core.settings import RunSettings
 from fedlight.core.tensors import StateDict
-from fedlight.engines.base import LocalResult
 from fedlight.stages.pool import ClientPool
 
 if TYPE_CHECKING:
     from fedlight.aggregation.base import RoundAggregation
-    from fedlight.algorithms.base import Algorithm, ClientUpload
-
-# Each stage's server state, by stage name.
-StageStates = dict[str, StateDict]
+    from fedlight.algorithms.base import Algorithm
 
 
 @dataclass(frozen=True)
@@ -100,52 +97,6 @@ class ClientStep:
     broadcast: Mapping[str, StateDict]  # each stage's server state as the round began
     pool: ClientPool  # the selector's questions (a report evaluates the trained model)
     stages: Sequence["UploadStage"] = ()  # the whole chain (a stage that must know the others)
-
-
-@dataclass(frozen=True)
-class Delivered:
-    """What the server learns of one participant once the round is gathered."""
-
-    client: int
-    num_steps: int
-    reports: Mapping[str, float]  # the numbers the stage's `client_side` reported
-    accepted: bool  # False: rejected (NaN/Inf entries) or late: left out of the aggregates
-    late: bool = False  # it missed the system's deadline: nothing of it arrived
-
-
-@dataclass
-class ClientState:
-    """A client's persistent state: the algorithm's entries, and each stage's by name."""
-
-    algorithm: StateDict | None = None
-    stages: StageStates = field(default_factory=dict)
-
-    @classmethod
-    def of(cls, stored: StateDict | None) -> "ClientState":
-        """The state a client-state store holds as one flat mapping: the algorithm's entries
-        under their names (state-dict names have no "/"), a stage's as "<stage>/<key>"."""
-        algorithm: StateDict = {}
-        stages: StageStates = {}
-        for key, t in (stored or {}).items():
-            stage, slash, name = key.partition("/")
-            if slash:
-                stages.setdefault(stage, {})[name] = t
-            else:
-                algorithm[key] = t
-        return cls(algorithm or None, stages)
-
-    def stored(self) -> StateDict:
-        """The flat mapping a store keeps (`of` undone)."""
-        flat = dict(self.algorithm or {})
-        for stage, entries in self.stages.items():
-            flat |= {f"{stage}/{key}": t for key, t in entries.items()}
-        return flat
-
-    def with_stage(self, name: str, state: StateDict | None) -> "ClientState":
-        stages = {key: value for key, value in self.stages.items() if key != name}
-        if state:
-            stages[name] = state
-        return ClientState(self.algorithm, stages)
 
 
 class UploadStage:
@@ -247,8 +198,8 @@ class UploadStage:
         return None
 
     def client_side(
-        self, step: ClientStep, upload: "ClientUpload", state: StateDict | None
-    ) -> tuple["ClientUpload", StateDict | None]:
+        self, step: ClientStep, upload: ClientUpload, state: StateDict | None
+    ) -> tuple[ClientUpload, StateDict | None]:
         """The upload as the stage passes it on, and the client's new state of this stage (None:
         none); numbers the client reports go in `upload.reports[self.name]`.
 
@@ -264,8 +215,8 @@ class UploadStage:
         return upload, state
 
     def server_side(
-        self, ctx: RoundContext, upload: "ClientUpload", state: StateDict
-    ) -> tuple["ClientUpload", StateDict]:
+        self, ctx: RoundContext, upload: ClientUpload, state: StateDict
+    ) -> tuple[ClientUpload, StateDict]:
         """One arrived upload as the stage's server side passes it on, and its new state.
 
         Args:
@@ -279,8 +230,8 @@ class UploadStage:
         return upload, state
 
     def gathered(
-        self, ctx: RoundContext, uploads: Iterable["ClientUpload"], algorithm: "Algorithm"
-    ) -> Iterable["ClientUpload"]:
+        self, ctx: RoundContext, uploads: Iterable[ClientUpload], algorithm: "Algorithm"
+    ) -> Iterable[ClientUpload]:
         """The round's decoded uploads, once all are in (lazily passed through by default).
 
         Args:

@@ -11,9 +11,8 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
+from fedlight.core.messages import REPORTED_NUMBER_BYTES
 from fedlight.core.tensors import StateDict, nbytes
-
-REPORTED_NUMBER_BYTES = 4  # a reported number crosses the wire as a float32
 
 
 @dataclass(frozen=True)

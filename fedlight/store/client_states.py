@@ -3,7 +3,7 @@ transform's error feedback) for many clients.
 
 A store keeps a client's state as one name → tensor dict: the algorithm's entries under their
 own names, each stage's under "<stage>/<key>" (e.g. "wire/upload.fp16/net.0.weight"); the
-pipelines read and write it as a typed `fedlight.stages.base.ClientState`.
+pipelines read and write it as a typed `fedlight.core.messages.ClientState`.
 
 A round reads and writes the state of its participants only, one client at a time (`get`, `put`),
 so a store never has to hold every client's tensors at once. `fl.client_state` picks the store:
@@ -44,7 +44,8 @@ import torch
 from fedlight.core.errors import ConfigError, one_line
 from fedlight.core.settings import FLSettings
 from fedlight.core.tensors import StateDict
-from fedlight.store.checkpoint import CHECKPOINT_NAME, save_checkpoint
+from fedlight.store.checkpoint import save_checkpoint
+from fedlight.store.run_files import CHECKPOINT_NAME
 
 CLIENT_STATES_DIR = "client_states"  # the disk store's folder inside a run directory
 

@@ -27,12 +27,13 @@ from torch import Tensor
 
 from fedlight.aggregation.base import flatten, unflatten
 from fedlight.core.errors import require
+from fedlight.core.messages import ClientUpload
 from fedlight.core.rng import Stream, numpy_generator
 from fedlight.core.tensors import StateDict
 from fedlight.stages.base import ClientStep, UploadStage
 
 if TYPE_CHECKING:
-    from fedlight.algorithms.base import Algorithm, ClientUpload
+    from fedlight.algorithms.base import Algorithm
     from fedlight.core.context import Federation, RoundContext
 
 
@@ -99,24 +100,24 @@ class Attack(UploadStage):
         )
 
     def client_side(
-        self, step: ClientStep, upload: "ClientUpload", state: StateDict | None
-    ) -> tuple["ClientUpload", StateDict | None]:
+        self, step: ClientStep, upload: ClientUpload, state: StateDict | None
+    ) -> tuple[ClientUpload, StateDict | None]:
         if step.client not in step.ctx.federation.malicious:
             return upload, state
         keys = step.algorithm.model_update_keys(step.ctx, upload.tensors)
         return self.corrupt_upload(step.ctx, upload, keys), state
 
     def gathered(
-        self, ctx: "RoundContext", uploads: Iterable["ClientUpload"], algorithm: "Algorithm"
-    ) -> Iterable["ClientUpload"]:
-        def keys_of(upload: "ClientUpload") -> list[str]:
+        self, ctx: "RoundContext", uploads: Iterable[ClientUpload], algorithm: "Algorithm"
+    ) -> Iterable[ClientUpload]:
+        def keys_of(upload: ClientUpload) -> list[str]:
             return algorithm.model_update_keys(ctx, upload.tensors)
 
         return self.forge_uploads(ctx, uploads, ctx.federation.malicious, keys_of)
 
     def corrupt_upload(
-        self, ctx: "RoundContext", upload: "ClientUpload", keys: Sequence[str]
-    ) -> "ClientUpload":
+        self, ctx: "RoundContext", upload: ClientUpload, keys: Sequence[str]
+    ) -> ClientUpload:
         """A malicious client's upload with its model-update entries `keys` corrupted."""
         corrupted = self.corrupt(ctx, upload.client_id, {key: upload.tensors[key] for key in keys})
         return replace(upload, tensors=upload.tensors | corrupted)
@@ -124,10 +125,10 @@ class Attack(UploadStage):
     def forge_uploads(
         self,
         ctx: "RoundContext",
-        uploads: Iterable["ClientUpload"],
+        uploads: Iterable[ClientUpload],
         malicious: frozenset[int],
-        keys_of: Callable[["ClientUpload"], list[str]],
-    ) -> Iterable["ClientUpload"]:
+        keys_of: Callable[[ClientUpload], list[str]],
+    ) -> Iterable[ClientUpload]:
         """The round's decoded uploads with the malicious participants' model updates replaced
         by `forge` of the benign ones (unchanged when the round has no malicious or no benign
         participant). Only an attack that acts here holds them all; otherwise they pass through

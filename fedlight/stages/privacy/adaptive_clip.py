@@ -18,13 +18,14 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from fedlight.algorithms.base import Algorithm, ClientUpload
+from fedlight.algorithms.base import Algorithm
 from fedlight.core.context import RoundContext
 from fedlight.core.errors import require
+from fedlight.core.messages import ClientUpload, Delivered
 from fedlight.core.rng import Stream, numpy_generator
 from fedlight.core.settings import RunSettings
 from fedlight.core.tensors import StateDict
-from fedlight.stages.base import Delivered, Plan, StageSetup
+from fedlight.stages.base import Plan, StageSetup
 from fedlight.stages.privacy.base import as_state, clipped, scalar
 from fedlight.stages.privacy.dp_fedavg import DPFedAvg
 

@@ -31,9 +31,10 @@ import pytorch_lightning as pl
 import torch
 from torch import Tensor
 
-from fedlight.algorithms.base import Algorithm, ClientUpload
+from fedlight.algorithms.base import Algorithm
 from fedlight.core.context import RoundContext
 from fedlight.core.errors import require
+from fedlight.core.messages import ClientUpload
 from fedlight.core.rng import Stream, derive_seed
 from fedlight.core.settings import RunSettings
 from fedlight.core.tensors import StateDict

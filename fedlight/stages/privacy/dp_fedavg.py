@@ -37,21 +37,16 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from fedlight.aggregation.base import (
-    Accumulator,
-    Aggregator,
-    Contribution,
-    Contributor,
-    RoundAggregation,
-)
+from fedlight.aggregation.base import Accumulator, Aggregator, Contribution, RoundAggregation
 from fedlight.aggregation.mean import RunningMean
-from fedlight.algorithms.base import Algorithm, ClientUpload
+from fedlight.algorithms.base import Algorithm
 from fedlight.core.context import RoundContext
 from fedlight.core.errors import require
+from fedlight.core.messages import ClientUpload, Contributor, Delivered, LocalResult
 from fedlight.core.settings import RunSettings
 from fedlight.core.tensors import StateDict
-from fedlight.engines.base import LocalResult, num_local_steps
-from fedlight.stages.base import Delivered, Plan, StageSetup
+from fedlight.engines.base import num_local_steps
+from fedlight.stages.base import Plan, StageSetup
 from fedlight.stages.privacy.accountant import Spent, calibrate_noise, spent
 from fedlight.stages.privacy.base import (
     GaussianMechanism,

@@ -42,16 +42,12 @@ from opacus.validators import ModuleValidator
 from fedlight.core.context import RoundContext
 from fedlight.core.errors import ConfigError, require
 from fedlight.core.layout import contiguous_state
+from fedlight.core.messages import Delivered, LocalResult
 from fedlight.core.rng import Stream, derive_seed
 from fedlight.core.settings import RunSettings
 from fedlight.core.tensors import StateDict
 from fedlight.data.base import TensorDataset
-from fedlight.engines.base import (
-    Engine,
-    LocalResult,
-    LocalTask,
-    num_local_steps,
-)
+from fedlight.engines.base import Engine, LocalTask, num_local_steps
 from fedlight.engines.lightning import (
     Optimization,
     TrainingLogs,
@@ -61,7 +57,7 @@ from fedlight.engines.lightning import (
 )
 from fedlight.engines.sequential import SequentialEngine, training_loss
 from fedlight.engines.trainer_standin import standin_of
-from fedlight.stages.base import Delivered, Plan, StageSetup
+from fedlight.stages.base import Plan, StageSetup
 from fedlight.stages.privacy.accountant import Spent, calibrate_noise, spent
 from fedlight.stages.privacy.base import GaussianMechanism, as_state, default_delta, scalar
 

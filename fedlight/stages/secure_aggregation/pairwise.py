@@ -45,9 +45,9 @@ from fedlight.aggregation.base import (
     RoundRefused,
     all_finite,
 )
-from fedlight.algorithms.base import ClientUpload
 from fedlight.core.context import RoundContext
 from fedlight.core.errors import require
+from fedlight.core.messages import ClientUpload
 from fedlight.core.rng import Stream
 from fedlight.core.tensors import StateDict
 from fedlight.stages.base import ClientStep, Plan, round_aggregation

@@ -12,18 +12,16 @@ and each question's work for the system model's virtual clock.
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 import numpy as np
 
 from fedlight.core.context import Federation, RoundContext
+from fedlight.core.messages import ClientUpload, Delivered
 from fedlight.core.rng import Stream
 from fedlight.core.tensors import StateDict
-from fedlight.stages.base import ClientStep, Delivered, StageSetup, UploadStage
+from fedlight.stages.base import ClientStep, StageSetup, UploadStage
 from fedlight.stages.pool import ClientPool
-
-if TYPE_CHECKING:
-    from fedlight.algorithms.base import ClientUpload
 
 
 @dataclass(frozen=True)
@@ -96,8 +94,8 @@ class Selection(UploadStage, ABC):
         return state
 
     def client_side(
-        self, step: ClientStep, upload: "ClientUpload", state: StateDict | None
-    ) -> tuple["ClientUpload", StateDict | None]:
+        self, step: ClientStep, upload: ClientUpload, state: StateDict | None
+    ) -> tuple[ClientUpload, StateDict | None]:
         reports = self.client_report(step.ctx, step.client, step.local.weights, step.pool)
         return upload.reporting(self.name, reports), state
 

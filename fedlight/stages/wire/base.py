@@ -29,18 +29,15 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
 from fedlight.core.context import RoundContext
 from fedlight.core.errors import require
+from fedlight.core.messages import ClientUpload
 from fedlight.core.tensors import StateDict
 from fedlight.stages.base import ClientStep, UploadStage
-
-if TYPE_CHECKING:
-    from fedlight.algorithms.base import ClientUpload
 
 
 class Payload(dict[str, Tensor]):
@@ -246,22 +243,19 @@ class Wire(UploadStage):
         return payload, state
 
     def client_side(
-        self, step: ClientStep, upload: "ClientUpload", state: StateDict | None
-    ) -> tuple["ClientUpload", StateDict | None]:
+        self, step: ClientStep, upload: ClientUpload, state: StateDict | None
+    ) -> tuple[ClientUpload, StateDict | None]:
         payload, sent = self.send(UPLOAD, step.ctx, step.client, upload.tensors, state or {})
         return replace(upload, tensors=payload), sent or None
 
     def server_side(
-        self, ctx: RoundContext, upload: "ClientUpload", state: StateDict
-    ) -> tuple["ClientUpload", StateDict]:
+        self, ctx: RoundContext, upload: ClientUpload, state: StateDict
+    ) -> tuple[ClientUpload, StateDict]:
         tensors, state = self.receive(UPLOAD, ctx, upload.client_id, upload.tensors, state)
         return replace(upload, tensors=tensors), state
 
     def chain(self, direction: str) -> dict[str, WireTransform]:
         return self.upload if direction == UPLOAD else self.download
-
-    def is_identity(self) -> bool:
-        return not self.upload and not self.download
 
 
 UPLOAD = "upload"

@@ -31,17 +31,18 @@ from typing import TypeVar
 from torch import Tensor
 
 from fedlight.core.context import RoundContext, RoundMetrics
+from fedlight.core.messages import LocalResult
 from fedlight.core.tensors import StateDict
-from fedlight.drivers.driver import Driver
+from fedlight.drivers.base import Driver
 from fedlight.drivers.history import RoundStats
-from fedlight.engines import LocalTask
-from fedlight.engines.base import LocalResult
+from fedlight.engines.base import LocalTask
 from fedlight.engines.lightning import round_means
 from fedlight.loggers.base import MetricsRow
 from fedlight.loggers.clients import logged_means, update_norm
 from fedlight.round.client import Received
 from fedlight.round.server import Arrived, ServerRound
-from fedlight.stages.selection.base import ClientPool, Population
+from fedlight.stages.pool import ClientPool
+from fedlight.stages.selection.base import Population
 from fedlight.store.client_states import Written
 
 Item = TypeVar("Item")

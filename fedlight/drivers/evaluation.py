@@ -12,13 +12,13 @@ import pytorch_lightning as pl
 import torch
 from torch import Tensor
 
-from fedlight.algorithms.base import Algorithm, ServerState
+from fedlight.algorithms.base import Algorithm
 from fedlight.core.context import Federation
+from fedlight.core.messages import ClientState, ServerState
 from fedlight.core.tensors import StateDict, detached_copy
 from fedlight.data.base import TensorDataset
-from fedlight.engines import Engine, LocalTask
+from fedlight.engines.base import Engine, LocalTask
 from fedlight.engines.evaluator import ACCURACY, LOSS, SPLIT_METRICS, VALIDATION_PREFIX, Evaluator
-from fedlight.stages.base import ClientState
 from fedlight.stages.pool import ModelQuality
 from fedlight.store.client_states import ClientStates
 
@@ -44,13 +44,6 @@ class RunEvaluation:
     def __post_init__(self) -> None:
         data = self.data
         self.evaluator = Evaluator(self.module, self.batch_size, data.prepare, data.num_classes)
-
-    def evaluate(
-        self, server: ServerState, client_states: ClientStates, completed_rounds: int
-    ) -> tuple[float, float, float]:
-        """Mean test accuracy, mean test loss and accuracy spread of the evaluated models."""
-        metrics = self.evaluate_all(server, client_states, completed_rounds).test
-        return metrics[ACCURACY], metrics[LOSS], metrics["test_accuracy_std"]
 
     def evaluate_all(
         self,
@@ -169,15 +162,6 @@ class RunEvaluation:
         x, y = self.data.train_x[indices], self.data.train_y[indices]
         metrics = self.evaluator.evaluate(weights, x, y)
         return ModelQuality(metrics[LOSS], metrics[ACCURACY])
-
-    def evaluate_weights(self, weights: StateDict) -> dict[str, float]:
-        data = self.data
-        return self.evaluator.evaluate(weights, data.test_x, data.test_y)
-
-    def evaluate_model(self, weights: StateDict) -> tuple[float, float]:
-        """Accuracy and mean cross-entropy of one model on the whole test set."""
-        metrics = self.evaluate_weights(weights)
-        return metrics[ACCURACY], metrics[LOSS]
 
 
 @dataclass(frozen=True)

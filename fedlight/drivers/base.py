@@ -10,11 +10,10 @@ before its checkpoint, so the last checkpoint is the last good round. Only the m
 evaluates and saves checkpoints; the others go on to the next round and meet it at its gather.
 """
 
-import math
 import sys
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -23,14 +22,15 @@ import pytorch_lightning as pl
 import torch
 from torch import Tensor
 
-from fedlight.algorithms.base import ServerState
 from fedlight.core.allocator import release_freed
 from fedlight.core.context import Federation
 from fedlight.core.errors import ConfigError
+from fedlight.core.messages import ServerState, StageStates
 from fedlight.core.rng import Stream
 from fedlight.core.settings import RunSettings
 from fedlight.core.tensors import StateDict, detached_copy, on_device
 from fedlight.data.base import TensorDataset
+from fedlight.drivers.evaluation import Evaluated, RunEvaluation
 from fedlight.drivers.history import (
     STATE_FORMAT,
     History,
@@ -40,16 +40,15 @@ from fedlight.drivers.history import (
     restored_history,
 )
 from fedlight.drivers.preemption import Preempted, requested
-from fedlight.drivers.run_evaluation import Evaluated, RunEvaluation
+from fedlight.drivers.rows import NOT_EVALUATED, non_finite_loss, not_finite, round_row
 from fedlight.drivers.workers import OneWorker, Workers
-from fedlight.engines import Engine, LocalTask, make_engine
-from fedlight.engines.base import LocalCallback, LocalResult
-from fedlight.engines.evaluator import ACCURACY, LOSS, VAL_ACCURACY, VAL_LOSS, VALIDATION_PREFIX
+from fedlight.engines import make_engine
+from fedlight.engines.base import Engine
 from fedlight.engines.lightning import Optimization, optimization_of
-from fedlight.loggers.base import MetricsRow, RoundLogger, RoundProgress, SilentProgress
+from fedlight.loggers.base import RoundLogger, RoundProgress, SilentProgress
 from fedlight.round.client import ClientPipeline
 from fedlight.round.stages import Stages
-from fedlight.stages.base import StageSetup, StageStates, UploadStage
+from fedlight.stages.base import StageSetup, UploadStage
 from fedlight.stages.pool import ClientPool
 from fedlight.store.checkpoint import save_checkpoint
 from fedlight.store.client_states import ClientStates, MemoryClientStates
@@ -63,49 +62,6 @@ class Clients:
     train: Sequence[Tensor]  # each client's training examples (indices into the pool)
     test: Sequence[Tensor] | None = None  # each client's local test set; None without them
     validation: Sequence[Tensor] | None = None  # each client's local validation part, or None
-
-
-def not_finite(stats: RoundStats, weights: StateDict) -> str | None:
-    """What of a round is not finite (every client's update, its training loss, if anybody
-    trained, or the global weights), in words; None if everything is. A round whose every update
-    was rejected kept the global model, but nothing its clients computed was a number: local
-    training diverged (e.g. a learning rate far too high), or every participant attacked."""
-    if stats.every_update_rejected:
-        return "every client update had NaN/Inf entries (all rejected; the model was kept)"
-    if stats.num_samples and not math.isfinite(stats.train_loss):
-        return f"train_loss {stats.train_loss}"
-    floating = {name: t for name, t in weights.items() if t.is_floating_point()}
-    finite = torch.stack([t.isfinite().all() for t in floating.values()])
-    if bool(finite.all()):  # one device sync per round
-        return None
-    return f"weights {list(floating)[int(finite.logical_not().nonzero()[0])]} not finite"
-
-
-# A round that was not evaluated (`eval.every`): no test or validation metrics.
-NOT_EVALUATED = Evaluated({}, {})
-# The validation columns a row puts first, in this order (then the others, sorted by name).
-VALIDATION_COLUMNS = (VAL_ACCURACY, VAL_LOSS, "val_accuracy_std")
-# Where a module's own name in training is a column already (`train_loss`, a test metric, a
-# stage's), its value is kept as `model/<name>`; a validation name a test one as `val_<name>`.
-MODEL_PREFIX = "model/"
-
-
-def own_name(name: str, taken: Mapping[str, Any], prefix: str) -> str:
-    """`name`, or `prefix` + `name` where `taken` has it: no column holds two values."""
-    return prefix + name if name in taken else name
-
-
-def non_finite_loss(metrics: dict[str, float]) -> str | None:
-    """The first of the test and the validation loss that `metrics` has and that is not finite,
-    with its value, in words; None if none."""
-    return next(
-        (
-            f"{name} {metrics[name]}"
-            for name in (LOSS, VAL_LOSS)
-            if name in metrics and not math.isfinite(metrics[name])
-        ),
-        None,
-    )
 
 
 def federation_of(settings: RunSettings, module: pl.LightningModule, stages: Stages) -> Federation:
@@ -202,17 +158,17 @@ class Driver(ABC):
         )
         epochs = self.settings.eval.finetune_epochs if local else 0
         return RunEvaluation(
-            self.module,
-            self.data,
-            self.settings.eval.batch_size,
-            self.algorithm,
-            self.federation,
-            self.client_indices,
-            self.client_test_indices,
-            self.side_engine(epochs, Stream.FINE_TUNING),
-            self.base_lrs,
-            self.client_validation_indices,
-            self.own_label_indices() if self.settings.eval.own_labels else None,
+            module=self.module,
+            data=self.data,
+            batch_size=self.settings.eval.batch_size,
+            algorithm=self.algorithm,
+            federation=self.federation,
+            client_indices=self.client_indices,
+            client_test_indices=self.client_test_indices,
+            finetune_engine=self.side_engine(epochs, Stream.FINE_TUNING),
+            base_lrs=self.base_lrs,
+            client_validation_indices=self.client_validation_indices,
+            own_label_indices=self.own_label_indices() if self.settings.eval.own_labels else None,
         )
 
     def own_label_indices(self) -> list[Tensor]:
@@ -256,20 +212,6 @@ class Driver(ABC):
             self.told.add(topic)
             print(f"fedlight: {message}", file=sys.stderr, flush=True)
 
-    def train_client(
-        self,
-        client: int,
-        indices: Tensor,
-        round_index: int,
-        start: StateDict,
-        lrs: list[float],
-        callbacks: list[LocalCallback],
-    ) -> LocalResult:
-        """Local training of one participant by the loop's engine (as in a round)."""
-        task = LocalTask(client, indices, start, callbacks)
-        (local,) = self.engine.train([task], round_index, lrs)
-        return local
-
     def side_engine(self, epochs: int, stream: Stream) -> Engine | None:
         """An engine of `fl.engine`'s kind for a training beside the round's (a personal model's,
         evaluation-time fine-tuning): `epochs` per call, batches drawn from `stream` (so the
@@ -310,7 +252,7 @@ class Driver(ABC):
                     if evaluated_round
                     else NOT_EVALUATED
                 )
-                row = self.round_row(round_index, stats, evaluated)
+                row = round_row(round_index, stats, evaluated, history, self.speeds is not None)
                 if not (diverged or history.diverged_at_round):
                     diverged = non_finite_loss(row)
                 history.add_row(row, evaluated.test, settings.eval.target_accuracy)
@@ -409,38 +351,6 @@ class Driver(ABC):
             self.history.local_accuracies = evaluated.local
         self.history.wall_seconds = time.perf_counter() - started
         return evaluated
-
-    def round_row(self, round_index: int, stats: RoundStats, evaluated: Evaluated) -> MetricsRow:
-        """The round's row of metrics: the fixed columns (the test ones only if the round was
-        tested: `evaluated.test` not empty), then the test metrics beyond accuracy and loss, then
-        the validation ones (`val_accuracy`, `val_loss`, `val_accuracy_std`, then the others),
-        then what the stages reported, each sorted by name."""
-        tested, validated = dict(evaluated.test), dict(evaluated.validation)
-
-        def test(*names: str) -> MetricsRow:
-            return {name: tested.pop(name) for name in names if name in tested}
-
-        row: MetricsRow = {
-            "round": round_index,
-            **test(ACCURACY, LOSS),
-            "train_loss": stats.train_loss,
-            "lr": stats.lr,
-            "bytes_up": stats.bytes_up,
-            "bytes_down": stats.bytes_down,
-            "wall_seconds": self.history.wall_seconds,
-            **test("test_accuracy_std"),
-            "client_seconds": stats.client_seconds,
-        }
-        if self.speeds is not None:
-            row["virtual_time"] = self.history.virtual_time
-        row |= {name: tested[name] for name in sorted(tested)}
-        first = [name for name in VALIDATION_COLUMNS if name in validated]
-        for name in [*first, *sorted(set(validated) - set(first))]:
-            row[own_name(name, row, VALIDATION_PREFIX)] = validated[name]
-        taken = row | stats.metrics
-        for name in sorted(stats.logged):
-            row[own_name(name, taken, MODEL_PREFIX)] = stats.logged[name]
-        return row | {name: stats.metrics[name] for name in sorted(stats.metrics)}
 
     def final_model(self) -> StateDict:
         """The run's model as it stands (after its last round): what model.pt holds."""
