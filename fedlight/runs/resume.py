@@ -94,7 +94,9 @@ def given_run(directory: Path, rounds: int) -> Decision:
     """`resume=<run dir>`: the run continues, unless it is finished and `fl.rounds` asks for no
     more rounds than it ran: then there is nothing to do, and nothing is written."""
     state = job_state(directory)
-    if state.done and not extends(state, rounds):
+    summary = state.summary or {}
+    ended_early = summary.get("diverged_at_round") is not None or summary.get("stopped")
+    if state.done and not ended_early and state.rounds_logged >= rounds:
         ran = (state.summary or {}).get("rounds", rounds)
         return Decision(
             None,
