@@ -56,7 +56,8 @@ def deadline() -> Iterator[None]:
 
 
 def run_exit(args: list[str], monkeypatch: pytest.MonkeyPatch, capsys) -> tuple[int, str]:
-    """The exit code (0 when the CLI returns) and stderr of a whole run, in this process."""
+    """The exit code (0 when the CLI returns) and stderr of a whole run, in this process
+    (`capsys`, or `capfd` to see its worker processes' too)."""
     monkeypatch.setattr(sys, "argv", ["fedlight", *args])
     try:
         cli.main()
@@ -153,15 +154,16 @@ BUDGET = [
 
 
 def test_a_resume_stopped_by_the_budget_before_any_round_can_be_resumed_again(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd
 ) -> None:
     """Calibrated for 2 rounds, resumed elsewhere with 4: round 3 would exceed the budget, so no
-    round runs; the new directory still gets the checkpoint, and resuming it stops again."""
+    round runs; the new directory still gets the checkpoint, and resuming it stops again. The
+    rounds run in `fl.workers=auto`'s worker processes, whose stderr only `capfd` sees."""
     first, second, third = (tmp_path / name for name in ("first", "second", "third"))
-    assert run_exit([*BUDGET, "fl.rounds=2", f"hydra.run.dir={first}"], monkeypatch, capsys)[0] == 0
+    assert run_exit([*BUDGET, "fl.rounds=2", f"hydra.run.dir={first}"], monkeypatch, capfd)[0] == 0
     for source, target in ((first, second), (second, third)):
         args = [*BUDGET, "fl.rounds=4", f"resume={source}", f"hydra.run.dir={target}"]
-        code, err = run_exit(args, monkeypatch, capsys)
+        code, err = run_exit(args, monkeypatch, capfd)
         assert code == 0, err
         assert "round 3 would spend epsilon=" in err
         summary = json.loads((target / "summary.json").read_text())
