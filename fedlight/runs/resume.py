@@ -95,9 +95,8 @@ def given_run(directory: Path, rounds: int) -> Decision:
     more rounds than it ran: then there is nothing to do, and nothing is written."""
     state = job_state(directory)
     summary = state.summary or {}
-    ended_early = summary.get("diverged_at_round") is not None or summary.get("stopped")
-    if state.done and not ended_early and state.rounds_logged >= rounds:
-        ran = (state.summary or {}).get("rounds", rounds)
+    if state.done and not ended_early(summary) and state.rounds_logged >= rounds:
+        ran = summary.get("rounds", rounds)
         return Decision(
             None,
             summary=state.summary,
@@ -127,8 +126,13 @@ def extends(state: JobState, rounds: int) -> bool:
     """Whether a finished run is asked for more rounds than it ran (a resume may add rounds);
     a diverged run and one its privacy budget stopped are done whatever `fl.rounds` says."""
     summary = state.summary or {}
-    ended_early = summary.get("diverged_at_round") is not None or summary.get("stopped")
-    return not ended_early and int(summary.get("rounds", rounds)) < rounds
+    return not ended_early(summary) and int(summary.get("rounds", rounds)) < rounds
+
+
+def ended_early(summary: dict[str, Any]) -> bool:
+    """Whether a finished run's summary says it stopped before its `fl.rounds`: diverged, or
+    stopped by its privacy budget."""
+    return summary.get("diverged_at_round") is not None or bool(summary.get("stopped"))
 
 
 def finished_words(state: JobState) -> str:
