@@ -1,5 +1,6 @@
 """The `fedlight` command: the subcommands that need neither torch nor Lightning answer without
-importing them (`fedlight report` reads files; `--version` reads package metadata), the rest is
+importing them (`fedlight report` reads files; `--version` reads package metadata; Hydra's
+`--help`, `--cfg`, `--info` and tab completion read fedlight's configs), the rest is
 `fedlight.cli.main` (a run or a sweep)."""
 
 import shlex
@@ -11,6 +12,18 @@ from pathlib import Path
 import fedlight
 
 REPORTED_PACKAGES = ("hydra-core", "torch", "pytorch-lightning")
+# Hydra's flags that print something from the configs and run no job
+ANSWERING_FLAGS = (
+    "--help",
+    "-h",
+    "--hydra-help",
+    "--cfg",
+    "-c",
+    "--info",
+    "-i",
+    "--shell-completion",
+    "-sc",
+)
 
 
 def version_line() -> str:
@@ -64,6 +77,27 @@ def rerun(name: str, command_of: Callable[[Path], list[str]], usage: str, args: 
     return 0
 
 
+def answer_flag() -> None:
+    """Hydra's answer to a flag that runs no job, from fedlight's configs alone: torch and
+    Lightning are not imported, so that `--help` and each press of Tab (Hydra's completion runs
+    `fedlight -sc query=bash` per press) answer in well under a second."""
+    import hydra
+
+    from fedlight.cli.schema import CONF_DIR, register_configs
+    from fedlight.core.errors import ConfigError, fail
+
+    try:
+        register_configs()
+    except ConfigError as error:  # an installed package's stage kind fedlight refuses
+        fail(str(error), 2)
+    hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")(no_job)()
+
+
+def no_job(cfg: object) -> None:
+    """The task function of `answer_flag`'s Hydra, which those flags never call."""
+    raise AssertionError(f"Hydra ran a job for flags that run none: {sys.argv[1:]}")
+
+
 def run_cli() -> None:
     """fedlight's Hydra command line (`fedlight.cli.main`)."""
     from fedlight.cli.main import main as run_main
@@ -87,4 +121,7 @@ def main() -> None:
     if args == ["--version"]:
         print(version_line())
         sys.exit(0)
+    if any(arg.partition("=")[0] in ANSWERING_FLAGS for arg in args):
+        answer_flag()
+        return
     run_cli()

@@ -6,24 +6,33 @@ sweeper: the product of the command's and the preset's `hydra.sweeper.params` li
 itself runs with a launcher that only composes each job (`ListingLauncher`). A sweeper that chooses
 its jobs from the results of earlier ones (Optuna's) cannot be listed; each of its parameters is
 checked at every value it can list (the options of a choice, both ends of an interval), one
-parameter at a time, the others at their first value. Search paths (`hydra.searchpath`,
-`--config-dir`) and sweepers or launchers of other packages are Hydra's to resolve.
+parameter at a time, the others at their first value. Hydra is set up as the command's own Hydra
+run sets itself up (`command_hydra`: `--config-dir` where Hydra's command line puts it); search
+paths, sweepers and launchers of other packages are Hydra's to resolve.
 """
 
+import copy
 import tempfile
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
+import hydra
+from hydra._internal.hydra import Hydra
+from hydra.core.config_loader import ConfigLoader
+from hydra.core.config_search_path import SearchPathQuery
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import IntervalSweep, Override
 from hydra.core.plugins import Plugins
-from hydra.core.utils import JobReturn, JobStatus
+from hydra.core.utils import JobReturn, JobRuntime, JobStatus
 from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, RunMode, TaskFunction
 from omegaconf import DictConfig, open_dict, read_write
+
+from fedlight.cli.schema import CONF_DIR
 
 MULTIRUN_FLAGS = ("-m", "--multirun")
 LIST_JOBS_FLAG = "--list-jobs"
@@ -40,7 +49,7 @@ class Command:
     overrides: list[str]
     multirun: bool = False
     config_name: str = "config"
-    config_dirs: list[str] = field(default_factory=list)
+    config_dir: str | None = None  # the last `--config-dir` (Hydra's command line keeps it)
     list_jobs: bool = False
 
     @property
@@ -48,8 +57,7 @@ class Command:
         """What Hydra is given: the command without fedlight's own flag."""
         flags = ["--multirun"] if self.multirun else []
         flags += ["--config-name", self.config_name] if self.config_name != "config" else []
-        for directory in self.config_dirs:
-            flags += ["--config-dir", directory]
+        flags += ["--config-dir", self.config_dir] if self.config_dir is not None else []
         return [*flags, *self.overrides]
 
 
@@ -73,7 +81,7 @@ def parse_command(args: Sequence[str]) -> Command | None:
             if flag in ("--config-name", "-cn"):
                 command.config_name = value
             else:
-                command.config_dirs.append(value)
+                command.config_dir = value
         elif arg.startswith("-") and not arg.startswith("--="):
             return None
         else:
@@ -163,23 +171,31 @@ def compose_job(
     return ComposedJob(overrides, composed)
 
 
-def with_config_dirs(overrides: list[str], config_dirs: list[str]) -> list[str]:
-    """`--config-dir D` as Hydra reads it: D searched before the package's configs."""
-    if not config_dirs:
-        return overrides
-    given = [o for o in overrides if o.startswith("hydra.searchpath=")]
-    paths = [f"file://{Path(d).resolve()}" for d in config_dirs]
-    if given:
-        parsed = OverridesParser.create().parse_overrides(given[-1:])[0].value()
-        paths += [str(p) for p in parsed]  # type: ignore[union-attr]
-    kept = [o for o in overrides if not o.startswith("hydra.searchpath=")]
-    return [*kept, f"hydra.searchpath=[{','.join(paths)}]"]
+@contextmanager
+def command_hydra(command: Command) -> Iterator[ConfigLoader]:
+    """Hydra's config loader as the command's own Hydra run has it: fedlight's configs, and the
+    `--config-dir` searched before the schema (where Hydra's command line puts it, so that the
+    primary config `--config-name` names may live there). `Hydra.create_main_hydra2` is how
+    Hydra's own entry makes it; `initialize_config_dir` restores the global state after."""
+    with hydra.initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        loader = GlobalHydra.instance().config_loader()
+        if command.config_dir is not None:
+            search_path = copy.deepcopy(loader.get_search_path())
+            search_path.prepend(
+                provider="command-line",
+                path=f"file://{Path(command.config_dir).resolve()}",
+                anchor=SearchPathQuery(provider="schema"),
+            )
+            name = str(JobRuntime.instance().get("name"))
+            GlobalHydra.instance().clear()
+            loader = Hydra.create_main_hydra2(name, search_path).config_loader
+        yield loader
 
 
 def compose_command(command: Command, master: Callable[[list[str], RunMode], DictConfig]) -> Jobs:
     """The command's jobs: the run, or each job of the sweep that its sweeper can list (see the
     module docstring); `master` composes the command's config as Hydra's run or multirun does."""
-    overrides = with_config_dirs(command.overrides, command.config_dirs)
+    overrides = command.overrides
     mode = RunMode.MULTIRUN if command.multirun else RunMode.RUN
     try:
         config = master(overrides, mode)
@@ -192,7 +208,8 @@ def compose_command(command: Command, master: Callable[[list[str], RunMode], Dic
     sweeper_target = str(config.hydra.sweeper.get("_target_", ""))
     task = list(config.hydra.overrides.task)
     if sweeper_target not in LISTING_SWEEPERS:
-        jobs = [compose_job(context, config, job) for job in parameter_probes(config, task)]
+        probes = parameter_probes(config, task, OverridesParser.create(config_loader=loader))
+        jobs = [compose_job(context, config, job) for job in probes]
         return Jobs(jobs, sweeper=sweeper_target)
     with tempfile.TemporaryDirectory(prefix="fedlight-jobs-") as scratch, read_write(config):
         config.hydra.sweep.dir = scratch  # the basic sweeper records multirun.yaml there
@@ -212,12 +229,14 @@ def compose_command(command: Command, master: Callable[[list[str], RunMode], Dic
     return Jobs(launcher.composed)
 
 
-def parameter_probes(config: DictConfig, task: list[str]) -> list[list[str]]:
+def parameter_probes(
+    config: DictConfig, task: list[str], parser: OverridesParser
+) -> list[list[str]]:
     """Jobs that put each sweep parameter of an optimizing sweeper (its `params` and the
     command's sweeps) at each value it can list, the others at their first: every value checked
-    without running the sweeper, whose next jobs depend on the results of earlier ones."""
+    without running the sweeper, whose next jobs depend on the results of earlier ones
+    (`parser` has the config loader a `glob()` lists a group's options with)."""
     declared = [f"{k}={v}" for k, v in (config.hydra.sweeper.get("params") or {}).items()]
-    parser = OverridesParser.create()
     by_key: dict[str, Override] = {}
     for override in parser.parse_overrides([*declared, *task]):
         by_key[override.key_or_group] = override

@@ -11,7 +11,6 @@ from dataclasses import dataclass, field, fields, make_dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
 from hydra.core.config_store import ConfigStore
 from hydra.core.plugins import Plugins
 
@@ -24,8 +23,9 @@ from fedlight.core.stage_kinds import plugged_kinds
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")  # fedlight's config folder
 
 # The largest float32: torch trains in it, so a larger setting overflows where it is used
-# (optim.lr=1e300 in the optimizer's step, fl.client_state_memory_mb=1e308 once in bytes).
-FLOAT32_MAX = torch.finfo(torch.float32).max
+# (optim.lr=1e300 in the optimizer's step, fl.client_state_memory_mb=1e308 once in bytes);
+# written out, so that `--help` and tab completion, which read the schema, import no torch.
+FLOAT32_MAX = (2 - 2**-23) * 2.0**127
 
 
 def require_finite(config: Any, path: str = "") -> None:

@@ -8,7 +8,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import hydra
-from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
 from hydra.types import RunMode
@@ -20,8 +19,8 @@ from fedlight.cli.jobs import (
     ComposedJob,
     JobCompositionError,
     Jobs,
+    command_hydra,
     compose_command,
-    with_config_dirs,
 )
 from fedlight.cli.resume import decided, resume_decision
 from fedlight.cli.schema import CONF_DIR, CONFIG_GROUPS, PLUGIN_STAGE_DEFAULTS
@@ -127,10 +126,13 @@ def renamed_setting(override: Override, overrides: list[Override]) -> str | None
     )
 
 
-def check_group_choices(overrides: list[str], options_of: Callable[[str], list[str]]) -> None:
+def check_group_choices(
+    overrides: list[str], options_of: Callable[[str], list[str]], parser: OverridesParser
+) -> None:
     """Each option a command line names exists (`options_of`: a group's options on Hydra's
-    search path), or the group's options are listed in one line."""
-    parsed = OverridesParser.create().parse_overrides(overrides)
+    search path), or the group's options are listed in one line; `parser` has Hydra's config
+    loader, which a `glob()` sweep lists the group's options with."""
+    parsed = parser.parse_overrides(overrides)
     for override in parsed:
         if (renamed := renamed_setting(override, parsed)) is not None:
             raise ConfigError(renamed)
@@ -141,6 +143,11 @@ def check_group_choices(overrides: list[str], options_of: Callable[[str], list[s
         # A list selects several options of the group (logger=[csv,wandb]), a sweep may go over
         # lists (upload=[topk],[qsgd]).
         choices = list(override.sweep_iterator()) if override.is_sweep_override() else [value]
+        if not choices:  # glob(zzz*): a sweep of no job
+            raise ConfigError(
+                f"{override.input_line} names no option of {group}; choose from: "
+                f"{', '.join(options_of(group))}"
+            )
         values = []
         for choice in choices:
             listed = [str(v) for v in choice] if isinstance(choice, list) else [str(choice)]
@@ -168,10 +175,8 @@ def checked_jobs(
     runs, for jobs that a sweeper lists in advance)."""
     check_overrides(command.overrides)
     checked = []
-    with hydra.initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-        loader = GlobalHydra.instance().config_loader()
-        searched = with_config_dirs(command.overrides, command.config_dirs)
-        search_path = [o for o in searched if o.startswith("hydra.searchpath=")]
+    with command_hydra(command) as loader:
+        search_path = [o for o in command.overrides if o.startswith("hydra.searchpath=")]
 
         def options(group: str) -> list[str]:
             return sorted(
@@ -180,7 +185,8 @@ def checked_jobs(
                 )
             )
 
-        check_group_choices(command.overrides, options)
+        parser = OverridesParser.create(config_loader=loader)
+        check_group_choices(command.overrides, options, parser)
 
         def master(overrides: list[str], mode: RunMode) -> DictConfig:
             return loader.load_configuration(command.config_name, overrides, mode)

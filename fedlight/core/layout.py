@@ -34,8 +34,6 @@ from torch import Tensor, nn
 from fedlight.core.errors import ConfigError, one_line
 from fedlight.core.tensors import StateDict
 
-MEMORY_FORMATS = ("auto", "channels_last", "contiguous")
-
 
 @dataclass(frozen=True)
 class Layout:
@@ -101,7 +99,7 @@ def trial_failure(module: nn.Module, batch: tuple[Tensor, Tensor], layout: Layou
 def layout_for(
     setting: str, module: nn.Module, device: torch.device, batch: tuple[Tensor, Tensor]
 ) -> LayoutChoice:
-    """The layout `fl.memory_format=setting` (one of MEMORY_FORMATS, checked by the settings)
+    """The layout `fl.memory_format=setting` (one of the settings' MEMORY_FORMATS)
     gives this module on this device, tried on `batch` (contiguous model inputs and labels)
     where channels-last is wanted; a forced channels-last the module fails in is refused."""
     name = type(module).__name__

@@ -9,11 +9,8 @@ import re
 import signal
 from dataclasses import dataclass, field
 
-import torch
-
 from fedlight.core.allocator import MAX_THRESHOLD_MB
 from fedlight.core.errors import ConfigError, require
-from fedlight.core.layout import MEMORY_FORMATS
 
 # Signals a run cannot take as a preemption notice: Ctrl-C has its own meaning (exit 130), a
 # child's end and SIGKILL/SIGSTOP cannot be caught.
@@ -63,6 +60,7 @@ def check_nccl(backend: str, is_cuda: bool, device: str) -> None:
 # fl.client_state: see fedlight.store.client_states
 CLIENT_STATE_STORES = ("auto", "memory", "disk")
 ENGINE_CHOICES = ("auto", "sequential", "vectorized")  # fl.engine; see fedlight.engines
+MEMORY_FORMATS = ("auto", "channels_last", "contiguous")  # fl.memory_format (core/layout.py)
 BACKENDS = ("auto", "gloo", "nccl")  # fl.backend: torch.distributed backend of fl.workers > 1
 # fl.exchange: what workers exchange per round (see fedlight.drivers.synchronous)
 EXCHANGES = ("uploads", "sums")
@@ -396,7 +394,11 @@ class RunSettings:
 
 
 def check_device_available(device: str) -> None:
-    """`device=cuda[:N]` or `mps` is refused before any work where torch cannot reach it."""
+    """`device=cuda[:N]` or `mps` is refused before any work where torch cannot reach it (torch
+    imported here: the settings are read by `--help` and tab completion, which must not wait
+    for it)."""
+    import torch
+
     kind, _, index = device.partition(":")
     if kind == "cuda":
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
