@@ -62,7 +62,7 @@ from optuna.trial import FrozenTrial, Trial, TrialState
 
 from fedlight.core.errors import ConfigError, one_line, require
 from fedlight.core.settings import OBJECTIVES
-from fedlight.reports.study_report import AFRESH, study_read
+from fedlight.reports.study_report import AFRESH, journal_storage, study_read
 from fedlight.runs.experiment import RESUME_FREE_KEYS
 from fedlight.runs.tuned import RESULTS_FILE
 from fedlight.store.files import write_text
@@ -435,14 +435,6 @@ def study_storage(given: Any, sweep_dir: Path) -> tuple[Any, str]:
         f"postgresql://...), journal (Optuna's journal file {sweep_dir}/{JOURNAL_FILE}) or a "
         "journal file's path (*.log)"
     )
-
-
-def journal_storage(path: Path) -> optuna.storages.BaseStorage:
-    """Optuna's journal file at `path` (made if it is not there)."""
-    from optuna.storages.journal import JournalFileBackend, JournalStorage
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return JournalStorage(JournalFileBackend(str(path)))
 
 
 # The sampler's state, kept as numbers ----------------------------------------------------------
