@@ -72,7 +72,7 @@ class DataModule:
         called(source, "setup('fit')", module.setup, "fit")
         train = called(source, "train_dataloader()", module.train_dataloader)
         validation = None
-        if overrides(module, "val_dataloader", "LightningDataModule"):
+        if self.own_validation:
             validation = called(source, "val_dataloader()", module.val_dataloader)
         called(source, "setup('test')", module.setup, "test")
         test = called(source, "test_dataloader()", module.test_dataloader)

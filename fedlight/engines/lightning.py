@@ -3,7 +3,7 @@
 No Trainer is built (one per client cost about 40% of the speed, docs/speed-and-memory.md): the
 engines and the evaluator call the module's hooks themselves, in a Trainer's order. A client's local
 training in a round is one `fit` of `local.epochs` epochs without validation; an evaluation is one
-`test`.
+`test` (or `validate`, of the validation set).
 
 Called, in this order (docs/data-and-models.md "Your own model" has the same as a table):
 - once per module, when it is built: `setup("fit")`, `configure_model()`;
@@ -114,9 +114,6 @@ def setup_module(module: pl.LightningModule) -> None:
 
 
 # Construction ----------------------------------------------------------------------------------
-
-# What fedlight offers every module's constructor besides the model group's offered settings.
-DATA_ARGUMENTS = ("input_shape", "num_classes")
 
 
 @dataclass(frozen=True)

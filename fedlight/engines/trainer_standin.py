@@ -52,7 +52,7 @@ class TrainerStandIn:
     max_epochs: int  # local.epochs
     batch_size: int  # local.batch_size
     examples: int  # the client's training examples (the federation's mean outside training)
-    offered: Offered  # what fedlight offered the constructor (hooks.ModelFactory)
+    offered: Offered  # what fedlight offered the constructor (lightning.ModelFactory)
     current_epoch: int = 0
     global_step: int = 0
     optimizers: list[torch.optim.Optimizer] = field(default_factory=list)

@@ -23,7 +23,7 @@ import numpy as np
 
 from fedlight.core.errors import require
 from fedlight.loggers.base import MetricsRow, RunInfo, flat_config, require_module
-from fedlight.store.run_files import FIGURES
+from fedlight.store.run_files import drawn_figures
 
 TENSORBOARD_DIR = "tensorboard"
 HISTOGRAMS = ("update_norm", "train_loss")  # the per-client columns drawn as histograms
@@ -78,11 +78,10 @@ class TensorBoardLogger:
         from PIL import Image
 
         assert self._output_dir is not None
-        for path in (self._output_dir / name for name in FIGURES):
-            if path.exists():
-                with Image.open(path) as image:
-                    pixels = np.asarray(image.convert("RGB"))
-                self._logger.experiment.add_image(
-                    f"figures/{path.stem}", pixels, self._last_round, dataformats="HWC"
-                )
+        for path in drawn_figures(self._output_dir):
+            with Image.open(path) as image:
+                pixels = np.asarray(image.convert("RGB"))
+            self._logger.experiment.add_image(
+                f"figures/{path.stem}", pixels, self._last_round, dataformats="HWC"
+            )
         self._logger.finalize("success")

@@ -30,7 +30,7 @@ from urllib.parse import urlparse
 from fedlight.core.errors import require
 from fedlight.loggers.base import MetricsRow, RunInfo, flat_config
 from fedlight.loggers.clients import CLIENT_COLUMNS
-from fedlight.store.run_files import FIGURES, LIGHTNING_CHECKPOINT_NAME, MODEL_NAME
+from fedlight.store.run_files import LIGHTNING_CHECKPOINT_NAME, MODEL_NAME, drawn_figures
 
 MODES = ("auto", "online", "offline", "disabled")  # logger.wandb.mode
 CLIENTS = ("table", "off")  # logger.wandb.clients
@@ -248,10 +248,8 @@ class WandbLogger:
             import wandb
 
             assert self._output_dir is not None
-            figures = [self._output_dir / name for name in FIGURES]
-            images = {
-                f"figures/{path.stem}": wandb.Image(str(path)) for path in figures if path.exists()
-            }
+            figures = drawn_figures(self._output_dir)
+            images = {f"figures/{path.stem}": wandb.Image(str(path)) for path in figures}
             if images:
                 self._run.log(images)
             # the config is the run's W&B config already, by option name (no class paths)

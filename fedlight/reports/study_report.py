@@ -68,16 +68,19 @@ def load_study(sweep_dir: Path) -> Any:
     require(found is not None, f"{sweep_dir} holds no Optuna study ({STUDY_FILE}, {JOURNAL_FILE})")
     path = found.resolve()
     with study_read(str(path), WITHOUT):
-        if path.name == JOURNAL_FILE:
-            from optuna.storages.journal import JournalFileBackend, JournalStorage
-
-            storage: Any = JournalStorage(JournalFileBackend(str(path)))
-        else:
-            storage = f"sqlite:///{path}"
+        storage = journal_storage(path) if path.name == JOURNAL_FILE else f"sqlite:///{path}"
         names = [s.study_name for s in optuna.get_all_study_summaries(storage)]
         require(bool(names), f"{path} is not a readable Optuna study (it holds none); {WITHOUT}")
         name = STUDY_NAME if STUDY_NAME in names else names[0]
         return optuna.load_study(study_name=name, storage=storage)
+
+
+def journal_storage(path: Path) -> Any:
+    """Optuna's journal file at `path` (made if it is not there)."""
+    from optuna.storages.journal import JournalFileBackend, JournalStorage
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return JournalStorage(JournalFileBackend(str(path)))
 
 
 def aims(study: Any) -> list[str]:

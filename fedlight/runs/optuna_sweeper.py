@@ -62,7 +62,7 @@ from optuna.trial import FrozenTrial, Trial, TrialState
 
 from fedlight.core.errors import ConfigError, one_line, require
 from fedlight.core.settings import OBJECTIVES
-from fedlight.reports.study_report import AFRESH, study_read
+from fedlight.reports.study_report import AFRESH, journal_storage, study_read
 from fedlight.runs.experiment import RESUME_FREE_KEYS
 from fedlight.runs.tuned import RESULTS_FILE
 from fedlight.store.files import write_text
@@ -326,15 +326,12 @@ def search_record(space: dict[str, BaseDistribution], fixed: dict[str, Any]) -> 
     """The search as the study keeps it: each distribution, and each fixed setting that changes
     a number (those a resume may change left out)."""
     searched = [f"{name}={distribution}" for name, distribution in space.items()]
-    return sorted(searched) + kept_settings(fixed)
-
-
-def kept_settings(fixed: dict[str, Any]) -> list[str]:
-    return sorted(
+    kept = [
         f"{name}={value}"
         for name, value in fixed.items()
         if name.lstrip("+~") not in RESUME_FREE_KEYS and not name.startswith("hydra")
-    )
+    ]
+    return sorted(searched) + sorted(kept)
 
 
 def legacy_record(searched: list[str]) -> list[str]:
@@ -437,14 +434,6 @@ def study_storage(given: Any, sweep_dir: Path) -> tuple[Any, str]:
     )
 
 
-def journal_storage(path: Path) -> optuna.storages.BaseStorage:
-    """Optuna's journal file at `path` (made if it is not there)."""
-    from optuna.storages.journal import JournalFileBackend, JournalStorage
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return JournalStorage(JournalFileBackend(str(path)))
-
-
 # The sampler's state, kept as numbers ----------------------------------------------------------
 
 
@@ -499,7 +488,7 @@ def sampler_state(sampler: Any) -> dict[str, Any]:
         state = (
             rng.get_state(legacy=False)
             if isinstance(rng, np.random.RandomState)
-            else (rng.bit_generator.state)
+            else rng.bit_generator.state
         )
         states[path] = as_json(state)
     return {"sampler": type(sampler).__qualname__, "random_states": states}

@@ -31,6 +31,11 @@ JOURNAL_FILE = "optuna_journal.log"
 SAMPLER_FILE = "optuna_sampler.json"
 
 
+def drawn_figures(directory: Path) -> list[Path]:
+    """The FIGURES a run drew in `directory`, in their order: what a tracker shows at the end."""
+    return [directory / name for name in FIGURES if (directory / name).exists()]
+
+
 def lock_holder(directory: Path) -> str | None:
     """The pid (or "unknown") of the process that holds `directory`'s lock; None if nobody does.
 

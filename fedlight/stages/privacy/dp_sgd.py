@@ -174,7 +174,8 @@ class DPSGDEngine(SequentialEngine):
             standin.optimizers = [optimizer]
             standin.lr_scheduler_configs = list(optimization.schedulers)
             for step in range(steps):
-                standin.current_epoch = step // per_epoch
+                epoch, batch_idx = divmod(step, per_epoch)
+                standin.current_epoch = epoch
                 taken = torch.rand(n, generator=generator) < rate
                 indices = task.indices[taken.nonzero().squeeze(1).to(device)]
                 optimizer.zero_grad(set_to_none=True)
@@ -194,7 +195,6 @@ class DPSGDEngine(SequentialEngine):
                     logs.collect(len(indices))
                 optimizer.step()
                 standin.global_step += 1
-                epoch, batch_idx = divmod(step, per_epoch)
                 optimization.after_step(module, batch_idx, epoch, batch_idx == per_epoch - 1)
             logged = logs.sums()
         optimizer.zero_grad(set_to_none=True)
