@@ -145,6 +145,8 @@ def test_a_run_says_where_it_is_and_resume_alone_continues_it(tmp_path: Path) ->
     assert (run / "console.log").read_text().startswith(console)  # appended to
 
 
-def test_an_objective_that_is_not_a_summary_number_is_refused() -> None:
-    with pytest.raises(ConfigError, match=r"objective=accuracy is not a summary\.json number"):
-        validate_command_line(["objective=accuracy"])
+def test_an_objective_that_cannot_name_a_number_is_refused() -> None:
+    """A name no column can have is refused before any work (one that could be a column is
+    checked at the first evaluated round: tests/test_objective.py)."""
+    with pytest.raises(ConfigError, match=r"objective='final accuracy' cannot name a number"):
+        validate_command_line(["objective=final accuracy"])

@@ -197,6 +197,10 @@ def test_the_direction_is_the_objectives_unless_given() -> None:
         directions(["maximize", "minimize"], ["best_accuracy"])
     with pytest.raises(ConfigError, match="upwards is not maximize or minimize"):
         directions("upwards", ["best_accuracy"])
+    # a logged column (`objective=test_loss`): its way is the study's to be told
+    assert directions("minimize", ["test_loss"]) == ["minimize"]
+    with pytest.raises(ConfigError, match=r"objective=test_loss is a column .*direction=minimize"):
+        directions(None, ["test_loss"])
     assert objectives(None, "best_accuracy") == ["best_accuracy"]
     assert objectives(["final_accuracy", "comm_mb"], "x") == ["final_accuracy", "comm_mb"]
     with pytest.raises(ConfigError, match=r"accuracy is not a summary\.json number"):

@@ -35,7 +35,8 @@ class Objective:
     worst: float | None
 
 
-# summary.json's numbers that a sweep may optimize (`objective`)
+# summary.json's numbers that a sweep may optimize (`objective`; or a column the run logs, whose
+# direction a study is then told: `fedlight.runs.objective`)
 OBJECTIVES = {
     "final_accuracy": Objective("maximize", 0.0),
     "best_accuracy": Objective("maximize", 0.0),
@@ -347,13 +348,15 @@ class RunSettings:
     device: str = "auto"
     resume: str | None = None
     overwrite: bool = False  # replace the results of another run in the run directory
-    objective: str = "final_accuracy"  # the summary.json value returned to Hydra's sweeper
+    # the summary.json number, or metrics.csv column (its last value), returned to Hydra's
+    # sweeper; a column is checked at the first evaluated round (`fedlight.runs.objective`)
+    objective: str = "final_accuracy"
 
     def __post_init__(self) -> None:
         require(
-            self.objective in OBJECTIVES,
-            f"objective={self.objective} is not a summary.json number; choose from: "
-            f"{', '.join(OBJECTIVES)}",
+            re.fullmatch(r"[\w./-]+", self.objective) is not None,
+            f"objective={self.objective!r} cannot name a number; choose a summary.json number "
+            f"({', '.join(OBJECTIVES)}) or a metrics.csv column",
         )
         require(self.seed >= 0, f"seed={self.seed} must be >= 0")
         require(

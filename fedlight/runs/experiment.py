@@ -62,6 +62,7 @@ from fedlight.runs.launch import (
     threads_of,
     workers_start_method,
 )
+from fedlight.runs.objective import ObjectiveCheck, objective_summary
 from fedlight.runs.outputs import (
     Chance,
     label_histogram,
@@ -439,7 +440,8 @@ def run_worker(workers: Workers, job: Job, output_dir: Path) -> dict[str, Any]:
     output_dir = workers.broadcast(output_dir)  # torchrun: each rank's Hydra chose its own
     output_dir.mkdir(parents=True, exist_ok=True)
     console = ConsoleProgress(job.settings.console.progress)
-    loggers = [*job.loggers, console] if workers.main else []
+    checked = ObjectiveCheck(job.settings.objective)  # after the others: the row is logged
+    loggers = [*job.loggers, console, checked] if workers.main else []
     progress = console if workers.main else SilentProgress()
     try:
         ran = run_rounds(workers, job, output_dir, checkpoint, loggers, progress)
@@ -643,6 +645,7 @@ def write_summary(
     )
     summary = finite_or_null(
         numbers
+        | objective_summary(history.rows, settings.objective, numbers)
         | splits_summary(numbers, settings.eval.split)
         | {"diverged_at_round": history.diverged_at_round, "divergence": history.divergence}
         | ({"stopped": history.stopped} if history.stopped else {})

@@ -259,7 +259,7 @@ class StudySweep:
             return TrialState.COMPLETE, values, said
         lacking = [o for o, v in zip(self.objectives, found, strict=True) if not is_number(v)]
         why = "diverged" if diverged else f"no {', '.join(lacking)}"
-        worst = [OBJECTIVES[o].worst for o in self.objectives]
+        worst = [OBJECTIVES[o].worst if o in OBJECTIVES else None for o in self.objectives]
         unbounded = [o for o, w in zip(self.objectives, worst, strict=True) if w is None]
         if unbounded:
             return TrialState.FAIL, None, f"{why} (a failed trial: {unbounded[0]} has no worst)"
@@ -399,6 +399,12 @@ def directions(given: Any, aims: list[str]) -> list[str]:
     """One direction per objective: `direction` where given (one, or one per objective), else
     each objective's own."""
     if given is None:
+        unknown = [o for o in aims if o not in OBJECTIVES]
+        require(
+            not unknown,
+            f"objective={', '.join(unknown)} is a column of the run's rows, whose better way "
+            "fedlight does not know; give hydra.sweeper.direction=minimize (or maximize)",
+        )
         return [OBJECTIVES[o].direction for o in aims]
     named = [str(getattr(d, "name", d)) for d in (given if isinstance(given, list) else [given])]
     wrong = [d for d in named if d not in ("maximize", "minimize")]
