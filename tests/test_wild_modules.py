@@ -51,11 +51,14 @@ def test_the_two_packages_classes_are_distinct() -> None:
 
 @PACKAGES
 def test_the_readme_autoencoder_trains_and_is_evaluated_by_its_loss(
-    make_job: Callable[[list[str]], Job], tmp_path: Path, package: str
+    make_job: Callable[[list[str]], Job], tmp_path: Path, package: str, capsys
 ) -> None:
     """No constructor arguments, no `test_step`, a 3-d code from forward: test_loss is its own
-    training loss (MSE) on the test set, no accuracy; its `train_loss` kept as model/train_loss."""
+    training loss (MSE) on the test set, no accuracy (the console shows its loss, not "acc
+    nan"); its `train_loss` kept as model/train_loss."""
     run_job(make_job([*TINY, "fl.rounds=2", f"model._target_={package}.LitAutoEncoder"]), tmp_path)
+    printed = capsys.readouterr()
+    assert "round 2: loss " in printed.out + printed.err and "nan" not in printed.out + printed.err
     rows = read_rows(tmp_path)
     module = wild_modules.LitAutoEncoder()
     module.load_state_dict(load_checkpoint(tmp_path / "checkpoint.pt")["server_weights"])

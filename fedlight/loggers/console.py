@@ -13,6 +13,7 @@ CI and SLURM: `auto` picks it where stderr is not a terminal, and `off` where th
 is quiet (`fedlight.cli.job.settle_progress`).
 """
 
+import math
 import statistics
 import sys
 import time
@@ -228,12 +229,11 @@ class ConsoleProgress:
             line = f"round {row['round']}: {reported.lstrip()}"
             self.show(round_index, f"· val acc {row['val_accuracy']:.4f}", line)
             return
-        tested = f"acc {row['test_accuracy']:.4f}  loss {row['test_loss']:.4f}"
-        self.show(
-            round_index,
-            f"· acc {row['test_accuracy']:.4f}",
-            f"round {row['round']}: {tested}{reported}",
-        )
+        # a model that is not a classifier has no accuracy (nan): its loss is its evaluation
+        accuracy, loss = float(row["test_accuracy"]), f"loss {row['test_loss']:.4f}"
+        shown = f"acc {accuracy:.4f}" if math.isfinite(accuracy) else loss
+        tested = f"acc {accuracy:.4f}  {loss}" if math.isfinite(accuracy) else loss
+        self.show(round_index, f"· {shown}", f"round {row['round']}: {tested}{reported}")
 
     def show(self, round_index: int, status: str | None, line: str) -> None:
         """`line` printed, or on the bar the round done (its `status`, None: the last one kept)
