@@ -220,8 +220,14 @@ def test_a_scheduler_steps_under_dp_sgd_too(
             "lr_schedule=step varies the local rate over rounds (round 2: 0.05); use one of them",
         ),
         (
+            [MODULES + "EpochHalving", "lr_schedule=plateau"],
+            "the model's configure_optimizers() returns an lr scheduler (StepLR) and "
+            "lr_schedule=plateau varies the local rate with the server's evaluations; use one of",
+        ),
+        (
             [MODULES + "Plateau"],
-            "model: configure_optimizers() returned a ReduceLROnPlateau, which needs a monitored",
+            "model: configure_optimizers() returned a ReduceLROnPlateau, which needs a monitored "
+            "value that a client's local training does not produce; use lr_schedule=plateau",
         ),
         (
             [MODULES + "ManualOptimization"],
@@ -253,6 +259,7 @@ def test_a_scheduler_steps_under_dp_sgd_too(
     ],
     ids=[
         "scheduler_and_lr_schedule",
+        "scheduler_and_plateau",
         "plateau",
         "manual_optimization",
         "optimizer_step",

@@ -110,7 +110,7 @@ class AsynchronousLoop(Driver):
     def run_round(self, round_index: int) -> RoundStats:
         """Arrivals until the algorithm updates the model once (version `round_index`)."""
         algorithm, version = self.algorithm, round_index - 1
-        ctx = self.federation.round(round_index, (), self.lrs_of(round_index))
+        ctx = self.federation.round(round_index, (), self.round_lrs(round_index))
         started_at = self.now
         stats = RoundStats(math.nan, 0, ctx.lrs[0], 0, 0, 0.0)
         if not self.in_flight:  # the first update of the run
@@ -191,10 +191,6 @@ class AsynchronousLoop(Driver):
             return 0 if previous < 0 else version - previous
         return version - flying.start_version
 
-    def lrs_of(self, round_index: int) -> tuple[float, ...]:
-        ctx = self.federation.round(round_index)
-        return tuple(self.lr_schedule(ctx, base) for base in self.base_lrs)
-
     def next_is_later(self) -> bool:
         """Whether no arrival is due at the current time (so free slots may be refilled)."""
         return not self.in_flight or self.in_flight[0].arrival > self.now
@@ -230,7 +226,7 @@ class AsynchronousLoop(Driver):
     def dispatch(self, client: int, version: int, stats: RoundStats) -> InFlight:
         """One client's download, local training and upload, starting now from `version`."""
         self.dispatches[client] += 1
-        ctx = self.federation.round(version + 1, (client,), self.lrs_of(version + 1))
+        ctx = self.federation.round(version + 1, (client,), self.round_lrs(version + 1))
         download = self.algorithm.download(ctx, self.server)
         wire_state = self.stage_states.get(self.client.wire.name, {})
         stored = self.client_states.get(client)

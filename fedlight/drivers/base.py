@@ -45,7 +45,7 @@ from fedlight.drivers.workers import OneWorker, Workers
 from fedlight.engines import make_engine
 from fedlight.engines.base import Engine
 from fedlight.engines.lightning import Optimization, optimization_of
-from fedlight.loggers.base import RoundLogger, RoundProgress, SilentProgress
+from fedlight.loggers.base import RoundLogger, RoundProgress, SilentProgress, evaluated
 from fedlight.round.client import ClientPipeline
 from fedlight.round.stages import Stages
 from fedlight.stages.base import StageSetup, UploadStage
@@ -183,23 +183,41 @@ class Driver(ABC):
         """A module's lr schedulers restart with each local training (a client's local training
         is one fit, `fedlight.engines.lightning`) from the rate the round gives it. While
         `lr_schedule` keeps that rate at the configured one, they run exactly as under a Trainer;
-        one that varies it over rounds cannot be composed with every scheduler (many compute their
-        rates from the one they were built with), so the two together are refused before any
-        work."""
+        one that varies it over rounds or with the evaluations cannot be composed with every
+        scheduler (many compute their rates from the one they were built with), so the two
+        together are refused before any work."""
         if not optimization.schedulers:
             return
+        varies = self.how_the_rate_varies()
+        if varies is not None:
+            kind = type(optimization.schedulers[0].scheduler).__name__
+            raise ConfigError(
+                f"the model's configure_optimizers() returns an lr scheduler ({kind}) and "
+                f"lr_schedule={type(self.lr_schedule).__name__.lower()} varies the local rate "
+                f"{varies}; use one of them: lr_schedule=constant, or a model without lr scheduler"
+            )
+
+    def how_the_rate_varies(self) -> str | None:
+        """How the schedule varies the local rate, in words (None: it keeps the configured one):
+        with the evaluations, or over rounds (the first round whose rate differs)."""
         schedule = self.lr_schedule
+        if schedule.reads_evaluations:
+            return "with the server's evaluations"
         for round_index in range(1, self.settings.fl.rounds + 1):
             ctx = self.federation.round(round_index)
-            lrs = [schedule(ctx, base) for base in self.base_lrs]
+            lrs = [schedule(ctx, base, ()) for base in self.base_lrs]
             if lrs != self.base_lrs:
-                kind = type(optimization.schedulers[0].scheduler).__name__
-                raise ConfigError(
-                    f"the model's configure_optimizers() returns an lr scheduler ({kind}) and "
-                    f"lr_schedule={type(schedule).__name__.lower()} varies the local rate over "
-                    f"rounds (round {round_index}: {lrs[0]:g}); use one of them: "
-                    "lr_schedule=constant, or a model without lr scheduler"
-                )
+                return f"over rounds (round {round_index}: {lrs[0]:g})"
+        return None
+
+    def round_lrs(self, round_index: int) -> tuple[float, ...]:
+        """The clients' rate per parameter group in round `round_index`: the schedule's, given
+        the rows of the rounds evaluated so far. Only the main worker evaluates: where the rate
+        reads the evaluations, the others take its rates."""
+        ctx, history = self.federation.round(round_index), self.history
+        done = evaluated(history.rows, history.split)
+        lrs = tuple(self.lr_schedule(ctx, base, done) for base in self.base_lrs)
+        return self.workers.broadcast(lrs) if self.lr_schedule.reads_evaluations else lrs
 
     @abstractmethod
     def run_round(self, round_index: int) -> RoundStats:

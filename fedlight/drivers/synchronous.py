@@ -160,8 +160,7 @@ class FederatedLoop(Driver):
         pool.reset()
         seen = Population(self.stage_states[self.selection.name], pool, self.server.weights)
         clients = self.selection.select(before, self.settings.fl.clients_per_round, seen)
-        lrs = tuple(self.lr_schedule(before, base) for base in self.base_lrs)
-        ctx = self.federation.round(round_index, tuple(clients), lrs)
+        ctx = self.federation.round(round_index, tuple(clients), self.round_lrs(round_index))
         probe = self.probe_cost(pool)  # the selector's questions before anybody trained
         # A client without data takes no step and sends nothing: it is left out of the round.
         participants = self.algorithm.participants(ctx, self.client_indices)

@@ -486,8 +486,9 @@ def scheduler_of(entry: Any) -> Scheduler:
     ):
         raise ConfigError(
             f"model: configure_optimizers() returned a {kind}, which needs a monitored value that "
-            "a client's local training does not produce; use a scheduler on steps or epochs "
-            "(e.g. StepLR), or fedlight's lr_schedule group for a rate per round"
+            "a client's local training does not produce; use lr_schedule=plateau (the same rule "
+            "per round, on the server's evaluation), or a scheduler on steps or epochs (e.g. "
+            "StepLR)"
         )
     if interval not in ("epoch", "step"):
         raise ConfigError(

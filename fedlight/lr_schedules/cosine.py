@@ -11,11 +11,13 @@ change fl.rounds.
 """
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
 from fedlight.core.context import RoundContext
 from fedlight.core.errors import require
+from fedlight.loggers.base import MetricsRow
 from fedlight.lr_schedules.base import LRSchedule
 
 
@@ -32,7 +34,9 @@ class Cosine(LRSchedule):
         )
         require(self.min_lr >= 0, f"lr_schedule.min_lr={self.min_lr} must be >= 0")
 
-    def __call__(self, ctx: RoundContext, base_lr: float) -> float:
+    def __call__(
+        self, ctx: RoundContext, base_lr: float, evaluations: Sequence[MetricsRow]
+    ) -> float:
         r, warmup = ctx.round_index, self.warmup_rounds
         if r <= warmup:
             return base_lr * r / warmup

@@ -10,10 +10,12 @@ the text describes.) `min_lr`/`max_lr` give absolute bounds instead, Smith's bas
 for every parameter group alike.
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from fedlight.core.context import RoundContext
 from fedlight.core.errors import ConfigError, require
+from fedlight.loggers.base import MetricsRow
 from fedlight.lr_schedules.base import LRSchedule
 
 
@@ -41,7 +43,9 @@ class Cyclic(LRSchedule):
                 f"lr_schedule.max_lr={self.max_lr} must be >= lr_schedule.min_lr={self.min_lr}",
             )
 
-    def __call__(self, ctx: RoundContext, base_lr: float) -> float:
+    def __call__(
+        self, ctx: RoundContext, base_lr: float, evaluations: Sequence[MetricsRow]
+    ) -> float:
         low = base_lr if self.min_lr is None else self.min_lr
         high = 2 * base_lr if self.max_lr is None else self.max_lr
         half = self.cycle_length / 2

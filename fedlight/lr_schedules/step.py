@@ -7,10 +7,12 @@ Default: halve every 30 rounds. ResNet's × 0.1 suits hundreds of epochs; a fede
 to hundreds of rounds, and × 0.1 twice would leave most of it at 1% of the rate.
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from fedlight.core.context import RoundContext
 from fedlight.core.errors import require
+from fedlight.loggers.base import MetricsRow
 from fedlight.lr_schedules.base import LRSchedule
 
 
@@ -23,5 +25,7 @@ class Step(LRSchedule):
         require(0 < self.gamma <= 1, f"lr_schedule.gamma={self.gamma} must be in (0, 1]")
         require(self.step_rounds >= 1, f"lr_schedule.step_rounds={self.step_rounds} must be >= 1")
 
-    def __call__(self, ctx: RoundContext, base_lr: float) -> float:
+    def __call__(
+        self, ctx: RoundContext, base_lr: float, evaluations: Sequence[MetricsRow]
+    ) -> float:
         return base_lr * self.gamma ** ((ctx.round_index - 1) // self.step_rounds)
