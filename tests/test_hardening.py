@@ -29,11 +29,11 @@ from fedlight.runs import run_dir
 from fedlight.runs.experiment import (
     DivergenceError,
     Job,
-    comparable_config,
     resumed_checkpoint,
     run_job,
     warn_of_empty_clients,
 )
+from fedlight.runs.same_config import comparable_config
 from fedlight.store.checkpoint import load_checkpoint
 from fedlight.store.run_files import CHECKPOINT_NAME
 
@@ -64,9 +64,10 @@ def assert_one_line(stderr: str, pattern: str) -> None:
 
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A finished 3-round TINY run with eval.every=2 (rows 2 and 3) and its checkpoint."""
+    """A finished 3-round TINY run with eval.every=2 (rows 2 and 3) and its checkpoint, on one
+    worker as `make_job`'s runs it is compared with (another worker count rounds otherwise)."""
     directory = tmp_path_factory.mktemp("finished") / "run"
-    cfg = compose_config([*TINY, "fl.rounds=3", "eval.every=2"])
+    cfg = compose_config([*TINY, "fl.rounds=3", "eval.every=2", "fl.workers=1"])
     choices = group_choices(cfg, cfg.hydra.runtime.choices)
     with open_dict(cfg):
         del cfg["hydra"]

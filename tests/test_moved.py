@@ -7,7 +7,7 @@ import pytest
 
 from fedlight.core.errors import ConfigError
 from fedlight.core.moved import current_path
-from fedlight.runs.experiment import comparable_config
+from fedlight.runs.same_config import comparable_config
 from tests.helpers.commands import validate_command_line
 
 from .conftest import REPO, run_cli

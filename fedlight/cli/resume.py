@@ -15,8 +15,9 @@ from hydra.errors import OverrideParseException
 from fedlight.cli.jobs import Command, given_value
 from fedlight.core.errors import ConfigError, one_line, require
 from fedlight.reports.model import plural
-from fedlight.runs.experiment import RESUME_FREE_KEYS, Job, comparable_config, first_difference
+from fedlight.runs.experiment import Job
 from fedlight.runs.resume import Decision, decide
+from fedlight.runs.same_config import RESUME_FREE_KEYS, comparable_config, first_difference
 
 
 def resume_decision(job: Job, output_dir: Path) -> Decision:

@@ -2,7 +2,7 @@
 
 A config's `_target_` that names an old path is refused in one line naming the new one
 (`fedlight.cli.job`); a resumed run recorded with old paths compares equal to its new config
-(`fedlight.runs.experiment.comparable_config`). Nothing is importable under an old path.
+(`fedlight.runs.same_config.comparable_config`). Nothing is importable under an old path.
 """
 
 from typing import Any

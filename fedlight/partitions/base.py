@@ -36,7 +36,7 @@ class Partition(ABC):
     client_test_fraction: float = 0.0  # share of each client's examples held out, per label
     # share of each client's examples held out, per label, as its local validation part
     client_validation_fraction: float = 0.0
-    # what a checkpoint written before a setting existed ran with (`experiment.value_before`)
+    # what a checkpoint written before a setting existed ran with (`same_config.value_before`)
     settings_before: ClassVar[dict[str, Any]] = {"client_validation_fraction": 0.0}
 
     def __post_init__(self) -> None:

@@ -63,7 +63,7 @@ from optuna.trial import FrozenTrial, Trial, TrialState
 from fedlight.core.errors import ConfigError, one_line, require
 from fedlight.core.settings import OBJECTIVES
 from fedlight.reports.study_report import AFRESH, journal_storage, study_read
-from fedlight.runs.experiment import RESUME_FREE_KEYS
+from fedlight.runs.same_config import RESUME_FREE_KEYS
 from fedlight.runs.tuned import RESULTS_FILE
 from fedlight.store.files import write_text
 from fedlight.store.run_files import JOURNAL_FILE, SAMPLER_FILE, STUDY_FILE, STUDY_NAME
