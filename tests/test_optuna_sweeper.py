@@ -31,13 +31,13 @@ from fedlight.runs.optuna_sweeper import (
     continued_sampler,
     directions,
     distribution,
-    keep_sampler,
     legacy_record,
     objectives,
     search_record,
     trial_overrides,
 )
 from fedlight.runs.resume import resume_command
+from fedlight.runs.sampler_state import keep_sampler
 from fedlight.runs.tuned import tuned_command
 from fedlight.store.run_files import JOURNAL_FILE, SAMPLER_FILE, STUDY_FILE
 from fedlight.store.sweeps import JobStatus, job_state, sweep_states

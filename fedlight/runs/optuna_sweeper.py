@@ -38,11 +38,10 @@ import math
 import re
 import sys
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import optuna
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override, Transformer
@@ -64,6 +63,7 @@ from fedlight.core.errors import ConfigError, one_line, require
 from fedlight.core.settings import OBJECTIVES
 from fedlight.reports.study_report import AFRESH, journal_storage, study_read
 from fedlight.runs.same_config import RESUME_FREE_KEYS
+from fedlight.runs.sampler_state import keep_sampler, restore_sampler
 from fedlight.runs.tuned import RESULTS_FILE
 from fedlight.store.files import write_text
 from fedlight.store.run_files import JOURNAL_FILE, SAMPLER_FILE, STUDY_FILE, STUDY_NAME
@@ -440,92 +440,7 @@ def study_storage(given: Any, sweep_dir: Path) -> tuple[Any, str]:
     )
 
 
-# The sampler's state, kept as numbers ----------------------------------------------------------
-
-
-def random_states(sampler: Any) -> Iterator[tuple[str, Any]]:
-    """Each numpy random generator (RandomState, Generator) in `sampler` (its random sampler's
-    too), by its attribute path: all of a sampler's state that its storage does not hold (TPE,
-    random, NSGA-II, GP, QMC, and CMA-ES, whose search state Optuna keeps in the storage)."""
-    seen: set[int] = set()
-
-    def walk(obj: Any, path: str) -> Iterator[tuple[str, Any]]:
-        if id(obj) in seen:
-            return
-        seen.add(id(obj))
-        if isinstance(obj, np.random.RandomState | np.random.Generator):
-            yield path, obj
-        elif type(obj).__name__ == "LazyRandomState":  # made on first use: made now
-            yield from walk(obj.rng, f"{path}.rng")
-        elif isinstance(obj, dict):
-            for key, item in obj.items():
-                yield from walk(item, f"{path}[{key!r}]")
-        elif isinstance(obj, list | tuple):
-            for index, item in enumerate(obj):
-                yield from walk(item, f"{path}[{index}]")
-        elif type(obj).__module__.startswith("optuna") and hasattr(obj, "__dict__"):
-            for key, item in vars(obj).items():
-                yield from walk(item, f"{path}.{key}")
-
-    yield from walk(sampler, "")
-
-
-def as_json(value: Any) -> Any:
-    if isinstance(value, np.ndarray):
-        return {"array": value.tolist(), "dtype": str(value.dtype)}
-    if isinstance(value, dict):
-        return {k: as_json(v) for k, v in value.items()}
-    if isinstance(value, np.generic):
-        return value.item()
-    return value
-
-
-def from_json(value: Any) -> Any:
-    if isinstance(value, dict) and set(value) == {"array", "dtype"}:
-        return np.asarray(value["array"], dtype=np.dtype(value["dtype"]))
-    if isinstance(value, dict):
-        return {k: from_json(v) for k, v in value.items()}
-    return value
-
-
-def sampler_state(sampler: Any) -> dict[str, Any]:
-    states = {}
-    for path, rng in random_states(sampler):
-        state = (
-            rng.get_state(legacy=False)
-            if isinstance(rng, np.random.RandomState)
-            else rng.bit_generator.state
-        )
-        states[path] = as_json(state)
-    return {"sampler": type(sampler).__qualname__, "random_states": states}
-
-
-def keep_sampler(sampler: optuna.samplers.BaseSampler, path: Path) -> None:
-    """The sampler's random states after a draw, as JSON numbers, written atomically and never
-    through a link (fedlight's writer: the sweep directory may be writable by others)."""
-    write_text(path, json.dumps(sampler_state(sampler)))
-
-
-def restore_sampler(sampler: Any, kept: Any) -> None:
-    """`sampler` (built from the configuration) given the random states `kept`; an error where
-    `kept` is not the state of a sampler of its kind."""
-    require(isinstance(kept, dict), "not a JSON object")
-    require(
-        kept.get("sampler") == type(sampler).__qualname__,
-        f"it was a {kept.get('sampler')}",
-    )
-    states = kept.get("random_states")
-    generators = dict(random_states(sampler))
-    require(
-        isinstance(states, dict) and set(states) == set(generators),
-        "its random generators are not this sampler's",
-    )
-    for path, rng in generators.items():
-        state = from_json(states[path])
-        if isinstance(rng, np.random.RandomState):
-            rng.set_state(state)
-        else:
-            rng.bit_generator.state = state
+# The sampler's state, kept as numbers (`fedlight.runs.sampler_state`) --------------------------
 
 
 def continued_sampler(configured: optuna.samplers.BaseSampler, path: Path) -> Any:
