@@ -50,6 +50,14 @@ HYDRA_GROUPS = {
         "where a sweep's jobs run: without a choice Hydra's basic launcher runs them one after "
         "another, `joblib` (Hydra's plugin) in parallel on one machine; fedlight's options below"
     ),
+    "hydra/sweeper": (
+        "what a `-m` command runs: without a choice Hydra's basic sweeper runs every combination "
+        "of the listed values; `optuna` searches them in a study (docs/tuning.md)"
+    ),
+    "hydra/sweeper/sampler": (
+        "the Optuna sampler of `hydra/sweeper=optuna` (Optuna's samplers under "
+        "hydra-optuna-sweeper's names); its settings as `hydra.sweeper.sampler.<setting>`"
+    ),
 }
 # The top-level keys of conf/config.yaml that are neither run settings nor config groups.
 NOT_SETTINGS = ("defaults", "hydra")

@@ -21,6 +21,7 @@ from types import SimpleNamespace
 import optuna
 import pytest
 import yaml
+from omegaconf import OmegaConf
 
 from fedlight.cli.validate import group_options
 from fedlight.core.errors import ConfigError
@@ -248,15 +249,73 @@ def test_a_trial_of_several_objectives_takes_its_values_from_its_summary(
     assert (state.name, values) == expected
 
 
-def test_a_grid_sampler_and_hydra_1_1s_search_space_are_refused_in_one_line() -> None:
-    import functools
+def sweeper_config(*overrides: str) -> dict:
+    """`hydra.sweeper` as fedlight's YAMLs compose it with these overrides (the sampler unbuilt,
+    as the sweeper receives it)."""
+    from hydra import compose, initialize_config_dir
 
+    from fedlight.cli.schema import CONF_DIR, register_configs
+
+    register_configs()
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        config = compose("config", ["hydra/sweeper=optuna", *overrides], return_hydra_config=True)
+    return OmegaConf.to_container(config.hydra.sweeper, resolve=True)  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [
+        ("tpe", optuna.samplers.TPESampler),
+        ("motpe", optuna.samplers.TPESampler),
+        ("random", optuna.samplers.RandomSampler),
+        ("cmaes", optuna.samplers.CmaEsSampler),
+        ("nsgaii", optuna.samplers.NSGAIISampler),
+        ("nsgaiii", optuna.samplers.NSGAIIISampler),
+        ("qmc", optuna.samplers.QMCSampler),
+        ("gp", optuna.samplers.GPSampler),
+    ],
+)
+def test_each_sampler_yaml_builds_its_optuna_sampler_with_the_sweepers_seed(
+    name: str, kind: type
+) -> None:
+    """Every `hydra/sweeper/sampler=<name>` names arguments the installed optuna takes, and the
+    sweeper's `sampler.seed: 0` (and a user's setting) reaches the sampler."""
+    from fedlight.runs.optuna_sweeper import built_sampler
+
+    config = sweeper_config(f"hydra/sweeper/sampler={name}", "hydra.sweeper.sampler.seed=7")
+    assert config["_recursive_"] is False and config["sampler"]["seed"] == 7
+    assert type(built_sampler(config["sampler"])) is kind
+    assert sweeper_config(f"hydra/sweeper/sampler={name}")["sampler"]["seed"] == 0
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("hydra.sweeper.n_trials=many", r"^hydra\.sweeper\.n_trials='many' must be an integer$"),
+        ("hydra.sweeper.max_failure_rate=x", r"^hydra\.sweeper\.max_failure_rate='x' must be a nu"),
+        (
+            "hydra.sweeper.sampler.n_startup_trials=ten",
+            r"^hydra\.sweeper\.sampler\.n_startup_trials='ten' must be a number, a boolean",
+        ),
+        ("+hydra.sweeper.sampler.warp=1", r"^hydra\.sweeper\.sampler: .*warp"),
+    ],
+)
+def test_a_sweeper_setting_of_the_wrong_type_is_one_line(override: str, message: str) -> None:
+    """YAML types nothing: the sweeper checks its settings and the sampler's as it starts."""
     from fedlight.runs.optuna_sweeper import StudySweep
 
-    grid = {"sampler": functools.partial(optuna.samplers.GridSampler), "search_space": None}
+    with pytest.raises(ConfigError, match=message) as refused:
+        StudySweep(sweeper_config(override), None, None, None)  # type: ignore[arg-type]
+    assert "\n" not in str(refused.value)
+
+
+def test_a_grid_sampler_and_hydra_1_1s_search_space_are_refused_in_one_line() -> None:
+    from fedlight.runs.optuna_sweeper import StudySweep
+
+    grid = sweeper_config("hydra/sweeper/sampler=grid")
     with pytest.raises(ConfigError, match=r"sampler=grid: a grid is Hydra's basic sweeper"):
         StudySweep(grid, None, None, None)  # type: ignore[arg-type]
-    old = {"sampler": None, "search_space": {"optim.lr": {"type": "float"}}}
+    old = {"sampler": {}, "search_space": {"optim.lr": {"type": "float"}}}
     with pytest.raises(ConfigError, match=r"search_space is Hydra 1\.1's form; .*params"):
         StudySweep(old, None, None, None)  # type: ignore[arg-type]
 

@@ -5,7 +5,6 @@ sweeper's body, `fedlight.runs.optuna_sweeper`, which Hydra hands the sweep's co
 composed by Hydra and run; `jobs.py`: a command's jobs; `validate.py`: the command line's checks;
 `schema.py`: the config groups, stage kinds and Hydra schema, registered as the command starts;
 `job.py` and `build.py`: a composed config into a typed `Job` and the round's stages;
-`resume.py`: `resume=`; `output.py`: what a job writes and says; `optuna_configs.py`: the Optuna
-sweeper's configs. It may import every layer below it, and only the Hydra plugins
-(`hydra_plugins/`) import it.
+`resume.py`: `resume=`; `output.py`: what a job writes and says. It may import every layer
+below it, and only the Hydra plugins (`hydra_plugins/`) import it.
 """

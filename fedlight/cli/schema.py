@@ -12,9 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
-from hydra.core.plugins import Plugins
 
-from fedlight.cli.optuna_configs import register_config as register_optuna_config
 from fedlight.core.errors import ConfigError, require
 from fedlight.core.settings import DataSettings, FLSettings, RunSettings
 from fedlight.core.stage_kinds import ENTRY_POINTS as STAGE_KINDS_ENTRY_POINTS
@@ -194,10 +192,7 @@ def register_schema() -> None:
 
 def register_configs() -> None:
     """What the command registers as it starts: the installed packages' stage kinds (a kind
-    named like a key of fedlight's is a one-line ConfigError), fedlight's schema, and its Hydra
-    plugins' configs over Hydra's (after Hydra's plugin scan, which runs once per process and
-    stores theirs)."""
+    named like a key of fedlight's is a one-line ConfigError) and fedlight's schema (the Optuna
+    sweeper's configs are YAML in fedlight/conf/hydra/sweeper)."""
     register_stage_kinds()
     register_schema()
-    Plugins.instance()
-    register_optuna_config()

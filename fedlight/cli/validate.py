@@ -223,7 +223,6 @@ PLUGIN_EXTRAS = {
     "hydra/launcher/ray_aws": "ray",
     "hydra/launcher/submitit_slurm": "slurm",
     "hydra/launcher/submitit_local": "slurm",
-    "hydra/sweeper/optuna": "optuna",
 }
 
 

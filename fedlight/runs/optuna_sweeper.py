@@ -32,8 +32,8 @@ fedlight's plugin (`hydra_plugins.fedlight_optuna`) the study:
   space or other objectives in the same storage, or of other `fl.rounds`.
 """
 
-import functools
 import json
+import logging
 import math
 import re
 import sys
@@ -69,6 +69,8 @@ from fedlight.store.files import write_text
 from fedlight.store.run_files import JOURNAL_FILE, SAMPLER_FILE, STUDY_FILE, STUDY_NAME
 from fedlight.store.sweeps import JobStatus, job_state
 
+# The settings of the samplers' YAMLs (fedlight/conf/hydra/sweeper/sampler) that take text
+SAMPLER_TEXT_SETTINGS = {"_target_", "qmc_type"}
 NOTES = "notes"  # the study's user attribute: what happened to each trial, by its number
 
 
@@ -83,6 +85,9 @@ class StudySweep:
         config: DictConfig,
     ) -> None:
         optuna.logging.set_verbosity(optuna.logging.WARNING)  # fedlight says what it does
+        # alembic (Optuna's SQL storage) says at INFO how it sets a new database up: seven lines
+        # in Hydra's log format that tell a user nothing
+        logging.getLogger("alembic").setLevel(logging.WARNING)
         settings = {k: plain(v) for k, v in settings.items()}
         require(
             settings.get("search_space") is None,
@@ -90,19 +95,10 @@ class StudySweep:
             "hydra.sweeper.params, e.g. "
             "hydra.sweeper.params.optim.lr='tag(log,interval(0.01,0.3))'",
         )
-        self.sampler = settings["sampler"]
-        if isinstance(self.sampler, functools.partial):  # sampler=grid: built from the space
-            self.sampler = self.sampler.func
-        if self.sampler is optuna.samplers.GridSampler or isinstance(
-            self.sampler, optuna.samplers.GridSampler
-        ):
-            raise ConfigError(
-                "hydra/sweeper=optuna with sampler=grid: a grid is Hydra's basic sweeper; drop "
-                "hydra/sweeper=optuna and list the values (optim.lr=0.01,0.03,0.1)"
-            )
-        self.n_trials = int(settings["n_trials"])
-        self.n_jobs = int(settings["n_jobs"])
-        self.max_failure_rate = float(settings["max_failure_rate"])
+        self.sampler = built_sampler(settings["sampler"])
+        self.n_trials = typed(settings, "n_trials", int)
+        self.n_jobs = typed(settings, "n_jobs", int)
+        self.max_failure_rate = float(typed(settings, "max_failure_rate", float))
         require(
             0.0 <= self.max_failure_rate <= 1.0,
             f"hydra.sweeper.max_failure_rate={self.max_failure_rate} must be from 0 to 1",
@@ -265,6 +261,36 @@ class StudySweep:
             return TrialState.FAIL, None, f"{why} (a failed trial: {unbounded[0]} has no worst)"
         given = ", ".join(f"{o}, {w}" for o, w in zip(self.objectives, worst, strict=True))
         return TrialState.COMPLETE, worst, f"{why}: given the worst {given}"  # type: ignore[return-value]
+
+
+def built_sampler(config: dict[str, Any]) -> optuna.samplers.BaseSampler:
+    """The sampler of `hydra/sweeper/sampler=<name>` with its settings; a setting its constructor
+    refuses, or a grid (Hydra's basic sweeper's job), is one line."""
+    if config.get("_target_") == "optuna.samplers.GridSampler":
+        raise ConfigError(
+            "hydra/sweeper=optuna with sampler=grid: a grid is Hydra's basic sweeper; drop "
+            "hydra/sweeper=optuna and list the values (optim.lr=0.01,0.03,0.1)"
+        )
+    for key, value in config.items():
+        require(
+            not isinstance(value, str) or key in SAMPLER_TEXT_SETTINGS,
+            f"hydra.sweeper.sampler.{key}={value!r} must be a number, a boolean or null",
+        )
+    try:
+        return instantiate(config)
+    except Exception as error:  # noqa: BLE001 - the sampler's own refusal, whatever its type
+        raise ConfigError(f"hydra.sweeper.sampler: {one_line(error)}") from None
+
+
+def typed(settings: dict[str, Any], key: str, kind: type) -> Any:
+    """`hydra.sweeper.<key>` of its type (YAML types nothing; an int is a float too)."""
+    value = settings[key]
+    kinds = (int, float) if kind is float else (kind,)
+    require(
+        isinstance(value, kinds) and not isinstance(value, bool),
+        f"hydra.sweeper.{key}={value!r} must be {'an integer' if kind is int else 'a number'}",
+    )
+    return value
 
 
 def plain(value: Any) -> Any:

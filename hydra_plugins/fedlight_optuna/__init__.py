@@ -12,13 +12,15 @@ multi-objective study).
 
 Hydra instantiates plugins only from the `hydra_plugins` namespace and imports every module in it
 at start-up, so this one is light (the sweeper's work, and optuna, load when a sweep sets it up).
-Its configs (fedlight/cli/optuna_configs.py) are stored by fedlight's entry point once Hydra's
-plugin scan (which runs every plugin module, in an order of the search path's making) is done, so
-that they replace those of another Optuna sweeper installed beside fedlight under the same names.
+Its configs are YAML in fedlight/conf/hydra/sweeper (`optuna.yaml`, `sampler/*.yaml`), found
+before another Optuna sweeper's of the same names (fedlight's folder comes first in Hydra's search
+path); the sampler's config reaches the sweeper unbuilt (`_recursive_: false`), which checks the
+settings' types and builds it once optuna is known to be installed.
 This plugin is the top of fedlight's layers: it imports fedlight, and nothing of fedlight imports
 it.
 """
 
+import importlib.util
 from collections.abc import Callable
 from typing import Any
 
@@ -37,6 +39,8 @@ class FedlightOptunaSweeper(Sweeper):
     def setup(
         self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
     ) -> None:
+        if importlib.util.find_spec("optuna") is None:
+            refused_in_one_line(missing_optuna)
         from fedlight.runs.optuna_sweeper import StudySweep
 
         self.study = refused_in_one_line(
@@ -55,3 +59,11 @@ def refused_in_one_line(call: Callable[..., Any], *args: Any) -> Any:
         return call(*args)
     except ConfigError as error:
         fail(str(error), 2)
+
+
+def missing_optuna() -> None:
+    from fedlight.core.errors import ConfigError
+
+    raise ConfigError(
+        "hydra/sweeper=optuna needs optuna, which is not installed: pip install 'fedlight[optuna]'"
+    )
