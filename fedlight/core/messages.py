@@ -52,7 +52,7 @@ class LocalResult:
     # what the algorithm's callbacks measured during training (`LocalCallback.measured`)
     measured: StateDict = field(default_factory=dict)
     # what the module logged (`self.log`) in training: name → (weighted sum, weight), which add
-    # up over clients to the round's means (`fedlight.engines.lightning.TrainingLogs`)
+    # up over clients to the round's means (`fedlight.engines.module_logs.TrainingLogs`)
     logged: dict[str, tuple[float, float]] = field(default_factory=dict)
 
 

@@ -46,7 +46,7 @@ from fedlight.core.rng import Stream, numpy_generator
 from fedlight.core.tensors import StateDict, on_device
 from fedlight.drivers.base import Driver
 from fedlight.drivers.history import RoundStats
-from fedlight.engines.lightning import round_means
+from fedlight.engines.module_logs import round_means
 from fedlight.loggers.base import MetricsRow
 from fedlight.loggers.clients import logged_means
 from fedlight.round.server import Arrived, ServerRound

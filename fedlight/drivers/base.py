@@ -44,7 +44,7 @@ from fedlight.drivers.rows import NOT_EVALUATED, non_finite_loss, not_finite, ro
 from fedlight.drivers.workers import OneWorker, Workers
 from fedlight.engines import make_engine
 from fedlight.engines.base import Engine
-from fedlight.engines.lightning import Optimization, optimization_of
+from fedlight.engines.module_optim import Optimization, optimization_of
 from fedlight.loggers.base import RoundLogger, RoundProgress, SilentProgress, evaluated
 from fedlight.round.client import ClientPipeline
 from fedlight.round.stages import Stages

@@ -29,7 +29,7 @@ class RoundStats:
     every_update_rejected: bool = False  # clients trained, and none sent finite numbers
     virtual_seconds: float = 0.0  # how long the round lasted on the system's clock
     # what the client module logged in training (`self.log`), its mean over the round's local
-    # steps (weighted by examples, see fedlight.engines.lightning.TrainingLogs)
+    # steps (weighted by examples, see fedlight.engines.module_logs.TrainingLogs)
     logged: dict[str, float] = field(default_factory=dict)
     # one row per participant, for the loggers that show clients (fedlight.loggers.clients)
     clients: list[MetricsRow] = field(default_factory=list)

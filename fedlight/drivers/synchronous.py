@@ -36,7 +36,7 @@ from fedlight.core.tensors import StateDict
 from fedlight.drivers.base import Driver
 from fedlight.drivers.history import RoundStats
 from fedlight.engines.base import LocalTask
-from fedlight.engines.lightning import round_means
+from fedlight.engines.module_logs import round_means
 from fedlight.loggers.base import MetricsRow
 from fedlight.loggers.clients import logged_means, update_norm
 from fedlight.round.client import Received

@@ -22,7 +22,7 @@ from fedlight.core.rng import Stream, derive_seed
 from fedlight.core.settings import RunSettings
 from fedlight.core.tensors import StateDict
 from fedlight.data.base import TensorDataset
-from fedlight.engines.lightning import optimization_of
+from fedlight.engines.module_optim import optimization_of
 
 
 class LocalCallback:

@@ -9,13 +9,12 @@ counts once); a torchmetrics `Metric` object logged (`self.log("test_f1", self.f
 the module and computed once over the whole evaluation, then reset, as a Trainer computes it at the
 end of an epoch: the dataset-level value, not a mean of per-batch values. Every Metric of the module
 starts each evaluation empty and computes on this process's data alone
-(`fedlight.engines.lightning.local_metrics`). Their names become columns of metrics.csv. The split's
-accuracy and loss (`test_accuracy`, `test_loss`; `val_accuracy`, `val_loss`), where the step does
-not report them, are those of the built-in models for a classifier (mean cross-entropy and argmax
-accuracy of `forward`'s logits), and for a module that is no classifier (an autoencoder) its own
-`training_step` loss, with no accuracy (NaN). Per-client test sets evaluate through the same
-`evaluate` with another dataset, each client's evaluation with its own metrics.
-"""
+(`fedlight.engines.module_logs.local_metrics`). Their names become columns of metrics.csv. The
+split's accuracy and loss (`test_accuracy`, `test_loss`; `val_accuracy`, `val_loss`), where the step
+does not report them, are those of the built-in models for a classifier (mean cross-entropy and
+argmax accuracy of `forward`'s logits), and for a module that is no classifier (an autoencoder) its
+own `training_step` loss, with no accuracy (NaN). Per-client test sets evaluate through the same
+`evaluate` with another dataset, each client's evaluation with its own metrics."""
 
 import math
 from collections.abc import Callable
@@ -27,14 +26,8 @@ from torch import Tensor
 from torch.nn import functional as F  # noqa: N812
 
 from fedlight.core.tensors import StateDict
-from fedlight.engines.lightning import (
-    Logs,
-    as_number,
-    computed,
-    local_metrics,
-    logging_to,
-    overrides,
-)
+from fedlight.engines.lightning import overrides
+from fedlight.engines.module_logs import Logs, as_number, computed, local_metrics, logging_to
 from fedlight.engines.sequential import training_loss
 
 ACCURACY, LOSS = "test_accuracy", "test_loss"

@@ -21,15 +21,12 @@ from fedlight.core.rng import Stream
 from fedlight.core.settings import RunSettings
 from fedlight.data.base import TensorDataset
 from fedlight.engines.base import Engine, LocalCallback, LocalTask, batch_indices
-from fedlight.engines.lightning import (
-    Logs,
+from fedlight.engines.lightning import check_trainable
+from fedlight.engines.module_logs import Logs, TrainingLogs, local_metrics, logging_to
+from fedlight.engines.module_optim import (
     Optimization,
-    TrainingLogs,
-    check_trainable,
     clipping_by,
     clips_gradients,
-    local_metrics,
-    logging_to,
     optimization_of,
 )
 from fedlight.engines.trainer_standin import TrainerStandIn, standin_of

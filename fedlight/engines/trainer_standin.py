@@ -20,7 +20,8 @@ import torch
 from torch import nn
 
 from fedlight.core.errors import ConfigError
-from fedlight.engines.lightning import Offered, Scheduler
+from fedlight.engines.lightning import Offered
+from fedlight.engines.module_optim import Scheduler
 
 FIELDS = (
     "model",

@@ -52,7 +52,7 @@ from fedlight.core.settings import RunSettings
 from fedlight.core.tensors import StateDict
 from fedlight.data.base import TensorDataset
 from fedlight.engines.base import Engine, LocalCallback, LocalTask, batch_indices, num_local_steps
-from fedlight.engines.lightning import optimization_of
+from fedlight.engines.module_optim import optimization_of
 from fedlight.models.classifier import Classifier
 
 USE_SEQUENTIAL = "use fl.engine=sequential"
@@ -195,7 +195,7 @@ def clip_values(grads: StateDict, clip_val: float) -> StateDict:
     return {name: g.clamp(-clip_val, clip_val) for name, g in grads.items()}
 
 
-# `local.gradient_clip_algorithm` on stacked gradients (fedlight.engines.lightning.CLIPPERS,
+# `local.gradient_clip_algorithm` on stacked gradients (fedlight.engines.module_optim.clip,
 # functionally).
 CLIPPERS: dict[str, Callable[[StateDict, float], StateDict]] = {
     "norm": clip_norms,

@@ -48,13 +48,8 @@ from fedlight.core.settings import RunSettings
 from fedlight.core.tensors import StateDict
 from fedlight.data.base import TensorDataset
 from fedlight.engines.base import Engine, LocalTask, num_local_steps
-from fedlight.engines.lightning import (
-    Optimization,
-    TrainingLogs,
-    local_metrics,
-    logging_to,
-    optimization_of,
-)
+from fedlight.engines.module_logs import TrainingLogs, local_metrics, logging_to
+from fedlight.engines.module_optim import Optimization, optimization_of
 from fedlight.engines.sequential import SequentialEngine, training_loss
 from fedlight.engines.trainer_standin import standin_of
 from fedlight.stages.base import Plan, StageSetup
