@@ -60,7 +60,8 @@ from fedlight.data.base import TensorDataset
 from fedlight.data.fmnist import FashionMNIST
 from fedlight.engines.evaluator import Evaluator
 from fedlight.models.simple_cnn import SimpleCNN
-from fedlight.runs.experiment import Job, Loaded, run_job
+from fedlight.runs.experiment import Loaded, run_job
+from fedlight.runs.job import Job
 
 SEED = 0
 CLIENTS = 10

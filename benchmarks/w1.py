@@ -53,7 +53,8 @@ from fedlight.data.mnist import MNIST
 from fedlight.models.cnn import CNN
 from fedlight.models.mlp import MLP
 from fedlight.partitions.shards import Shards
-from fedlight.runs.experiment import Job, run_job
+from fedlight.runs.experiment import run_job
+from fedlight.runs.job import Job
 
 SEED = 0
 NUM_CLIENTS = 100

@@ -59,7 +59,8 @@ import fedlight.cli.schema
 from fedlight.core.settings import FLSettings, RunSettings
 from fedlight.data.mnist import MNIST
 from fedlight.drivers.workers import OneWorker, Workers
-from fedlight.runs.experiment import Job, run_job, run_worker
+from fedlight.runs.experiment import run_job, run_worker
+from fedlight.runs.job import Job
 from fedlight.runs.launch import spawn_workers
 
 WORKERS = 2

@@ -21,7 +21,8 @@ from fedlight.cli.schema import CONF_DIR, register_configs
 from fedlight.drivers.base import Driver
 from fedlight.drivers.synchronous import FederatedLoop
 from fedlight.loggers.base import is_timing
-from fedlight.runs.experiment import Job, run_job
+from fedlight.runs.experiment import run_job
+from fedlight.runs.job import Job
 
 register_configs()
 

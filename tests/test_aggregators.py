@@ -28,7 +28,7 @@ from fedlight.core.context import Federation
 from fedlight.core.errors import ConfigError
 from fedlight.core.messages import ClientUpload
 from fedlight.core.tensors import StateDict
-from fedlight.runs.experiment import Job
+from fedlight.runs.job import Job
 from tests.helpers.algorithms import aggregate as aggregate_uploads
 
 AGGREGATOR_YAMLS = sorted(p.stem for p in (Path(CONF_DIR) / "aggregator").glob("*.yaml"))

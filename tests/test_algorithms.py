@@ -20,7 +20,8 @@ from fedlight.core.errors import ConfigError
 from fedlight.core.messages import ClientUpload, LocalResult, ServerState
 from fedlight.core.tensors import StateDict
 from fedlight.models.mlp import MLP
-from fedlight.runs.experiment import Job, run_job
+from fedlight.runs.experiment import run_job
+from fedlight.runs.job import Job
 from fedlight.store.checkpoint import load_checkpoint
 from tests.helpers.algorithms import aggregate
 

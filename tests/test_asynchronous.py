@@ -18,7 +18,8 @@ from fedlight.core.context import Federation
 from fedlight.core.errors import ConfigError
 from fedlight.core.messages import ClientUpload, ServerState
 from fedlight.drivers.asynchronous import AsynchronousLoop
-from fedlight.runs.experiment import Job, run_job
+from fedlight.runs.experiment import run_job
+from fedlight.runs.job import Job
 from tests.conftest import TINY, rows_without_timings, run_killed_in_round
 
 FEDERATION = Federation(num_clients=4, trainable=frozenset({"w"}))

@@ -24,7 +24,8 @@ from fedlight.core.rng import Stream, derive_seed
 from fedlight.data.digits import Digits
 from fedlight.engines import make_engine
 from fedlight.engines.base import LocalTask
-from fedlight.runs.experiment import Job, run_job
+from fedlight.runs.experiment import run_job
+from fedlight.runs.job import Job
 from fedlight.stages.attacks.alie import ALIE, paper_z
 from fedlight.stages.attacks.gaussian import Gaussian
 from fedlight.stages.attacks.ipm import IPM

@@ -12,7 +12,8 @@ from fedlight.core.rng import Stream, derive_seed
 from fedlight.data.digits import Digits
 from fedlight.drivers.base import Clients
 from fedlight.drivers.synchronous import FederatedLoop
-from fedlight.runs.experiment import Job, run_job
+from fedlight.runs.experiment import run_job
+from fedlight.runs.job import Job
 from tests.helpers.drivers import evaluate, evaluate_model, train_client
 
 from .conftest import TINY, rows_without_timings, run_killed_in_round

@@ -18,7 +18,8 @@ import pytest
 
 from fedlight.core.errors import ConfigError
 from fedlight.loggers.tensorboard import TENSORBOARD_DIR
-from fedlight.runs.experiment import Job, run_job
+from fedlight.runs.experiment import run_job
+from fedlight.runs.job import Job
 from fedlight.store.run_files import LIGHTNING_CHECKPOINT_NAME
 from tests.conftest import TINY, run_cli
 

@@ -12,7 +12,8 @@ import torch
 
 from fedlight.core.errors import ConfigError
 from fedlight.core.tensors import StateDict
-from fedlight.runs.experiment import Job, run_job
+from fedlight.runs.experiment import run_job
+from fedlight.runs.job import Job
 from fedlight.store.checkpoint import load_checkpoint
 from fedlight.store.client_states import (
     CLIENT_STATES_DIR,

@@ -14,7 +14,8 @@ import torch
 from fedlight.core.context import Federation
 from fedlight.core.errors import ConfigError
 from fedlight.core.tensors import StateDict, nbytes
-from fedlight.runs.experiment import Job, resumed_checkpoint, run_job
+from fedlight.runs.experiment import resumed_checkpoint, run_job
+from fedlight.runs.job import Job
 from fedlight.stages.compression.randk import RandK
 from fedlight.stages.compression.topk import TopK, index_dtype
 from fedlight.stages.wire.base import UPLOAD, Payload, Wire

@@ -17,7 +17,8 @@ from torch import Tensor
 from fedlight.core.context import Federation, RoundContext
 from fedlight.core.errors import ConfigError
 from fedlight.core.tensors import StateDict, nbytes
-from fedlight.runs.experiment import Job, resumed_checkpoint, run_job
+from fedlight.runs.experiment import resumed_checkpoint, run_job
+from fedlight.runs.job import Job
 from fedlight.stages.compression.int8 import Int8
 from fedlight.stages.compression.packing import pack_bits, packed_size, unpack_bits
 from fedlight.stages.compression.qsgd import QSGD

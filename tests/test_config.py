@@ -8,7 +8,7 @@ import torch
 from fedlight.cli.schema import CONF_DIR, CONFIG_GROUPS
 from fedlight.cli.validate import group_options
 from fedlight.core.errors import ConfigError
-from fedlight.runs.experiment import Job
+from fedlight.runs.job import Job
 from tests.helpers.commands import validate_command_line
 
 OWN_SPLITS = Path(__file__).with_name("own_splits.json")  # 3 clients of digits examples

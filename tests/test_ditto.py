@@ -10,7 +10,8 @@ import torch
 
 from fedlight.core.errors import ConfigError
 from fedlight.core.rng import Stream, numpy_generator
-from fedlight.runs.experiment import Job, run_job
+from fedlight.runs.experiment import run_job
+from fedlight.runs.job import Job
 from tests.conftest import TINY, rows_without_timings, run_killed_in_round
 
 # Two clients, both in every round, one full-batch local step per training.

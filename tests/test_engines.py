@@ -26,7 +26,8 @@ from fedlight.engines.sequential import SequentialEngine
 from fedlight.engines.vectorized import VectorizedEngine
 from fedlight.models.classifier import Classifier
 from fedlight.models.mlp import MLP
-from fedlight.runs.experiment import Job, run_job
+from fedlight.runs.experiment import run_job
+from fedlight.runs.job import Job
 from fedlight.store.checkpoint import load_checkpoint
 from tests.helpers.commands import validate_command_line
 

@@ -428,7 +428,7 @@ def test_far_more_clients_than_examples_are_refused_before_setup(
         "more than 99% of the clients could never hold data or train; give fl.num_clients <= "
         "143800 (at most 1438, so that every client can hold an example)"
     )
-    monkeypatch.setattr("fedlight.runs.experiment.LARGE_FEDERATION", 10)
+    monkeypatch.setattr("fedlight.runs.federation.LARGE_FEDERATION", 10)
     args = [*TINY, "fl.rounds=1", f"hydra.run.dir={tmp_path / 'said'}"]
     code, err = run_exit(args, monkeypatch, capsys)
     assert code == 0

@@ -26,13 +26,9 @@ from fedlight.cli.job import build_job, group_choices
 from fedlight.core.errors import ConfigError
 from fedlight.drivers.synchronous import FederatedLoop
 from fedlight.runs import run_dir
-from fedlight.runs.experiment import (
-    DivergenceError,
-    Job,
-    resumed_checkpoint,
-    run_job,
-    warn_of_empty_clients,
-)
+from fedlight.runs.experiment import resumed_checkpoint, run_job
+from fedlight.runs.federation import warn_of_empty_clients
+from fedlight.runs.job import DivergenceError, Job
 from fedlight.runs.same_config import comparable_config
 from fedlight.store.checkpoint import load_checkpoint
 from fedlight.store.run_files import CHECKPOINT_NAME

@@ -22,7 +22,8 @@ from fedlight.loggers.mlflow import MLRUNS_DIR
 from fedlight.loggers.tensorboard import TENSORBOARD_DIR
 from fedlight.loggers.wandb import WandbLogger
 from fedlight.models.mlp import MLP
-from fedlight.runs.experiment import Job, run_job
+from fedlight.runs.experiment import run_job
+from fedlight.runs.job import Job
 from fedlight.runs.outputs import write_curves
 from fedlight.store.run_files import LIGHTNING_CHECKPOINT_NAME, MODEL_NAME
 

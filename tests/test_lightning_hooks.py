@@ -15,7 +15,8 @@ from torch.utils.data import DataLoader, TensorDataset
 from fedlight.core.errors import ConfigError
 from fedlight.core.settings import FLSettings, RunSettings
 from fedlight.data.digits import Digits
-from fedlight.runs.experiment import Job, build_module, run_job
+from fedlight.runs.experiment import build_module, run_job
+from fedlight.runs.job import Job
 from fedlight.runs.launch import spawn_workers
 from fedlight.store.checkpoint import load_checkpoint
 

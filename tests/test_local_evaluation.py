@@ -14,7 +14,8 @@ from fedlight.core.errors import ConfigError
 from fedlight.core.rng import Stream, numpy_generator
 from fedlight.engines.evaluator import ACCURACY, Evaluator
 from fedlight.partitions.dirichlet import Dirichlet
-from fedlight.runs.experiment import Job, run_job
+from fedlight.runs.experiment import run_job
+from fedlight.runs.job import Job
 from tests.conftest import TINY, rows_without_timings, run_killed_in_round
 
 LOCAL_TEST = [*TINY, "partition.client_test_fraction=0.3"]

@@ -27,7 +27,8 @@ from fedlight.lr_schedules.cyclic import Cyclic
 from fedlight.lr_schedules.exponential import Exponential
 from fedlight.lr_schedules.plateau import Plateau
 from fedlight.lr_schedules.step import Step
-from fedlight.runs.experiment import Job, resumed_checkpoint, run_job
+from fedlight.runs.experiment import resumed_checkpoint, run_job
+from fedlight.runs.job import Job
 from fedlight.store.checkpoint import load_checkpoint
 
 from .conftest import TINY, rows_without_timings, run_cli, run_killed_in_round

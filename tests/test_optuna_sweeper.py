@@ -27,18 +27,11 @@ from fedlight.cli.validate import group_options
 from fedlight.core.errors import ConfigError
 from fedlight.reports.cli import main as report_main
 from fedlight.reports.study_report import load_study
-from fedlight.runs.optuna_sweeper import (
-    consecutive,
-    continued_sampler,
-    directions,
-    distribution,
-    legacy_record,
-    objectives,
-    search_record,
-    trial_overrides,
-)
+from fedlight.runs.optuna_sweeper import consecutive, continued_sampler
 from fedlight.runs.resume import resume_command
 from fedlight.runs.sampler_state import keep_sampler
+from fedlight.runs.study_settings import directions, objectives
+from fedlight.runs.study_space import distribution, legacy_record, search_record, trial_overrides
 from fedlight.runs.tuned import tuned_command
 from fedlight.store.run_files import JOURNAL_FILE, SAMPLER_FILE, STUDY_FILE
 from fedlight.store.sweeps import JobStatus, job_state, sweep_states
@@ -280,7 +273,7 @@ def test_each_sampler_yaml_builds_its_optuna_sampler_with_the_sweepers_seed(
 ) -> None:
     """Every `hydra/sweeper/sampler=<name>` names arguments the installed optuna takes, and the
     sweeper's `sampler.seed: 0` (and a user's setting) reaches the sampler."""
-    from fedlight.runs.optuna_sweeper import built_sampler
+    from fedlight.runs.study_settings import built_sampler
 
     config = sweeper_config(f"hydra/sweeper/sampler={name}", "hydra.sweeper.sampler.seed=7")
     assert config["_recursive_"] is False and config["sampler"]["seed"] == 7
@@ -326,7 +319,8 @@ def suggest_momentum(config: object, trial: optuna.Trial) -> None:
 
 
 def test_custom_search_space_adds_its_parameters_to_each_trial() -> None:
-    from fedlight.runs.optuna_sweeper import StudySweep, search_space
+    from fedlight.runs.optuna_sweeper import StudySweep
+    from fedlight.runs.study_space import search_space
 
     sweep = object.__new__(StudySweep)
     sweep.custom, sweep.config = suggest_momentum, None

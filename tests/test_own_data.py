@@ -25,7 +25,8 @@ from fedlight.partitions.iid import IID
 from fedlight.partitions.label_quantity import LabelQuantity
 from fedlight.partitions.natural import Natural
 from fedlight.partitions.shards import Shards
-from fedlight.runs.experiment import Job, run_job
+from fedlight.runs.experiment import run_job
+from fedlight.runs.job import Job
 from tests.conftest import rows_without_timings, run_cli
 from tests.helpers.commands import validate_command_line
 from tests.own_data import CLASSES, WRITERS, ImagesOnly, TinyMNIST, Writers, writer_examples

@@ -11,7 +11,8 @@ import torch
 
 from fedlight.core.errors import ConfigError
 from fedlight.core.tensors import nbytes
-from fedlight.runs.experiment import Job, run_job
+from fedlight.runs.experiment import run_job
+from fedlight.runs.job import Job
 from tests.conftest import TINY, rows_without_timings, run_killed_in_round
 
 PERSONAL = [*TINY, "partition=label_quantity", "partition.client_test_fraction=0.3"]

@@ -24,7 +24,8 @@ from fedlight.data.digits import Digits
 from fedlight.drivers.base import Clients
 from fedlight.drivers.synchronous import FederatedLoop
 from fedlight.loggers.base import METRIC_COLUMNS, is_timing
-from fedlight.runs.experiment import Job, run_job
+from fedlight.runs.experiment import run_job
+from fedlight.runs.job import Job
 from fedlight.runs.launch import spawn_workers
 from fedlight.server_opt.adam import Adam
 from fedlight.stages.wire.base import DOWNLOAD, UPLOAD, Payload, Wire, WireTransform

@@ -25,7 +25,8 @@ from fedlight.core.tensors import detached_copy
 from fedlight.data.base import TensorDataset
 from fedlight.engines.base import Engine, LocalTask
 from fedlight.engines.sequential import SequentialEngine
-from fedlight.runs.experiment import Job, run_job
+from fedlight.runs.experiment import run_job
+from fedlight.runs.job import Job
 from fedlight.stages.privacy.accountant import CALIBRATION_TOLERANCE, ORDERS, PRV_EPS_ERROR, epsilon
 from fedlight.stages.privacy.adaptive_clip import AdaptiveClip
 from fedlight.stages.privacy.base import as_state, default_delta, update_norm

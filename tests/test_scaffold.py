@@ -25,7 +25,8 @@ from fedlight.drivers.base import Clients
 from fedlight.drivers.synchronous import FederatedLoop
 from fedlight.lr_schedules.constant import Constant
 from fedlight.round.stages import Stages
-from fedlight.runs.experiment import Job, run_job
+from fedlight.runs.experiment import run_job
+from fedlight.runs.job import Job
 from fedlight.stages.pool import ClientPool, ModelQuality
 from fedlight.stages.selection.base import Population, Selection
 from fedlight.stages.selection.random import RandomSelection

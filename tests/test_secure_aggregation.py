@@ -17,7 +17,8 @@ from fedlight.core.context import Federation, RoundContext
 from fedlight.core.errors import ConfigError
 from fedlight.core.messages import ClientUpload, LocalResult
 from fedlight.round.server import ServerRound
-from fedlight.runs.experiment import Job, run_job
+from fedlight.runs.experiment import run_job
+from fedlight.runs.job import Job
 from fedlight.stages.base import ClientStep, UploadStage
 from fedlight.stages.pool import ClientPool
 from fedlight.stages.privacy.base import as_state

@@ -17,7 +17,8 @@ from fedlight.core.context import Federation
 from fedlight.core.errors import ConfigError
 from fedlight.core.rng import Stream
 from fedlight.core.tensors import StateDict, nbytes
-from fedlight.runs.experiment import Job, run_job
+from fedlight.runs.experiment import run_job
+from fedlight.runs.job import Job
 from fedlight.runs.outputs import jain_index
 from fedlight.stages.pool import ClientPool, ModelQuality
 from fedlight.stages.selection.base import Population

@@ -11,7 +11,8 @@ import pytest
 
 from fedlight.cli import schema
 from fedlight.core.errors import ConfigError
-from fedlight.runs.experiment import Job, run_job
+from fedlight.runs.experiment import run_job
+from fedlight.runs.job import Job
 
 from .conftest import REPO, TINY, run_cli
 from .test_examples import ENTRY_POINT, installed

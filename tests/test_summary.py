@@ -14,7 +14,8 @@ import torch
 
 import fedlight
 from fedlight.loggers.base import MetricsRow
-from fedlight.runs.experiment import Job, run_job
+from fedlight.runs.experiment import run_job
+from fedlight.runs.job import Job
 from fedlight.runs.outputs import Chance, collapsed_at_round, never_left_chance
 from fedlight.store.checkpoint import load_checkpoint, save_checkpoint
 from fedlight.store.run_files import CHECKPOINT_NAME

@@ -15,7 +15,8 @@ from fedlight.core.context import Federation
 from fedlight.core.errors import ConfigError
 from fedlight.core.messages import ClientUpload
 from fedlight.core.rng import Stream, numpy_generator
-from fedlight.runs.experiment import Job, run_job
+from fedlight.runs.experiment import run_job
+from fedlight.runs.job import Job
 from fedlight.system.base import System
 from fedlight.system.homogeneous import Homogeneous
 from fedlight.system.lognormal import LogNormal

@@ -19,7 +19,9 @@ from fedlight.data.digits import Digits
 from fedlight.data.validation import split_validation, stratified_sample, validation_indices
 from fedlight.drivers.workers import OneWorker
 from fedlight.loggers.base import METRIC_COLUMNS
-from fedlight.runs.experiment import DivergenceError, Job, federation, run_job
+from fedlight.runs.experiment import run_job
+from fedlight.runs.federation import federation
+from fedlight.runs.job import DivergenceError, Job
 from fedlight.store.checkpoint import load_checkpoint
 from fedlight.store.run_files import CHECKPOINT_NAME
 from tests.helpers.commands import validate_command_line
@@ -121,7 +123,9 @@ def test_no_client_trains_or_tests_on_the_validation_set(
         ]
     )
     data = split_validation(job.data.load(), 0.2, job.settings.seed)
-    clients = federation(job, data, tmp_path, OneWorker(torch.device("cpu")))
+    clients = federation(
+        job.settings, job.partition, data, tmp_path, OneWorker(torch.device("cpu"))
+    )
     labels = digits.train_y.numpy()
     held = validation_indices(labels, 0.2, job.settings.seed)
     original = np.setdiff1d(np.arange(len(labels)), held)  # reduced index → the source's

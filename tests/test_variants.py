@@ -15,7 +15,8 @@ from fedlight.algorithms.scaffold import CONTROL, DELTA_C, DELTA_Y, Scaffold
 from fedlight.core.context import Federation
 from fedlight.core.errors import ConfigError
 from fedlight.core.messages import ServerState
-from fedlight.runs.experiment import Job, run_job
+from fedlight.runs.experiment import run_job
+from fedlight.runs.job import Job
 from fedlight.server_opt.adam import Adam
 from fedlight.stages.pool import ClientPool, ModelQuality
 from fedlight.stages.selection.base import Population

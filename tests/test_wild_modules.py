@@ -16,7 +16,8 @@ from torch.nn import functional as F  # noqa: N812
 
 from fedlight.core.errors import ConfigError
 from fedlight.data.digits import Digits
-from fedlight.runs.experiment import Job, run_job
+from fedlight.runs.experiment import run_job
+from fedlight.runs.job import Job
 from fedlight.store.checkpoint import load_checkpoint
 
 from . import wild_modules, wild_modules_pl

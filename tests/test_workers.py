@@ -25,7 +25,8 @@ from fedlight.drivers.workers import (
     rebuild,
     received,
 )
-from fedlight.runs.experiment import Job, run_job
+from fedlight.runs.experiment import run_job
+from fedlight.runs.job import Job
 from fedlight.runs.launch import spawn_workers
 from fedlight.store.checkpoint import load_checkpoint
 from fedlight.store.client_states import CLIENT_STATES_DIR, DiskClientStates

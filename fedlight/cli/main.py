@@ -42,11 +42,8 @@ from fedlight.drivers.workers import WorkerError
 from fedlight.loggers.base import job_name
 from fedlight.loggers.console import sweep_line
 from fedlight.runs import run_dir
-from fedlight.runs.experiment import (
-    DivergenceError,
-    Job,
-    run_job,
-)
+from fedlight.runs.experiment import run_job
+from fedlight.runs.job import DivergenceError, Job
 from fedlight.runs.launch import Terminated
 from fedlight.runs.resume import Decision
 from fedlight.store.client_states import ClientStateLostError

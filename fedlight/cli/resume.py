@@ -15,7 +15,7 @@ from hydra.errors import OverrideParseException
 from fedlight.cli.jobs import Command, given_value
 from fedlight.core.errors import ConfigError, one_line, require
 from fedlight.reports.model import plural
-from fedlight.runs.experiment import Job
+from fedlight.runs.job import Job
 from fedlight.runs.resume import Decision, decide
 from fedlight.runs.same_config import RESUME_FREE_KEYS, comparable_config, first_difference
 

@@ -7,7 +7,6 @@ same loop, and the main worker (rank 0) writes the run directory's files.
 
 import gc
 import json
-import math
 import os
 import sys
 from dataclasses import dataclass, replace
@@ -15,27 +14,23 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytorch_lightning as pl
 import torch
 
-from fedlight import command_seconds
-from fedlight.algorithms.base import Algorithm
 from fedlight.core.allocator import fix_mmap_threshold
 from fedlight.core.errors import ConfigError, require
 from fedlight.core.layout import LayoutChoice, layout_for
-from fedlight.core.rng import Stream, derive_seed, numpy_generator
+from fedlight.core.rng import Stream, derive_seed
 from fedlight.core.settings import FLSettings, RunSettings
-from fedlight.core.variants import resolved_variants
-from fedlight.data.base import DataError, DataSource, TensorDataset
+from fedlight.data.base import DataError, TensorDataset
 from fedlight.data.validation import split_validation
 from fedlight.drivers.asynchronous import AsynchronousLoop
-from fedlight.drivers.base import Clients, Driver
-from fedlight.drivers.history import STATE_KEYS, History
+from fedlight.drivers.base import Driver
+from fedlight.drivers.history import STATE_KEYS
 from fedlight.drivers.preemption import Preempted
 from fedlight.drivers.synchronous import FederatedLoop
 from fedlight.drivers.workers import OneWorker, Workers
-from fedlight.engines.lightning import ModelFactory, setup_module
+from fedlight.engines.lightning import setup_module
 from fedlight.engines.trainer_standin import TrainerStandIn, attach
 from fedlight.loggers.base import (
     RoundLogger,
@@ -45,13 +40,11 @@ from fedlight.loggers.base import (
     default_run_name,
 )
 from fedlight.loggers.console import ConsoleProgress
-from fedlight.lr_schedules.base import LRSchedule
-from fedlight.partitions.base import Partition
-from fedlight.round.stages import Stages
 from fedlight.runs.environment import float_environment, resumed_environment
 from fedlight.runs.export import write_model
+from fedlight.runs.federation import check_federation_size, federation
+from fedlight.runs.job import DivergenceError, Job, Ran
 from fedlight.runs.launch import (
-    Parallelism,
     in_process_group,
     join_workers,
     resolve_device,
@@ -59,79 +52,17 @@ from fedlight.runs.launch import (
     threads_of,
     workers_start_method,
 )
-from fedlight.runs.objective import ObjectiveCheck, objective_summary
+from fedlight.runs.objective import ObjectiveCheck
 from fedlight.runs.outputs import (
     Chance,
-    label_histogram,
-    participation_summary,
-    splits_summary,
-    summarize,
-    traffic_summary,
-    write_curves,
-    write_label_histogram,
-    write_local_accuracies,
-    write_participation,
 )
+from fedlight.runs.run_summary import write_summary
 from fedlight.runs.same_config import comparable_config, first_difference
-from fedlight.stages.selection.base import Selection
 from fedlight.store.checkpoint import load_checkpoint, resumable_checkpoint
 from fedlight.store.client_states import ClientStateLostError, check_state_files, client_state_store
-from fedlight.store.files import write_text
 from fedlight.store.run_files import CHECKPOINT_NAME, SUMMARY_NAME
 
 CHECKPOINT_KEYS = (*STATE_KEYS, "config", "rounds")
-EMPTY_CLIENTS_WARNED = 0.1  # the share of clients without data above which a run warns
-MAX_CLIENTS_PER_EXAMPLE = 100  # beyond it, > 99% of the clients are necessarily without data
-LARGE_FEDERATION = 100_000  # from this many clients on, setup says what it is doing
-
-
-class DivergenceError(RuntimeError):
-    """The run stopped at a round whose loss or weights were not finite (`fl.on_divergence`)."""
-
-
-@dataclass(frozen=True)
-class Ran:
-    """What the rounds leave for the summary: the history, the test set's chance accuracy, the
-    environment that decided the float results (the main worker's; empty on the others), how
-    many times the run was resumed and the privacy mechanism's record. Nothing of it holds the
-    data, released before the figures are drawn."""
-
-    history: History
-    chance: Chance
-    environment: dict[str, Any]
-    resumes: int
-    privacy: dict[str, Any]  # the privacy mechanism's own record (`Privacy.summary`)
-
-
-@dataclass
-class Job:
-    """A fully built experiment: what `fedlight.cli.job` makes out of the composed Hydra config."""
-
-    settings: RunSettings
-    data: DataSource
-    model: ModelFactory
-    partition: Partition
-    stages: Stages
-    loggers: list[RoundLogger]
-    choices: dict[str, str]
-    config: dict[str, Any]
-    sweep_group: str | None = None
-    name: str = ""  # the job's name in loggers that name runs (`job_name`); "": its directory's
-    derived_keys: frozenset[str] = frozenset()  # dotted keys whose value interpolates another
-    # what `fl.workers=auto` chose (None: settings.fl's workers and threads as given)
-    parallelism: Parallelism | None = None
-
-    @property
-    def algorithm(self) -> Algorithm:
-        return self.stages.algorithm
-
-    @property
-    def selection(self) -> Selection:
-        return self.stages.selection
-
-    @property
-    def lr_schedule(self) -> LRSchedule:
-        return self.stages.lr_schedule
 
 
 def resumed_checkpoint(
@@ -220,12 +151,6 @@ def loaded_once(job: Job) -> Job:
     return replace(job, data=Loaded(job.data.load()))
 
 
-def parallelism_of(job: Job) -> Parallelism:
-    """What `fl.workers=auto` chose, or the workers and threads the settings give."""
-    fl = job.settings.fl
-    return job.parallelism or Parallelism(fl.workers, fl.threads_per_worker)
-
-
 def stop_if_diverged(settings: RunSettings, summary: dict[str, Any], checkpoint: Path) -> None:
     """A run that diverged with `fl.on_divergence=stop` ends in a `DivergenceError` (its files are
     written: metrics.csv shows the round, `checkpoint` holds the last good one if the run
@@ -258,44 +183,6 @@ def warn_of_oversubscription(fl: FLSettings) -> None:
             f"fl.workers={fl.workers} = {threads} torch threads on the {cpus} CPUs this process "
             "may use: they share them, slower; lower fl.threads_per_worker unless you reproduce "
             "numbers computed with that many threads",
-            file=sys.stderr,
-            flush=True,
-        )
-
-
-def check_federation_size(
-    num_clients: int, examples: int, choices: dict[str, str], main: bool
-) -> None:
-    """Refuse more than MAX_CLIENTS_PER_EXAMPLE clients per training example: more than 99% of
-    them could never hold data or train, while setting them up takes time and memory linear in
-    their number (10^6 clients: 100 s and 1.9 GB on 2 cores; 10^7 sat in setup for minutes,
-    silently). Up to that, a large federation says what it is doing first (`main` worker)."""
-    require(
-        num_clients <= MAX_CLIENTS_PER_EXAMPLE * examples,
-        f"fl.num_clients={num_clients} but data={choices['data']} has {examples} training "
-        f"examples: more than {1 - 1 / MAX_CLIENTS_PER_EXAMPLE:.0%} of the clients could never "
-        f"hold data or train; give fl.num_clients <= {MAX_CLIENTS_PER_EXAMPLE * examples} (at most "
-        f"{examples}, so that every client can hold an example)",
-    )
-    if main and num_clients >= LARGE_FEDERATION:
-        print(
-            f"fedlight: setting up {num_clients:,} clients (partition, index sets, label "
-            "histogram; time and memory grow with fl.num_clients)",
-            file=sys.stderr,
-            flush=True,
-        )
-
-
-def warn_of_empty_clients(client_sets: list[np.ndarray]) -> None:
-    """One warning when the partition leaves more than EMPTY_CLIENTS_WARNED of the clients
-    without data: they are left out of every round that selects them (a round of only them keeps
-    the global model), so the effective clients per round is smaller than configured."""
-    empty = sum(1 for client_set in client_sets if len(client_set) == 0)
-    if empty > EMPTY_CLIENTS_WARNED * len(client_sets):
-        print(
-            f"fedlight: warning: the partition leaves {empty} of {len(client_sets)} clients "
-            f"without data ({empty / len(client_sets):.0%}); rounds leave them out: lower "
-            "fl.num_clients (or raise partition.min_samples where the partition has it)",
             file=sys.stderr,
             flush=True,
         )
@@ -361,7 +248,7 @@ def run_rounds(
         said = f"{chosen.layout.name} ({chosen.reason})"
         print(f"fedlight: fl.memory_format=auto: {said}", flush=True)
     module, data = chosen.layout.apply(module), replace(data, layout=chosen.layout)
-    clients = federation(job, data, output_dir, workers)
+    clients = federation(job.settings, job.partition, data, output_dir, workers)
     driver = AsynchronousLoop if job.stages.algorithm.asynchronous else FederatedLoop
     loop = driver(
         settings,
@@ -421,39 +308,6 @@ def split_labels(data: TensorDataset, split: str) -> torch.Tensor:
     return labels
 
 
-def federation(job: Job, data: TensorDataset, output_dir: Path, workers: Workers) -> Clients:
-    """The clients' examples: the partition of the training set, each client's local test part
-    held out of it (`partition.client_test_fraction`), then its local validation part
-    (`partition.client_validation_fraction`); the main worker draws its histogram."""
-    settings, device, partition = job.settings, workers.device, job.partition
-    labels = data.train_y.cpu().numpy()
-    client_sets, client_test_sets = partition.hold_out(
-        partition(
-            partition.keys(data),
-            settings.fl.num_clients,
-            numpy_generator(settings.seed, Stream.PARTITION),
-        ),
-        labels,
-        settings.seed,
-    )
-    client_sets, validation_sets = partition.hold_out_validation(client_sets, labels, settings.seed)
-    if workers.main:
-        histogram = label_histogram(client_sets, labels, data.num_classes)
-        write_label_histogram(output_dir, histogram)
-        warn_of_empty_clients(client_sets)
-    return Clients(
-        data,
-        index_tensors(client_sets, device),
-        None if client_test_sets is None else index_tensors(client_test_sets, device),
-        None if validation_sets is None else index_tensors(validation_sets, device),
-    )
-
-
-def index_tensors(sets: list[np.ndarray], device: torch.device) -> list[torch.Tensor]:
-    """Each client's example indices as a tensor on the run's device."""
-    return [torch.as_tensor(s, dtype=torch.int64, device=device) for s in sets]
-
-
 def run_environment(
     workers: Workers, loop: Driver, checkpoint: dict[str, Any] | None
 ) -> dict[str, Any]:
@@ -484,63 +338,3 @@ def build_module(job: Job, data: TensorDataset, device: torch.device) -> pl.Ligh
         "them; give the model at least one trainable layer",
     )
     return module
-
-
-def finite_or_null(summary: dict[str, Any]) -> dict[str, Any]:
-    """The summary as strict JSON: a value that is not finite (a diverged run's) is null."""
-    return {
-        key: None if isinstance(value, float) and not math.isfinite(value) else value
-        for key, value in summary.items()
-    }
-
-
-def variants_summary(algorithm: Algorithm) -> dict[str, Any]:
-    """`variants`: the reference variant of the algorithm and its server optimizer, with every
-    switch as it ran; absent when neither has variants."""
-    components = {"algo": algorithm, "server_opt": getattr(algorithm, "server_opt", None)}
-    variants = resolved_variants(components)
-    return {"variants": variants} if variants else {}
-
-
-def write_summary(
-    job: Job, output_dir: Path, ran: Ran, loggers: list[RoundLogger]
-) -> dict[str, Any]:
-    """summary.json and curves.png of a finished run; the loggers' last word."""
-    settings, history = job.settings, ran.history
-    numbers = (
-        summarize(
-            history.rows,
-            chance=ran.chance,
-            target_accuracy=settings.eval.target_accuracy,
-            total_bytes=history.bytes_up + history.bytes_down,
-            wall_seconds=history.wall_seconds,
-            client_seconds=history.client_seconds,
-            rounds=history.completed_rounds,
-            seed=settings.seed,
-            choices=job.choices,
-            split=settings.eval.split,
-        )
-        | participation_summary(history.participation)
-        | traffic_summary(history.bytes_up, history.bytes_to_target)
-    )
-    summary = finite_or_null(
-        numbers
-        | objective_summary(history.rows, settings.objective, numbers)
-        | splits_summary(numbers, settings.eval.split)
-        | {"diverged_at_round": history.diverged_at_round, "divergence": history.divergence}
-        | ({"stopped": history.stopped} if history.stopped else {})
-        | variants_summary(job.stages.algorithm)
-        | {"command_seconds": command_seconds()}
-        | {"parallelism": parallelism_of(job).summary()}
-        | {"environment": ran.environment, "resumes": ran.resumes}
-        | ({"privacy": ran.privacy} if ran.privacy else {})
-        | {"config": comparable_config(job.config)}
-    )
-    write_text(output_dir / SUMMARY_NAME, json.dumps(summary, indent=2, allow_nan=False))
-    write_curves(output_dir, history.rows)
-    write_participation(output_dir, history.participation)
-    if history.local_accuracies:
-        write_local_accuracies(output_dir, history.local_accuracies)
-    for logger in loggers:
-        logger.finish(summary)
-    return summary

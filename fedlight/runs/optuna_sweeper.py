@@ -30,12 +30,15 @@ fedlight's plugin (`hydra_plugins.fedlight_optuna`) the study:
   objective says unless `direction` is given; refuses a grid sampler (a grid is Hydra's basic
   sweeper: `optim.lr=0.01,0.03,0.1`), and, before it writes anything, a study of another search
   space or other objectives in the same storage, or of other `fl.rounds`.
+
+Beside it: `study_space.py` (the searched space and the fixed settings), `study_settings.py` (the
+sweeper's settings: sampler, objectives, directions, storage), `sampler_state.py` (the sampler's
+state as numbers).
 """
 
 import json
 import logging
 import math
-import re
 import sys
 import warnings
 from collections.abc import Sequence
@@ -43,8 +46,6 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.core.override_parser.types import Override, Transformer
 from hydra.core.plugins import Plugins
 from hydra.core.utils import JobReturn
 from hydra.core.utils import JobStatus as HydraJobStatus
@@ -53,24 +54,20 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from optuna.distributions import (
     BaseDistribution,
-    CategoricalDistribution,
-    FloatDistribution,
-    IntDistribution,
 )
 from optuna.trial import FrozenTrial, Trial, TrialState
 
-from fedlight.core.errors import ConfigError, one_line, require
+from fedlight.core.errors import one_line, require
 from fedlight.core.settings import OBJECTIVES
 from fedlight.reports.study_report import AFRESH, journal_storage, study_read
-from fedlight.runs.same_config import RESUME_FREE_KEYS
 from fedlight.runs.sampler_state import keep_sampler, restore_sampler
+from fedlight.runs.study_settings import built_sampler, directions, objectives, study_storage, typed
+from fedlight.runs.study_space import legacy_record, search_record, search_space, trial_overrides
 from fedlight.runs.tuned import RESULTS_FILE
 from fedlight.store.files import write_text
-from fedlight.store.run_files import JOURNAL_FILE, SAMPLER_FILE, STUDY_FILE, STUDY_NAME
+from fedlight.store.run_files import SAMPLER_FILE, STUDY_NAME
 from fedlight.store.sweeps import JobStatus, job_state
 
-# The settings of the samplers' YAMLs (fedlight/conf/hydra/sweeper/sampler) that take text
-SAMPLER_TEXT_SETTINGS = {"_target_", "qmc_type"}
 NOTES = "notes"  # the study's user attribute: what happened to each trial, by its number
 
 
@@ -263,36 +260,6 @@ class StudySweep:
         return TrialState.COMPLETE, worst, f"{why}: given the worst {given}"  # type: ignore[return-value]
 
 
-def built_sampler(config: dict[str, Any]) -> optuna.samplers.BaseSampler:
-    """The sampler of `hydra/sweeper/sampler=<name>` with its settings; a setting its constructor
-    refuses, or a grid (Hydra's basic sweeper's job), is one line."""
-    if config.get("_target_") == "optuna.samplers.GridSampler":
-        raise ConfigError(
-            "hydra/sweeper=optuna with sampler=grid: a grid is Hydra's basic sweeper; drop "
-            "hydra/sweeper=optuna and list the values (optim.lr=0.01,0.03,0.1)"
-        )
-    for key, value in config.items():
-        require(
-            not isinstance(value, str) or key in SAMPLER_TEXT_SETTINGS,
-            f"hydra.sweeper.sampler.{key}={value!r} must be a number, a boolean or null",
-        )
-    try:
-        return instantiate(config)
-    except Exception as error:  # noqa: BLE001 - the sampler's own refusal, whatever its type
-        raise ConfigError(f"hydra.sweeper.sampler: {one_line(error)}") from None
-
-
-def typed(settings: dict[str, Any], key: str, kind: type) -> Any:
-    """`hydra.sweeper.<key>` of its type (YAML types nothing; an int is a float too)."""
-    value = settings[key]
-    kinds = (int, float) if kind is float else (kind,)
-    require(
-        isinstance(value, kinds) and not isinstance(value, bool),
-        f"hydra.sweeper.{key}={value!r} must be {'an integer' if kind is int else 'a number'}",
-    )
-    return value
-
-
 def plain(value: Any) -> Any:
     """A setting as Python values (Hydra hands lists and dicts over as OmegaConf's)."""
     if OmegaConf.is_config(value):
@@ -302,92 +269,6 @@ def plain(value: Any) -> Any:
 
 def is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
-# The search space from Hydra's sweep overrides -------------------------------------------------
-
-
-def search_space(overrides: list[str]) -> tuple[dict[str, BaseDistribution], dict[str, Any]]:
-    """Each sweep override as an Optuna distribution, the others as fixed settings; a parameter
-    both searched and fixed is fixed (the command's value over the preset's search)."""
-    space: dict[str, BaseDistribution] = {}
-    fixed: dict[str, Any] = {}
-    for override in OverridesParser.create().parse_overrides(overrides):
-        name = override.get_key_element()
-        if override.is_sweep_override():
-            space[name] = distribution(override)
-            fixed.pop(name, None)
-        else:
-            fixed[name] = override.get_value_element_as_str()
-            space.pop(name, None)
-    return space, fixed
-
-
-def distribution(override: Override) -> BaseDistribution:
-    """`choice(...)`: categorical; `interval(a,b)`: a float uniform over [a, b] (`tag(log, ...)`
-    log-uniform), as Hydra's Optuna sweeper draws it; `range(a,b,step)`: the values Hydra lists
-    for it (ints where they are; `b` excluded; shuffled: categorical)."""
-    value = override.value()
-    listed = lambda: list(override.sweep_iterator(transformer=Transformer.encode))  # noqa: E731
-    if override.is_choice_sweep():
-        return CategoricalDistribution(listed())
-    if override.is_range_sweep():
-        values = listed()
-        require(bool(values), f"{override.input_line} lists no value")
-        if value.shuffle:
-            return CategoricalDistribution(values)
-        step = value.step
-        if all(isinstance(v, int) for v in values) and isinstance(step, int):
-            return IntDistribution(values[0], values[-1], step=step)
-        low = float(values[0])
-        return FloatDistribution(low, low + float(step) * (len(values) - 1), step=float(step))
-    if override.is_interval_sweep():  # Hydra reads its ends as floats, interval(1,5) too
-        return FloatDistribution(float(value.start), float(value.end), log="log" in value.tags)
-    raise ConfigError(
-        f"{override.input_line}: hydra/sweeper=optuna searches choice(), interval() and range()"
-    )
-
-
-def search_record(space: dict[str, BaseDistribution], fixed: dict[str, Any]) -> list[str]:
-    """The search as the study keeps it: each distribution, and each fixed setting that changes
-    a number (those a resume may change left out)."""
-    searched = [f"{name}={distribution}" for name, distribution in space.items()]
-    kept = [
-        f"{name}={value}"
-        for name, value in fixed.items()
-        if name.lstrip("+~") not in RESUME_FREE_KEYS and not name.startswith("hydra")
-    ]
-    return sorted(searched) + sorted(kept)
-
-
-def legacy_record(searched: list[str]) -> list[str]:
-    """`searched` as a study begun under optuna 2 recorded it (its distribution classes), so
-    that such a study, its storage upgraded (`optuna storage upgrade`), continues."""
-    return [f"{n}={legacy_distribution(t)}" for n, _, t in (s.partition("=") for s in searched)]
-
-
-def legacy_distribution(text: str) -> str:
-    """`FloatDistribution(high=0.3, log=True, low=0.01, step=None)` as optuna 2 wrote it
-    (`LogUniformDistribution(high=0.3, low=0.01)`); another text as it is."""
-    match = re.fullmatch(r"(Float|Int)Distribution\((high=.*)\)", text)
-    if match is None:
-        return text
-    args = dict(pair.split("=", 1) for pair in match.group(2).split(", "))
-    high, low, step, log = args["high"], args["low"], args["step"], args["log"] == "True"
-    if match.group(1) == "Float":
-        if log:
-            return f"LogUniformDistribution(high={high}, low={low})"
-        if step != "None":
-            return f"DiscreteUniformDistribution(high={high}, low={low}, q={step})"
-        return f"UniformDistribution(high={high}, low={low})"
-    kind = "IntLogUniformDistribution" if log else "IntUniformDistribution"
-    return f"{kind}(high={high}, low={low}, step={step})"
-
-
-def trial_overrides(params: dict[str, Any], fixed: dict[str, Any]) -> list[str]:
-    """The overrides a trial runs with: its drawn parameters, and this command's fixed ones (the
-    study's, up to those a resume may change, such as `resume=auto`)."""
-    return [f"{name}={value}" for name, value in {**params, **fixed}.items()]
 
 
 def consecutive(trials: list[FrozenTrial], size: int) -> list[list[FrozenTrial]]:
@@ -400,70 +281,6 @@ def consecutive(trials: list[FrozenTrial], size: int) -> list[list[FrozenTrial]]
         else:
             batches.append([trial])
     return batches
-
-
-# Objectives, directions, storage ---------------------------------------------------------------
-
-
-def objectives(given: Any, objective: str) -> list[str]:
-    """The study's objectives: `hydra.sweeper.objectives` where given, else the run's one."""
-    if given is None:
-        return [objective]
-    named = [str(o) for o in (given if isinstance(given, list) else [given])]
-    unknown = [o for o in named if o not in OBJECTIVES]
-    require(
-        not unknown,
-        f"hydra.sweeper.objectives: {', '.join(unknown)} is not a summary.json number; choose "
-        f"from: {', '.join(OBJECTIVES)}",
-    )
-    require(bool(named), "hydra.sweeper.objectives is empty; name one or more, or none (null)")
-    require(len(set(named)) == len(named), f"hydra.sweeper.objectives={named} names one twice")
-    return named
-
-
-def directions(given: Any, aims: list[str]) -> list[str]:
-    """One direction per objective: `direction` where given (one, or one per objective), else
-    each objective's own."""
-    if given is None:
-        unknown = [o for o in aims if o not in OBJECTIVES]
-        require(
-            not unknown,
-            f"objective={', '.join(unknown)} is a column of the run's rows, whose better way "
-            "fedlight does not know; give hydra.sweeper.direction=minimize (or maximize)",
-        )
-        return [OBJECTIVES[o].direction for o in aims]
-    named = [str(getattr(d, "name", d)) for d in (given if isinstance(given, list) else [given])]
-    wrong = [d for d in named if d not in ("maximize", "minimize")]
-    require(not wrong, f"hydra.sweeper.direction: {', '.join(wrong)} is not maximize or minimize")
-    if len(named) != len(aims):
-        raise ConfigError(
-            f"hydra.sweeper.direction={named}: the study has {len(aims)} objective"
-            f"{'s' if len(aims) > 1 else ''} ({', '.join(aims)}); give one direction each "
-            "(maximize or minimize) or none (each objective's)"
-        )
-    return named
-
-
-def study_storage(given: Any, sweep_dir: Path) -> tuple[Any, str]:
-    """The study's storage, as Optuna takes it (a journal file: its path), and where it is (for
-    messages): `None`, SQLite in the sweep directory; a URL; `journal` or a `*.log` path, Optuna's
-    journal file; an Optuna storage Hydra instantiated (`_target_`)."""
-    if isinstance(given, optuna.storages.BaseStorage):
-        return given, type(given).__name__
-    if given is None:
-        path = sweep_dir.resolve() / STUDY_FILE
-        return f"sqlite:///{path}", str(path)
-    text = str(given)
-    if "://" in text:  # its password, if it names one, not printed
-        return text, re.sub(r"://([^:/@]+):[^@/]*@", r"://\1:***@", text)
-    if text == "journal" or text.endswith(".log"):
-        path = sweep_dir.resolve() / JOURNAL_FILE if text == "journal" else Path(text).resolve()
-        return path, str(path)  # made once the sweep directory is (journal_storage)
-    raise ConfigError(
-        f"hydra.sweeper.storage={text}: give an Optuna storage URL (sqlite:///..., "
-        f"postgresql://...), journal (Optuna's journal file {sweep_dir}/{JOURNAL_FILE}) or a "
-        "journal file's path (*.log)"
-    )
 
 
 # The sampler's state, kept as numbers (`fedlight.runs.sampler_state`) --------------------------
