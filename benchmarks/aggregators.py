@@ -38,7 +38,7 @@ import fedlight.cli.schema
 from fedlight.aggregation.base import Aggregator
 from fedlight.cli.build import instantiate_group
 from fedlight.core.tensors import StateDict
-from fedlight.runs.launch import resolve_device
+from fedlight.runs.parallelism import resolve_device
 
 AGGREGATORS = (
     "mean",

@@ -58,7 +58,7 @@ from fedlight.data.mnist import MNIST
 from fedlight.drivers.base import Clients
 from fedlight.drivers.synchronous import FederatedLoop
 from fedlight.engines.base import LocalTask
-from fedlight.runs.launch import resolve_device
+from fedlight.runs.parallelism import resolve_device
 
 ENGINES = ("sequential", "vectorized")
 SEED = 0

@@ -23,7 +23,7 @@ from fedlight.core.errors import ConfigError
 from fedlight.core.layout import contiguous_state
 from fedlight.runs.experiment import run_job
 from fedlight.runs.job import Job
-from fedlight.runs.launch import Parallelism, auto_parallelism
+from fedlight.runs.parallelism import Parallelism, auto_parallelism
 from tests.conftest import REPO, TINY, rows_without_timings, run_cli
 
 CHANNELS_LAST = torch.channels_last

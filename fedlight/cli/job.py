@@ -23,7 +23,7 @@ from fedlight.data.source import check_data_target
 from fedlight.engines.lightning import ModelFactory
 from fedlight.partitions.base import ClientCount
 from fedlight.runs.job import Job
-from fedlight.runs.launch import Parallelism, auto_parallelism
+from fedlight.runs.parallelism import Parallelism, auto_parallelism
 from fedlight.stages.base import Plan
 
 

@@ -44,22 +44,17 @@ from fedlight.runs.environment import float_environment, resumed_environment
 from fedlight.runs.export import write_model
 from fedlight.runs.federation import check_federation_size, federation
 from fedlight.runs.job import DivergenceError, Job, Ran
-from fedlight.runs.launch import (
-    in_process_group,
-    join_workers,
-    resolve_device,
-    spawn_workers,
-    threads_of,
-    workers_start_method,
-)
+from fedlight.runs.launch import join_workers, spawn_workers, threads_of, workers_start_method
 from fedlight.runs.objective import ObjectiveCheck
 from fedlight.runs.outputs import (
     Chance,
 )
+from fedlight.runs.parallelism import in_process_group, resolve_device
 from fedlight.runs.run_summary import write_summary
 from fedlight.runs.same_config import comparable_config, first_difference
 from fedlight.store.checkpoint import load_checkpoint, resumable_checkpoint
-from fedlight.store.client_states import ClientStateLostError, check_state_files, client_state_store
+from fedlight.store.client_state_checks import check_state_files
+from fedlight.store.client_states import ClientStateLostError, client_state_store
 from fedlight.store.run_files import CHECKPOINT_NAME, SUMMARY_NAME
 
 CHECKPOINT_KEYS = (*STATE_KEYS, "config", "rounds")

@@ -16,12 +16,10 @@ from fedlight.loggers.base import (
 from fedlight.lr_schedules.base import LRSchedule
 from fedlight.partitions.base import Partition
 from fedlight.round.stages import Stages
-from fedlight.runs.launch import (
-    Parallelism,
-)
 from fedlight.runs.outputs import (
     Chance,
 )
+from fedlight.runs.parallelism import Parallelism
 from fedlight.stages.selection.base import Selection
 
 
