@@ -90,8 +90,9 @@ __all__ = [
 ]  # PUBLIC's names, sorted (tests/test_examples.py checks)
 
 if TYPE_CHECKING:  # what type checkers see; at run time `__getattr__` imports each on first use
-    from fedlight.aggregation.base import Accumulator, Aggregator, Part, RobustAggregator
+    from fedlight.aggregation.base import Accumulator, Aggregator, Part
     from fedlight.aggregation.mean import Mean
+    from fedlight.aggregation.robust_base import RobustAggregator
     from fedlight.algorithms.base import Algorithm
     from fedlight.core.context import Federation, RoundContext
     from fedlight.core.errors import ConfigError, require

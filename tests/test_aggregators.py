@@ -9,18 +9,14 @@ import pytest
 import torch
 from torch import Tensor
 
-from fedlight.aggregation.base import (
-    Aggregator,
-    RoundRefused,
-    client_weight,
-    flatten,
-)
+from fedlight.aggregation.base import Aggregator, RoundRefused, client_weight
 from fedlight.aggregation.bulyan import Bulyan, closest_to_median_mean
 from fedlight.aggregation.geometric_median import GeometricMedian
 from fedlight.aggregation.krum import Krum, pairwise_squared_distances
 from fedlight.aggregation.median import Median
 from fedlight.aggregation.multi_krum import MultiKrum
 from fedlight.aggregation.norm_clip import NormClip
+from fedlight.aggregation.robust_base import flatten
 from fedlight.aggregation.trimmed_mean import TrimmedMean
 from fedlight.algorithms.fedavg import UPDATE, FedAvg
 from fedlight.cli.schema import CONF_DIR

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from fedlight.aggregation.base import RobustAggregator
+from fedlight.aggregation.robust_base import RobustAggregator
 from fedlight.core.errors import require
 
 

@@ -7,7 +7,7 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from fedlight.aggregation.base import RobustAggregator
+from fedlight.aggregation.robust_base import RobustAggregator
 from fedlight.core.errors import require
 
 

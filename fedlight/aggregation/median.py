@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from fedlight.aggregation.base import RobustAggregator
+from fedlight.aggregation.robust_base import RobustAggregator
 
 
 def coordinate_median(rows: Tensor) -> Tensor:

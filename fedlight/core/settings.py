@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from fedlight.core.allocator import MAX_THRESHOLD_MB
 from fedlight.core.errors import ConfigError, require
+from fedlight.core.objectives import OBJECTIVES
 
 # Signals a run cannot take as a preemption notice: Ctrl-C has its own meaning (exit 130), a
 # child's end and SIGKILL/SIGSTOP cannot be caught.
@@ -23,31 +24,6 @@ def signal_number(name: str) -> signal.Signals:
     if full in UNCATCHABLE or full not in signal.Signals.__members__:
         raise ValueError(full)
     return signal.Signals[full]
-
-
-@dataclass(frozen=True)
-class Objective:
-    """A summary.json number that a sweep may optimize (`objective`): which way is better, and
-    the value an optimizing sweeper gives a job that diverged or never reached its target (the
-    worst the number can be; None where it is unbounded, and such a job is a failed trial)."""
-
-    direction: str  # maximize | minimize
-    worst: float | None
-
-
-# summary.json's numbers that a sweep may optimize (`objective`; or a column the run logs, whose
-# direction a study is then told: `fedlight.runs.objective`)
-OBJECTIVES = {
-    "final_accuracy": Objective("maximize", 0.0),
-    "best_accuracy": Objective("maximize", 0.0),
-    "val_accuracy": Objective("maximize", 0.0),  # the last evaluated round's (validation set)
-    "rounds_to_target": Objective("minimize", None),
-    "comm_mb": Objective("minimize", None),
-    "upload_mb": Objective("minimize", None),
-    "mb_to_target": Objective("minimize", None),
-    "wall_seconds": Objective("minimize", None),
-    "command_seconds": Objective("minimize", None),
-}
 
 
 def check_nccl(backend: str, is_cuda: bool, device: str) -> None:

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from fedlight.core.errors import ConfigError
-from fedlight.core.settings import OBJECTIVES
+from fedlight.core.objectives import OBJECTIVES
 from fedlight.loggers.base import MetricsRow, RunInfo, is_evaluated
 
 

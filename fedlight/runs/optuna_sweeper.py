@@ -58,7 +58,7 @@ from optuna.distributions import (
 from optuna.trial import FrozenTrial, Trial, TrialState
 
 from fedlight.core.errors import one_line, require
-from fedlight.core.settings import OBJECTIVES
+from fedlight.core.objectives import OBJECTIVES
 from fedlight.reports.study_report import AFRESH, journal_storage, study_read
 from fedlight.runs.sampler_state import keep_sampler, restore_sampler
 from fedlight.runs.study_settings import built_sampler, directions, objectives, study_storage, typed

@@ -10,7 +10,7 @@ import optuna
 from hydra.utils import instantiate
 
 from fedlight.core.errors import ConfigError, one_line, require
-from fedlight.core.settings import OBJECTIVES
+from fedlight.core.objectives import OBJECTIVES
 from fedlight.store.run_files import JOURNAL_FILE, STUDY_FILE
 
 # The settings of the samplers' YAMLs (fedlight/conf/hydra/sweeper/sampler) that take text

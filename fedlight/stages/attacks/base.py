@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, ClassVar
 import torch
 from torch import Tensor
 
-from fedlight.aggregation.base import flatten, unflatten
+from fedlight.aggregation.robust_base import flatten, unflatten
 from fedlight.core.errors import require
 from fedlight.core.messages import ClientUpload
 from fedlight.core.rng import Stream, numpy_generator
