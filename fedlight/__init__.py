@@ -87,7 +87,7 @@ __all__ = [
     "UploadStage",
     "WireTransform",
     "require",
-]  # PUBLIC's names, sorted (tests/test_examples.py checks)
+]  # PUBLIC's names, sorted (tests/project/test_examples.py checks)
 
 if TYPE_CHECKING:  # what type checkers see; at run time `__getattr__` imports each on first use
     from fedlight.aggregation.base import Accumulator, Aggregator, Part

@@ -8,8 +8,9 @@ default, type and meaning), one for the run settings of conf/config.yaml (typed 
 fedlight.core.settings's dataclasses) and one for the experiment presets. An option's summary, the
 first sentence of its header comment, is its row in the short table of its group that this writes
 into docs/configuration.md, between the markers `<!-- config-group <group> -->` and
-`<!-- /config-group -->`. The pages and those tables are committed; tests/test_config_reference.py
-fails while they differ from what this writes. Run from the repository root after changing conf/:
+`<!-- /config-group -->`. The pages and those tables are committed;
+tests/project/test_config_reference.py fails while they differ from what this writes. Run from the
+repository root after changing conf/:
 
     python -m scripts.config_reference
 """

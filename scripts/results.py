@@ -27,7 +27,7 @@ for a sign. `<!-- let NAME = FILE -->` in a document lets its references say `{N
 
     python -m scripts.results export multirun/2026-12-04/10-00-00 --to docs/results/x/runs/seed0
     python -m scripts.results pages            # or: make results
-    python -m scripts.results pages --check    # what tests/test_results_pages.py runs
+    python -m scripts.results pages --check    # what tests/project/test_results_pages.py runs
 """
 
 import argparse

@@ -81,8 +81,8 @@ def rows_without_timings(run_dir: Path) -> list[dict[str, str]]:
 
 
 class CliServer:
-    """The test process's tests/cli_server.py, started on first use: each command a fork of a
-    process that has imported fedlight already (see there)."""
+    """The test process's tests/helpers/cli_server.py, started on first use: each command a fork of
+    a process that has imported fedlight already (see there)."""
 
     def __init__(self) -> None:
         self.process: subprocess.Popen | None = None
@@ -92,7 +92,7 @@ class CliServer:
     ) -> subprocess.CompletedProcess:
         if self.process is None or self.process.poll() is not None:
             self.process = subprocess.Popen(
-                [sys.executable, str(REPO / "tests" / "cli_server.py")],
+                [sys.executable, str(REPO / "tests" / "helpers" / "cli_server.py")],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 env={**os.environ, "PYTHONPATH": env["PYTHONPATH"]},
@@ -117,7 +117,9 @@ class CliServer:
     def answer(self) -> str:
         line = self.process.stdout.readline()
         if not line:
-            raise RuntimeError("tests/cli_server.py died; its stderr is in the test's output")
+            raise RuntimeError(
+                "tests/helpers/cli_server.py died; its stderr is in the test's output"
+            )
         return line
 
 
@@ -136,7 +138,8 @@ def run_cli(
     `threads`: the process's torch threads (OMP_NUM_THREADS; None: this process's setting). The
     fedlight of this checkout, not whichever the environment has installed (a worktree shares
     its virtual environment with the checkout it was added from). Without a launcher the command
-    is a fork of tests/cli_server.py (fedlight imported once); `fresh`: a new interpreter."""
+    is a fork of tests/helpers/cli_server.py (fedlight imported once); `fresh`: a new
+    interpreter."""
     path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
     env = {**os.environ, "WANDB_MODE": "disabled", "HYDRA_FULL_ERROR": "0", "PYTHONPATH": path}
     if threads is not None:

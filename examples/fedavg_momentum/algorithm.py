@@ -5,7 +5,7 @@ Distribution for Federated Visual Classification", 2019), written from scratch a
 Each client uploads its model delta Δ_i = y_i − x; the server averages the parameters' deltas with
 the configured aggregator (by default the sample-weighted mean) and takes a heavy-ball step,
 m ← β m + Δ, x ← x + η m. fedlight's own `algo=fedavgm` applies the same rule through its server
-optimizer, so both give the same metrics.csv (tests/test_examples.py checks it).
+optimizer, so both give the same metrics.csv (tests/project/test_examples.py checks it).
 """
 
 from collections.abc import Mapping, Sequence

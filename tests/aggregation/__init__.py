@@ -1,0 +1,1 @@
+"""Tests of fedlight.aggregation: the aggregators against hand computations."""

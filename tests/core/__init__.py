@@ -1,0 +1,1 @@
+"""Tests of fedlight.core: the allocator, the memory layout, moved module paths."""

@@ -1,0 +1,1 @@
+"""Tests of fedlight.data and fedlight.partitions: sources, own datasets, splits."""

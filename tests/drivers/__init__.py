@@ -1,0 +1,1 @@
+"""Tests of fedlight.drivers and fedlight.system: workers, evaluation, the clock."""

@@ -1,0 +1,1 @@
+"""Tests of fedlight.engines: client engines and users' LightningModules."""

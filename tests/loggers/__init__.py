@@ -1,0 +1,1 @@
+"""Tests of fedlight.loggers: progress, W&B, TensorBoard, MLflow, the exported model."""

@@ -1,0 +1,1 @@
+"""Tests of the repository as a whole: docs, README, examples, wheel, layers, results."""

@@ -1,0 +1,1 @@
+"""Tests of fedlight.reports: `fedlight report`'s tables, report.csv and figures."""

@@ -1,0 +1,1 @@
+"""Tests of fedlight.stages and fedlight.round: each stage family, the round's pipeline."""

@@ -1,0 +1,1 @@
+"""Tests of fedlight.store: client-state stores and a resume's checks of their files."""
