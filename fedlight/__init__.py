@@ -27,7 +27,7 @@ PUBLIC: dict[str, str] = {
     "Accumulator": "fedlight.aggregation.base",
     "Aggregator": "fedlight.aggregation.base",
     "Part": "fedlight.aggregation.base",
-    "RobustAggregator": "fedlight.aggregation.base",
+    "RobustAggregator": "fedlight.aggregation.robust_base",
     "Mean": "fedlight.aggregation.mean",
     # server optimizers (`server_opt=`)
     "ServerOptimizer": "fedlight.server_opt.base",
