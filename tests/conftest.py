@@ -1,6 +1,7 @@
 """Shared helpers: compose the real Hydra config into typed jobs, run the real CLI."""
 
 import csv
+import gc
 import json
 import os
 import signal
@@ -52,6 +53,23 @@ TINY = [
 def compose_config(overrides: list[str]) -> DictConfig:
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
         return compose("config", overrides=overrides, return_hydra_config=True)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """The objects alive once the tests are collected (torch, Hydra, the test modules) leave the
+    cyclic collector's reach (CPython's `gc.freeze`): a run's `gc.collect()` then walks the
+    run's objects, not this process's millions (tests/stages on 2 workers: 26 s of collection
+    without, 8 s with)."""
+    gc.collect()
+    gc.freeze()
+
+
+@pytest.fixture(autouse=True)
+def refrozen() -> None:
+    """A run that forked workers unfroze everything (`frozen_for_fork`): frozen again."""
+    if gc.get_freeze_count() == 0:
+        gc.collect()
+        gc.freeze()
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ answer, one JSON line on stdout: {"pid"} when the child started, then {"returnco
 """
 
 import atexit
+import gc
 import json
 import os
 import runpy
@@ -59,6 +60,11 @@ def run_child(request: dict) -> None:
 
 
 def serve() -> None:
+    # what every child inherits (torch, Lightning, Hydra, fedlight) is left out of the cyclic
+    # collector's walks (CPython's `gc.freeze`, meant for forking servers): a run's gc.collect()
+    # walks its own objects only, and the inherited pages stay shared
+    gc.collect()
+    gc.freeze()
     answers = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # stray prints go to stderr, not into the answers
     for line in sys.stdin:
