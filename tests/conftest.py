@@ -55,18 +55,13 @@ def compose_config(overrides: list[str]) -> DictConfig:
         return compose("config", overrides=overrides, return_hydra_config=True)
 
 
-def pytest_collection_finish(session: pytest.Session) -> None:
-    """The objects alive once the tests are collected (torch, Hydra, the test modules) leave the
-    cyclic collector's reach (CPython's `gc.freeze`): a run's `gc.collect()` then walks the
-    run's objects, not this process's millions (tests/stages on 2 workers: 26 s of collection
-    without, 8 s with)."""
-    gc.collect()
-    gc.freeze()
-
-
 @pytest.fixture(autouse=True)
-def refrozen() -> None:
-    """A run that forked workers unfroze everything (`frozen_for_fork`): frozen again."""
+def frozen_heap() -> None:
+    """The objects alive before a test (torch, Hydra, the test modules) are left out of the
+    cyclic collector's walks (CPython's `gc.freeze`), so that a run's `gc.collect()` walks the
+    run's objects, not this process's millions (tests/stages on 2 workers: 26 s of collection
+    without, 8 s with); frozen once, and again after a run that forked workers unfroze them
+    (`frozen_for_fork`)."""
     if gc.get_freeze_count() == 0:
         gc.collect()
         gc.freeze()
