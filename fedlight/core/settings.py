@@ -162,7 +162,8 @@ CLIP_ALGORITHMS = ("norm", "value")
 @dataclass
 class LocalSettings:
     epochs: int = 1
-    batch_size: int = 10
+    # B; null is McMahan et al.'s B = ∞: each client's examples as one batch, one step an epoch
+    batch_size: int | None = 10
     # A Lightning Trainer's gradient clipping, applied at every local step after the algorithm's
     # gradient corrections (see fedlight.engines.lightning): null or 0 is off.
     gradient_clip_val: float | None = None
@@ -170,7 +171,11 @@ class LocalSettings:
 
     def __post_init__(self) -> None:
         require(self.epochs >= 1, f"local.epochs={self.epochs} must be >= 1")
-        require(self.batch_size >= 1, f"local.batch_size={self.batch_size} must be >= 1")
+        require(
+            self.batch_size is None or self.batch_size >= 1,
+            f"local.batch_size={self.batch_size} must be >= 1 (null: each client's examples as "
+            "one batch, B = ∞)",
+        )
         require(
             self.gradient_clip_val is None or self.gradient_clip_val >= 0,
             f"local.gradient_clip_val={self.gradient_clip_val} must be >= 0 (null or 0: off)",
@@ -204,6 +209,9 @@ TEST_MODES = ("every_round", "final")
 class EvalSettings:
     every: int = 1
     target_accuracy: float | None = None
+    # End the run at the first evaluated round reaching target_accuracy (on eval.split): how
+    # rounds-to-target tables are measured (McMahan et al. 2017, Table 1), without the rounds after
+    stop_at_target: bool = False
     batch_size: int = 1000
     finetune_epochs: int = 0  # local epochs on a client's model before its local evaluation
     every_seconds: float | None = None  # evaluate each time the virtual clock passes a multiple
@@ -243,6 +251,15 @@ class EvalSettings:
             f"eval.target_accuracy={self.target_accuracy} must be a fraction in (0, 1], e.g. 0.8",
         )
         require(self.batch_size >= 1, f"eval.batch_size={self.batch_size} must be >= 1")
+        require(
+            not self.stop_at_target or self.target_accuracy is not None,
+            "eval.stop_at_target=true needs eval.target_accuracy (the accuracy that ends the run)",
+        )
+        require(
+            not self.stop_at_target or self.test == "every_round",
+            "eval.stop_at_target=true tests the round that reaches the target: use "
+            "eval.test=every_round",
+        )
 
 
 @dataclass

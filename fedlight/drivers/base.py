@@ -280,6 +280,9 @@ class Driver(ABC):
                     logger.log_clients(round_index, stats.clients)
             if self.workers.count > 1:
                 diverged = self.workers.broadcast(diverged)  # the test loss is the main worker's
+            if not last:
+                history.stopped = self.target_stop()
+                last = history.stopped is not None
             if diverged:
                 history.diverged_at_round, history.divergence = round_index, diverged
                 if settings.fl.on_divergence == "stop":
@@ -308,7 +311,23 @@ class Driver(ABC):
             self.tell_once("privacy", described)
         if first_round <= rounds:
             history.stopped = self.privacy.budget_refusal(self.privacy_state(), first_round)
+            history.stopped = history.stopped or self.target_stop()
         return first_round
+
+    def target_stop(self) -> str | None:
+        """Why the run ends now that a round reached `eval.target_accuracy` under
+        `eval.stop_at_target` (None: it goes on). Every worker answers alike: the main worker's
+        history decides."""
+        evaluation = self.settings.eval
+        if not evaluation.stop_at_target:
+            return None
+        reached = self.history.bytes_to_target is not None
+        if not (self.workers.broadcast(reached) if self.workers.count > 1 else reached):
+            return None
+        return (
+            f"eval.stop_at_target: round {self.history.completed_rounds} reached "
+            f"eval.target_accuracy={evaluation.target_accuracy:g}"
+        )
 
     def stops_at(self, diverged: str | None) -> bool:
         """Whether a round that `diverged` (None: did not) ends the run (`fl.on_divergence`)."""

@@ -166,14 +166,14 @@ def first_optimizer(configured: Any) -> torch.optim.Optimizer:
     return optimization_of(configured).optimizer
 
 
-def num_local_steps(num_examples: int, epochs: int, batch_size: int) -> int:
+def num_local_steps(num_examples: int, epochs: int, batch_size: int | None) -> int:
     """Steps of `epochs` passes over `num_examples` in batches of `batch_size` (the last one
-    partial); a client without data takes none."""
-    return epochs * -(-num_examples // batch_size)
+    partial; None: all of them, B = ∞); a client without data takes none."""
+    return epochs * -(-num_examples // (batch_size or max(num_examples, 1)))
 
 
 def batch_indices(
-    indices: Tensor, generator: torch.Generator, epochs: int, batch_size: int
+    indices: Tensor, generator: torch.Generator, epochs: int, batch_size: int | None
 ) -> Iterator[Tensor]:
     """The example indices of each local step: per epoch a fresh permutation of `indices` drawn
     from `generator`, split into batches. Lazy, so that whatever else the caller draws from
@@ -181,7 +181,7 @@ def batch_indices(
     every engine."""
     for _ in range(epochs if len(indices) else 0):
         order = indices[torch.randperm(len(indices), generator=generator).to(indices.device)]
-        yield from order.split(batch_size)
+        yield from order.split(batch_size or len(indices))
 
 
 class Engine(ABC):

@@ -20,7 +20,13 @@ from fedlight.core.messages import LocalResult
 from fedlight.core.rng import Stream
 from fedlight.core.settings import RunSettings
 from fedlight.data.base import TensorDataset
-from fedlight.engines.base import Engine, LocalCallback, LocalTask, batch_indices
+from fedlight.engines.base import (
+    Engine,
+    LocalCallback,
+    LocalTask,
+    batch_indices,
+    num_local_steps,
+)
 from fedlight.engines.lightning import check_trainable
 from fedlight.engines.module_logs import Logs, TrainingLogs, local_metrics, logging_to
 from fedlight.engines.module_optim import (
@@ -138,7 +144,7 @@ class SequentialEngine(Engine):
         generator = torch.Generator().manual_seed(seed)
         torch.manual_seed(seed)  # for the module's own randomness, e.g. dropout
         augment = data.augment
-        per_epoch = -(-len(task.indices) // local.batch_size)
+        per_epoch = num_local_steps(len(task.indices), 1, local.batch_size)
         losses: list[Tensor] = []
         module.on_train_start()
         logs.collect(len(task.indices))
@@ -207,7 +213,7 @@ class SequentialEngine(Engine):
 
     def all_batches(self, task: LocalTask) -> Iterator[tuple[Tensor, Tensor]]:
         """The task's examples in order, in batches of the local batch size, unaugmented."""
-        for indices in task.indices.split(self.settings.local.batch_size):
+        for indices in task.indices.split(self.settings.local.batch_size or len(task.indices)):
             y = self.data.train_y[indices]
             x = self.data.prepare(self.data.train_x[indices])
             yield x, y if task.label_map is None else task.label_map[y]

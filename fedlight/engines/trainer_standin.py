@@ -51,7 +51,7 @@ class TrainerStandIn:
 
     model: nn.Module = field(repr=False)  # a Trainer's is the module itself on one device
     max_epochs: int  # local.epochs
-    batch_size: int  # local.batch_size
+    batch_size: int | None  # local.batch_size (None: B = ∞, the client's examples)
     examples: int  # the client's training examples (the federation's mean outside training)
     offered: Offered  # what fedlight offered the constructor (lightning.ModelFactory)
     current_epoch: int = 0
@@ -65,7 +65,7 @@ class TrainerStandIn:
 
     @property
     def num_training_batches(self) -> int:
-        return math.ceil(self.examples / self.batch_size)
+        return math.ceil(self.examples / (self.batch_size or max(self.examples, 1)))
 
     @property
     def estimated_stepping_batches(self) -> int:
@@ -101,12 +101,12 @@ def attach(module: nn.Module, standin: TrainerStandIn) -> None:
     module.trainer = standin
 
 
-def standin_of(module: nn.Module, epochs: int, batch_size: int) -> TrainerStandIn:
+def standin_of(module: nn.Module, epochs: int, batch_size: int | None) -> TrainerStandIn:
     """The module's stand-in, attached now (with `epochs`, `batch_size` and an unknown client
     size) where the module was not built by `fedlight.runs.experiment.build_module`."""
     found = vars(module).get("_trainer", vars(module).get("trainer"))  # a duck-typed one's
     if isinstance(found, TrainerStandIn):
         return found
-    standin = TrainerStandIn(module, epochs, batch_size, batch_size, Offered((), 0, {}))
+    standin = TrainerStandIn(module, epochs, batch_size, batch_size or 1, Offered((), 0, {}))
     attach(module, standin)
     return standin

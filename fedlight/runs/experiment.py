@@ -287,10 +287,10 @@ def run_rounds(
 
 
 def chosen_layout(
-    setting: str, module: pl.LightningModule, data: TensorDataset, batch_size: int
+    setting: str, module: pl.LightningModule, data: TensorDataset, batch_size: int | None
 ) -> LayoutChoice:
     """`fl.memory_format`'s layout for the module, tried on the first training batch."""
-    count = min(max(batch_size, 2), len(data.train_y))  # BatchNorm refuses a batch of one
+    count = min(max(batch_size or 2, 2), len(data.train_y))  # BatchNorm refuses a batch of one
     batch = data.prepare(data.train_x[:count]), data.train_y[:count]
     return layout_for(setting, module, next(module.parameters()).device, batch)
 

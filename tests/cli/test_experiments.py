@@ -26,6 +26,7 @@ PRESETS = [
     "niid_bench",
     "scaffold_stability",
     "scaffold_tutorial",
+    "mcmahan2017_table1",
 ]
 
 
@@ -272,3 +273,42 @@ def test_a_preset_runs_as_a_sweep_and_reports_its_table(tmp_path: Path) -> None:
     report = (sweep / "report.md").read_text()
     assert "| Centralized | FedAvg (IID) | FedAvg (non-IID) |" in report.replace("  ", " ")
     assert "python -m fedlight -m +experiment=fed_vs_central data=digits" in report
+
+
+# McMahan et al. 2017 (arXiv 1602.05629), Table 1, as read from the paper: (model, split, B) →
+# {C in percent: rounds}; the paper's "—" entries have no cell
+MCMAHAN_TABLE1 = {
+    ("2nn", "iid", "binf"): {0: 1455, 10: 1474, 20: 1658},
+    ("2nn", "iid", "b10"): {0: 316, 10: 87, 20: 77, 50: 75, 100: 70},
+    ("2nn", "noniid", "binf"): {0: 4278, 10: 1796, 20: 1528},
+    ("2nn", "noniid", "b10"): {0: 3275, 10: 664, 20: 619, 50: 443, 100: 380},
+    ("cnn", "iid", "binf"): {0: 387, 10: 339, 20: 337, 50: 164, 100: 246},
+    ("cnn", "iid", "b10"): {0: 50, 10: 18, 20: 18, 50: 18, 100: 16},
+    ("cnn", "noniid", "binf"): {0: 1181, 10: 1100, 20: 978, 50: 1067},
+    ("cnn", "noniid", "b10"): {0: 956, 10: 206, 20: 200, 50: 261, 100: 97},
+}
+
+
+def test_each_mcmahan_cell_is_its_table_entry_and_stops_at_its_target_or_twice_its_rounds() -> None:
+    cells = set(group_options("experiment/mcmahan2017_table1"))
+    expected = {
+        f"{model}_{split}_{b}_c{c}": (model, split, b, c, rounds)
+        for (model, split, b), row in MCMAHAN_TABLE1.items()
+        for c, rounds in row.items()
+    }
+    assert cells == set(expected)
+    for cell, (model, split, b, c, rounds) in expected.items():
+        cfg = compose_config(
+            ["+experiment=mcmahan2017_table1", f"+experiment/mcmahan2017_table1={cell}"]
+        )
+        choices = cfg.hydra.runtime.choices
+        assert choices.model == {"2nn": "mlp", "cnn": "cnn"}[model]
+        assert choices.partition == {"iid": "iid", "noniid": "shards"}[split]
+        assert cfg.partition.get("shards_per_client", 2) == 2
+        assert cfg.local.batch_size == (None if b == "binf" else 10)
+        assert cfg.local.epochs == (1 if model == "2nn" else 5)
+        assert (cfg.fl.num_clients, cfg.fl.clients_per_round) == (100, max(c, 1))
+        assert cfg.fl.rounds == 2 * rounds
+        assert cfg.eval.target_accuracy == (0.97 if model == "2nn" else 0.99)
+        assert cfg.eval.stop_at_target and cfg.eval.every == 1
+        assert (cfg.optim.momentum, cfg.optim.weight_decay) == (0.0, 0.0)

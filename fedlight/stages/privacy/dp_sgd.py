@@ -150,7 +150,7 @@ class DPSGDEngine(SequentialEngine):
         module.load_state_dict(task.start)
         module.train()
         n = len(task.indices)
-        rate = min(1.0, local.batch_size / n)
+        rate = min(1.0, (local.batch_size or n) / n)
         device = task.indices.device
         seed = self.seed_of(round_index, task.client)
         generator = torch.Generator().manual_seed(seed)
@@ -246,7 +246,8 @@ class DPSGD(GaussianMechanism):
         settings, federation, client_sizes = setup.settings, setup.federation, setup.client_sizes
         local = settings.local
         sizes = torch.tensor(client_sizes, dtype=torch.float64)
-        rates = (local.batch_size / sizes.clamp(min=1)).clamp(max=1.0)
+        batch = sizes if local.batch_size is None else local.batch_size  # None: B = ∞
+        rates = (batch / sizes.clamp(min=1)).clamp(max=1.0)
         per_round = torch.tensor(
             [num_local_steps(n, local.epochs, local.batch_size) for n in client_sizes]
         )
