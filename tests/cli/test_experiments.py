@@ -290,18 +290,19 @@ MCMAHAN_TABLE1 = {
 
 
 def test_each_mcmahan_cell_is_its_table_entry_and_stops_at_its_target_or_twice_its_rounds() -> None:
-    cells = set(group_options("experiment/mcmahan2017_table1"))
     expected = {
         f"{model}_{split}_{b}_c{c}": (model, split, b, c, rounds)
         for (model, split, b), row in MCMAHAN_TABLE1.items()
         for c, rounds in row.items()
     }
-    assert cells == set(expected)
-    for cell, (model, split, b, c, rounds) in expected.items():
-        cfg = compose_config(
-            ["+experiment=mcmahan2017_table1", f"+experiment/mcmahan2017_table1={cell}"]
-        )
+    assert set(group_options("experiment/mcmahan2017_table1")) == set(expected)
+    # each job as the preset's own sweep composes it (the cell before the preset)
+    jobs = validate_command_line(["-m", "+experiment=mcmahan2017_table1", "seed=0"])
+    assert len(jobs) == len(expected)
+    for job in jobs:
+        cfg = compose_config(job)
         choices = cfg.hydra.runtime.choices
+        model, split, b, c, rounds = expected[choices["experiment/mcmahan2017_table1"]]
         assert choices.model == {"2nn": "mlp", "cnn": "cnn"}[model]
         assert choices.partition == {"iid": "iid", "noniid": "shards"}[split]
         assert cfg.partition.get("shards_per_client", 2) == 2
@@ -312,3 +313,4 @@ def test_each_mcmahan_cell_is_its_table_entry_and_stops_at_its_target_or_twice_i
         assert cfg.eval.target_accuracy == (0.97 if model == "2nn" else 0.99)
         assert cfg.eval.stop_at_target and cfg.eval.every == 1
         assert (cfg.optim.momentum, cfg.optim.weight_decay) == (0.0, 0.0)
+        assert not cfg.data.normalize  # pixels in [0, 1]
