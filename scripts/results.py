@@ -23,7 +23,8 @@ may sit in a table's cell). A reference is
 FORMAT is `pct1` (× 100, one decimal), `f2` (two decimals), `d` (an integer), with `+` in front
 for a sign. `<!-- let NAME = FILE -->` in a document lets its references say `{NAME@...}` or
 `{NAME#...}` for FILE. Blocks: `<!-- block NAME -->...<!-- /block -->`, NAME one of the page's
-`blocks`.
+`blocks`. A value never starts a line (Markdown would end the paragraph there: an HTML comment
+at a line's start opens an HTML block); a word of its sentence goes before it.
 
     python -m scripts.results export multirun/2026-12-04/10-00-00 --to docs/results/x/runs/seed0
     python -m scripts.results pages            # or: make results
@@ -66,6 +67,9 @@ BLOCK = re.compile(
 REFERENCE = re.compile(r"\{(?P<file>[^@#{}]+)(?:@(?P<row>[^#{}]+))?#(?P<key>[^{}]+)\}")
 ALIAS = re.compile(r"<!-- let (?P<name>\w+) = (?P<file>\S+) -->")
 FORMAT = re.compile(r"(?P<sign>\+?)(?:pct(?P<pct>\d)|f(?P<f>\d)|(?P<d>d))")
+# A value that starts a line (after its indentation, a list item's bullet or a quote's `>`) would
+# open an HTML block in CommonMark (GitHub) and Python-Markdown (the site), ending its paragraph.
+LINE_START = re.compile(r"^[ \t]*(?:(?:[-*+]|\d+[.)])[ \t]+|>[ \t]*)*<!-- v ", re.M)
 
 
 class ResultsError(Exception):
@@ -330,7 +334,19 @@ def evaluate(root: Path, expression: str, where: str, aliases: dict[str, str] | 
     return formatted(arithmetic(tree, values, where), spec, where)
 
 
+def check_placement(document: str, text: str) -> None:
+    """Fails on a value that starts a line: Markdown would end its paragraph there (an HTML
+    comment at a line's start opens an HTML block), splitting the sentence on the page."""
+    for match in LINE_START.finditer(text):
+        line = text.count("\n", 0, match.start()) + 1
+        raise ResultsError(
+            f"{document}:{line}: a value starts the line, which ends its paragraph in Markdown; "
+            "put a word of the sentence before it on that line"
+        )
+
+
 def fill_values(root: Path, document: str, text: str) -> str:
+    check_placement(document, text)
     aliases = {m["name"]: m["file"] for m in ALIAS.finditer(text)}
 
     def replace(match: re.Match[str]) -> str:
