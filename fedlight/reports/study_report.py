@@ -21,6 +21,8 @@ from fedlight.store.run_files import JOURNAL_FILE, STUDY_FILE, STUDY_NAME
 # What to do with a study file Optuna cannot read, in a sweep and in a report.
 AFRESH = "move it away to begin the study afresh (its trials' directories stay)"
 WITHOUT = "move it away to report the sweep without its study"
+# A trial's user attribute: what happened to it, as fedlight's sweeper told it
+NOTE_ATTR = "fedlight.note"
 
 
 def has_study(sweep_dir: Path) -> bool:
@@ -92,12 +94,11 @@ def aims(study: Any) -> list[str]:
 
 
 def note(study: Any, trial: Any) -> str:
-    """What happened to `trial`: fedlight's note (the study's, or the trial's in a study begun
-    before fedlight kept them in the study), else its state."""
+    """What happened to `trial`: fedlight's note on it (in a study begun before fedlight noted
+    its trials, the study's note of it, or the trial's under its former name), else its state."""
     notes = study.user_attrs.get("notes") or {}
-    return str(
-        notes.get(str(trial.number), trial.user_attrs.get("fedlight", trial.state.name.lower()))
-    )
+    former = notes.get(str(trial.number), trial.user_attrs.get("fedlight"))
+    return str(trial.user_attrs.get(NOTE_ATTR, former or trial.state.name.lower()))
 
 
 def importance(study: Any, completed: list[Any], index: int = 0) -> dict[str, float]:

@@ -43,7 +43,7 @@ import sys
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import optuna
 from hydra.core.plugins import Plugins
@@ -59,7 +59,7 @@ from optuna.trial import FrozenTrial, Trial, TrialState
 
 from fedlight.core.errors import one_line, require
 from fedlight.core.objectives import OBJECTIVES
-from fedlight.reports.study_report import AFRESH, journal_storage, study_read
+from fedlight.reports.study_report import AFRESH, NOTE_ATTR, journal_storage, study_read
 from fedlight.runs.sampler_state import keep_sampler, restore_sampler
 from fedlight.runs.study_settings import built_sampler, directions, objectives, study_storage, typed
 from fedlight.runs.study_space import legacy_record, search_record, search_space, trial_overrides
@@ -68,7 +68,10 @@ from fedlight.store.files import write_text
 from fedlight.store.run_files import SAMPLER_FILE, STUDY_NAME
 from fedlight.store.sweeps import JobStatus, job_state
 
-NOTES = "notes"  # the study's user attribute: what happened to each trial, by its number
+# a trial's user attribute: the sweep directory whose command runs it (several sweeps may share a
+# storage, and each runs again only its own interrupted trials)
+SWEEP_ATTR = "fedlight.sweep_dir"
+Numbered = TypeVar("Numbered", FrozenTrial, Trial)  # a trial of the study, finished or asked
 
 
 class StudySweep:
@@ -124,8 +127,8 @@ class StudySweep:
         while (left := self.n_trials - len(study.trials)) > 0:
             trials = [self.ask(study, space, fixed) for _ in range(min(left, self.n_jobs))]
             keep_sampler(study.sampler, self.sweep_dir / SAMPLER_FILE)
-            overrides = [trial_overrides(t.params, fixed) for t in trials]
-            self.run(study, [t.number for t in trials], overrides)
+            for batch in consecutive(trials, self.n_jobs):  # another sweep may ask in between
+                self.run(study, batch, fixed)
         write_results(study, self.objectives, self.sweep_dir / RESULTS_FILE)
         if isinstance(self.storage, str) or self.where.endswith(".log"):
             url = self.where if self.where.endswith(".log") or "://" in self.where else self.storage
@@ -142,6 +145,7 @@ class StudySweep:
         require(not clash, f"hydra/sweeper=optuna: {', '.join(clash)} both searched and fixed")
         for name, value in fixed.items():
             trial.set_user_attr(name, value)
+        trial.set_user_attr(SWEEP_ATTR, str(self.sweep_dir.resolve()))
         return trial
 
     def open_study(self, space: dict[str, BaseDistribution], fixed: dict[str, Any]) -> Any:
@@ -211,26 +215,46 @@ class StudySweep:
         )
 
     def run_interrupted(self, study: Any, fixed: dict[str, Any]) -> None:
-        """Trials a killed command left running, each again in its own job directory."""
-        interrupted = [t for t in study.trials if t.state == TrialState.RUNNING]
+        """This sweep's trials that a killed command left running, each again in its own job
+        directory; another sweep's running trials (a storage shared by several sweep
+        directories) are left to it."""
+        running = [t for t in study.trials if t.state == TrialState.RUNNING]
+        interrupted = [t for t in running if self.owns(t)]
+        for trial in running:
+            if not self.owns(trial):
+                where = trial.user_attrs.get(SWEEP_ATTR, "unmarked: begun by an older fedlight")
+                say(f"optuna: trial {trial.number} runs in another sweep ({where}): left to it")
         if interrupted:
             numbers = ", ".join(str(t.number) for t in interrupted)
             say(f"optuna: trials {numbers} were interrupted; run again in their directories")
         for batch in consecutive(interrupted, self.n_jobs):
-            overrides = [trial_overrides(t.params, fixed) for t in batch]
-            self.run(study, [t.number for t in batch], overrides)
+            self.run(study, batch, fixed)
 
-    def run(self, study: Any, numbers: list[int], overrides: Sequence[Sequence[str]]) -> None:
-        """Launch the trials `numbers` as the jobs numbered by the first of them, and tell the
-        study (by the trial's number: Optuna's public `Study.tell`)."""
+    def owns(self, trial: FrozenTrial) -> bool:
+        """Whether a running trial is this sweep's, left by a killed command (one command at a
+        time holds a sweep directory's lock): marked with this sweep directory, or, in a storage
+        in this sweep directory, unmarked (begun before fedlight marked its trials) or marked
+        with a directory that is no more (the sweep directory was moved)."""
+        marked = trial.user_attrs.get(SWEEP_ATTR)
+        if marked == str(self.sweep_dir.resolve()):
+            return True
+        own_storage = (
+            "://" not in self.where and Path(self.where).parent == self.sweep_dir.resolve()
+        )
+        return own_storage and (marked is None or not Path(str(marked)).is_dir())
+
+    def run(self, study: Any, trials: Sequence[FrozenTrial | Trial], fixed: dict[str, Any]) -> None:
+        """Launch `trials` (consecutive numbers) as the jobs numbered by the first of them, and
+        tell the study each one's outcome."""
+        numbers = [t.number for t in trials]
+        overrides = [trial_overrides(t.params, fixed) for t in trials]
         returns = self.launcher.launch(overrides, initial_job_idx=numbers[0])
         failed = [ret for ret in returns if ret.status == HydraJobStatus.FAILED]
         for number, ret in zip(numbers, returns, strict=True):
             state, values, note = self.outcome(ret)
-            study.set_user_attr(NOTES, {**study.user_attrs.get(NOTES, {}), str(number): note})
-            study.tell(number, values, state=state)
+            told = tell(study, number, state, values, note)
             best = best_line(study)
-            say(f"optuna: trial {number}: {note}{f'; {best}' if best else ''}")
+            say(f"optuna: trial {number}: {told}{f'; {best}' if best else ''}")
         if failed and len(failed) / len(returns) > self.max_failure_rate:
             failed[0].return_value  # raises the job's own error  # noqa: B018
 
@@ -260,6 +284,27 @@ class StudySweep:
         return TrialState.COMPLETE, worst, f"{why}: given the worst {given}"  # type: ignore[return-value]
 
 
+def tell(study: Any, number: int, state: TrialState, values: list[float] | None, note: str) -> str:
+    """Tell the study trial `number`'s outcome, noted on the trial (what `fedlight report`
+    says of it), and what to say of it: a trial that is finished already (told by another
+    process sharing the storage) keeps what it was told, said in one line."""
+    trial = numbered(study, number)
+    if trial.state.is_finished():
+        return (
+            f"{note}; not told: the study has it {trial.state.name.lower()} already (another "
+            "process sharing its storage told it)"
+        )
+    optuna.trial.Trial(study, trial._trial_id).set_user_attr(NOTE_ATTR, note)
+    study.tell(number, values, state=state, skip_if_finished=True)  # a race lost: as above
+    return note
+
+
+def numbered(study: Any, number: int) -> FrozenTrial:
+    """The study's trial `number` as its storage has it now (a job writes to it while it runs;
+    Optuna's public API opens a live trial by the id a FrozenTrial keeps as `_trial_id`)."""
+    return next(t for t in study.get_trials(deepcopy=False) if t.number == number)
+
+
 def plain(value: Any) -> Any:
     """A setting as Python values (Hydra hands lists and dicts over as OmegaConf's)."""
     if OmegaConf.is_config(value):
@@ -271,10 +316,10 @@ def is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def consecutive(trials: list[FrozenTrial], size: int) -> list[list[FrozenTrial]]:
+def consecutive(trials: list[Numbered], size: int) -> list[list[Numbered]]:
     """`trials` in batches of consecutive numbers, at most `size` each (one launch numbers its
-    jobs from its first)."""
-    batches: list[list[FrozenTrial]] = []
+    jobs from its first, and a job finds its trial by its number)."""
+    batches: list[list[Numbered]] = []
     for trial in trials:
         if batches and len(batches[-1]) < size and batches[-1][-1].number == trial.number - 1:
             batches[-1].append(trial)
