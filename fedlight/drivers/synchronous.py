@@ -74,7 +74,9 @@ class Outcome:
     # what its module logged in training_step: name → (weighted sum, weight), see
     # fedlight.engines.lightning
     logged: dict[str, tuple[float, float]] = field(default_factory=dict)
-    update_norm: float = math.nan  # of its trained weights less those it started from
+    # of its trained weights less those it started from; nan (not computed) where the uploads
+    # are masked (`FederatedLoop.hides_uploads`)
+    update_norm: float = math.nan
 
     def client_row(self, rejected: set[int]) -> MetricsRow:
         """Its per-client row for the loggers (`fedlight.loggers.clients`)."""
@@ -145,9 +147,13 @@ class FederatedLoop(Driver):
             )
         round_seconds = self.round_seconds(ctx, outcomes, probe, len(failed))
         self.stage_states = server.finish(arrived)
-        revealed = refusal is None or not server.hides_uploads()
+        hidden = self.hides_uploads()
         rejected = set(server.aggregation.rejected)
-        return round_stats(ctx, outcomes, probe, round_seconds, rejected, revealed)
+        revealed = refusal is None or not hidden
+        stats = round_stats(ctx, outcomes, probe, round_seconds, rejected, revealed)
+        if not hidden:  # the loggers' per-client rows; none of a round whose uploads are masked
+            stats.clients = [o.client_row(rejected) for o in outcomes]
+        return stats
 
     def select(
         self, round_index: int
@@ -255,8 +261,14 @@ class FederatedLoop(Driver):
             ctx.metrics.values,
             virtual_seconds,
             local.logged,
-            update_norm(local.weights, got.task.start),
+            math.nan if self.hides_uploads() else update_norm(local.weights, got.task.start),
         )
+
+    def hides_uploads(self) -> bool:
+        """Whether a stage shows the server only the round's sum (secure aggregation, Bonawitz et
+        al. 2017): then no client's update norm is computed and no per-client row reaches the
+        loggers, since the protocol reveals nothing of one client's update."""
+        return any(stage.hides_uploads() for stage in self.stages)
 
     def tell_rejected(self, ctx: RoundContext, rejected: Sequence[int]) -> None:
         ctx.metrics.report("rejected", len(rejected))
@@ -331,5 +343,4 @@ def round_stats(
         client_seconds=sum(o.seconds for o in outcomes) + probe.seconds,
         metrics=ctx.metrics.values,
         logged=round_means([o.logged for o in reported]),
-        clients=[o.client_row(rejected) for o in outcomes],
     )

@@ -9,6 +9,10 @@ client-side stages reported and its module logged in training. An asynchronous s
 rows are its arrivals, with their staleness and without `update_norm` (an upload arrives encoded,
 its trained weights are not at hand). The rows are the main worker's (every worker's
 participants, gathered); rounds a resume replays have none.
+
+What they publish: under secure aggregation (a stage that `hides_uploads`) nothing, as the
+protocol reveals nothing of one client (Bonawitz et al. 2017); under DP, values outside the
+guarantee, listed in docs/configuration.md, "What a private run releases".
 """
 
 from collections.abc import Mapping, Sequence

@@ -5,7 +5,8 @@ sweep: `tensorboard --logdir multirun/<date>/<time>`).
 
 With `logger.tensorboard.client_histograms` (the default), each round also gets histograms of its
 participants' `update_norm` and `train_loss` (`clients/update_norm`, ...: the Histograms tab shows
-how the clients spread, where a scalar shows only their mean); at the end the run's figures
+how the clients spread, where a scalar shows only their mean; none under secure aggregation, whose
+rounds give no per-client rows); at the end the run's figures
 (curves.png, the label histogram, ...) are images (`figures/curves`, ...) in the Images tab.
 
 The folder is the run's own: a run that resumes or overwrites one replaces it (the rounds before

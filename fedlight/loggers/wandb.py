@@ -4,9 +4,9 @@ the tags are the config-group choices (`algo=scaffold`, ...) and the config says
 option's name (`algo: scaffold`, `flat_config`). With `logger.wandb.clients=table` (the default)
 each round's per-client rows (`fedlight.loggers.clients`) go into one table, `clients` (a round
 column, then the client's numbers; logged incrementally, so a killed run keeps its rounds), to sort
-or chart clients by loss, update norm or time. At the end the run's figures (curves, label
-histogram, participation, local accuracies) are logged as images and, with
-`logger.wandb.log_model` (the default), the final model.ckpt (model.pt where the module's
+or chart clients by loss, update norm or time; none under secure aggregation. At the end the
+run's figures (curves, label histogram, participation, local accuracies) are logged as images and,
+with `logger.wandb.log_model` (the default), the final model.ckpt (model.pt where the module's
 hyperparameters could not be pickled) as a `model` artifact of the run, aliased `final`.
 
 Offline automatically when there is no API key or no network. An online run that W&B does not start

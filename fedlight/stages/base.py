@@ -167,8 +167,8 @@ class UploadStage:
 
     def hides_uploads(self) -> bool:
         """Whether the server learns only the sum of the round's uploads (secure aggregation):
-        a round it cannot unmask then reveals nothing of its participants, and reports no
-        training loss or logged value of theirs.
+        no round then gives the loggers per-client rows, and a round it cannot unmask reveals
+        nothing of its participants, reporting no training loss or logged value of theirs.
 
         Returns:
             True where it does; False by default.

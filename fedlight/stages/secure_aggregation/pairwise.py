@@ -27,8 +27,9 @@ round, client or pair) instead of Diffie-Hellman keys, and the shares are not co
 protocol's messages cost is counted (`protocol_bytes`). What the server sees of each client
 besides the masked tensors (its sample and step counts, training loss, logged values, stage
 reports, saturated entries) is listed in docs/configuration.md, "What secure aggregation hides";
-a round it cannot unmask reports no participant's training loss or logged value
-(`hides_uploads`), since the protocol reveals nothing of it.
+a round it cannot unmask reports no participant's training loss or logged value, and no round
+gives the loggers per-client rows (`hides_uploads`), since the protocol reveals nothing of one
+client.
 """
 
 from collections.abc import Sequence
