@@ -55,24 +55,25 @@ def tuned_main(args: list[str]) -> int:
     return rerun("tuned", tuned_command, usage, args)
 
 
-def rerun(name: str, command_of: Callable[[Path], list[str]], usage: str, args: list[str]) -> int:
+def rerun(name: str, command_of: Callable[..., list[str]], usage: str, args: list[str]) -> int:
     """Run `python -m fedlight` with the arguments `command_of` makes of the directory in
-    `args`, and `args`' further overrides."""
+    `args` (given the user's own further arguments: what the directory's records name of code
+    runs only where the user gives it too), and those further arguments but any it holds."""
     if not args or args[0].startswith("-"):
         print(f"usage: {usage}", file=sys.stderr)
         return 2
     from fedlight.core.errors import ConfigError
 
     try:
-        command = command_of(Path(args[0]))
+        command = command_of(Path(args[0]), given=args[1:])
     except ConfigError as error:
         print(f"fedlight: error: {error}", file=sys.stderr)
         return 2
-    print(
-        f"fedlight: {name}: {shlex.join(['python', '-m', 'fedlight', *command, *args[1:]])}",
-        file=sys.stderr,
-    )
-    sys.argv = [sys.argv[0], *command, *args[1:]]
+    # an override that vouched for the record's own is given once, where the record has it
+    command += [a for a in args[1:] if a.startswith("-") or "=" not in a or a not in command]
+    shown = shlex.join(["python", "-m", "fedlight", *command])
+    print(f"fedlight: {name}: {shown}", file=sys.stderr)
+    sys.argv = [sys.argv[0], *command]
     run_cli()
     return 0
 

@@ -10,12 +10,13 @@ from typing import Any
 import yaml
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
-from hydra.errors import OverrideParseException
+from hydra.errors import HydraException
 
 from fedlight.cli.jobs import Command, given_value
 from fedlight.core.errors import ConfigError, one_line, require
 from fedlight.reports.model import plural
 from fedlight.runs.job import Job
+from fedlight.runs.recorded_code import vetted
 from fedlight.runs.resume import Decision, decide
 from fedlight.runs.same_config import RESUME_FREE_KEYS, comparable_config, first_difference
 
@@ -56,7 +57,9 @@ def with_saved_overrides(command: Command) -> Command:
     """`resume=<run dir>` continues that run as it was started: the run's recorded overrides
     (`.hydra/overrides.yaml`) come first, the command's own after them. A setting the command
     gives another value than the run had is refused naming the key, unless it is one a resume
-    may change (`RESUME_FREE_KEYS`: more `fl.rounds`, another `fl.workers`, ...)."""
+    may change (`RESUME_FREE_KEYS`: more `fl.rounds`, another `fl.workers`, ...). A recorded
+    override that names code to run is refused unless the command gives it
+    (`fedlight.runs.recorded_code`)."""
     directory = given_value(command.overrides, "resume")
     if directory is None or command.multirun:
         return command
@@ -79,6 +82,7 @@ def with_saved_overrides(command: Command) -> Command:
             )
     given = {o.key_or_group for o in parser.parse_overrides(command.overrides)}
     kept = [o.input_line for o in saved if o.key_or_group not in given]
+    vetted(kept, recorded, (), f"resume={directory}")  # none names code: the run dir's word
     return replace(command, overrides=[*kept, *command.overrides])
 
 
@@ -104,7 +108,7 @@ def saved_overrides(directory: str, recorded: Path) -> list[Override]:
         return OverridesParser.create().parse_overrides(
             [o for o in saved if not o.startswith("resume=")]
         )
-    except OverrideParseException as error:
+    except HydraException as error:  # its parse errors, the grammar's lexer's too
         raise ConfigError(
             f"resume={directory}: {recorded} holds an override Hydra cannot parse "
             f"({one_line(error, limit=80)}); {fix}"

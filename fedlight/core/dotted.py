@@ -6,6 +6,16 @@ from typing import Any
 
 from fedlight.core.errors import ConfigError
 
+# The settings whose value is such a dotted path (each `locate` call names one; a `_target_` is
+# Hydra's), and the Optuna sweeper's function of the searched space: what a run, sweep or study
+# directory may not name for a resume to import (`fedlight.runs.recorded_code`).
+CODE_SETTINGS = (
+    "data.dataset",
+    "data.datamodule",
+    "partition.function",
+    "hydra.sweeper.custom_search_space",
+)
+
 
 def locate(path: str, setting: str, expected: str) -> Any:
     """The object `path` (`package.module.name`) names; a ConfigError naming `setting` and what

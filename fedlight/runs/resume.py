@@ -17,7 +17,7 @@ read: starting its run again would replace the rounds it holds.
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import OverrideParseException
 
 from fedlight.core.errors import ConfigError
+from fedlight.runs.recorded_code import vetted, vetted_flags
 from fedlight.runs.run_dir import results_in
 from fedlight.store.checkpoint import load_checkpoint
 from fedlight.store.run_files import CHECKPOINT_NAME
@@ -153,9 +154,12 @@ class RecordedCommand:
     record: dict[str, Any]  # the record's `hydra` node
 
 
-def recorded_command(directory: Path, command: str = "resume") -> RecordedCommand:
+def recorded_command(
+    directory: Path, command: str = "resume", given: Collection[str] = ()
+) -> RecordedCommand:
     """What `directory`'s multirun.yaml (a sweep's) or .hydra/hydra.yaml (a run's) says of the
-    command that made it; refused in one line where neither is there or readable."""
+    command that made it; refused in one line where neither is there or readable, or where it
+    names code to run that the user's own arguments `given` do not (`runs.recorded_code`)."""
     sweep_record, run_record = directory / "multirun.yaml", directory / ".hydra" / "hydra.yaml"
     multirun = sweep_record.is_file()
     record = sweep_record if multirun else run_record
@@ -173,16 +177,24 @@ def recorded_command(directory: Path, command: str = "resume") -> RecordedComman
             f"({error}); rerun the command instead"
         ) from None
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
-    kept = [o for o in own if o.split("=")[0] not in ("hydra.mode", key)]
+    kept = [o for o in own if str(o).split("=")[0] not in ("hydra.mode", key)]
     flags = ["-m"] if multirun else []
     flags += [f for f in command_flags(hydra) if f != "-m"]
-    return RecordedCommand(multirun, flags, kept, task, hydra)
+    shown = f"fedlight {command} {directory}"
+    return RecordedCommand(
+        multirun,
+        vetted_flags(flags, record, given, shown),
+        vetted(kept, record, given, shown),
+        vetted(task, record, given, shown),
+        hydra,
+    )
 
 
-def resume_command(directory: Path) -> list[str]:
+def resume_command(directory: Path, given: Collection[str] = ()) -> list[str]:
     """`fedlight resume <dir>`: the arguments of the command that made the sweep (or run) in
-    `directory`, from Hydra's record of it, with `resume=auto` and the directory itself."""
-    recorded = recorded_command(directory)
+    `directory`, from Hydra's record of it, with `resume=auto` and the directory itself; what of
+    it names code to run is refused unless the user's own arguments `given` hold it too."""
+    recorded = recorded_command(directory, given=given)
     key = "hydra.sweep.dir" if recorded.multirun else "hydra.run.dir"
     arguments = [o for o in recorded.task if o.split("=")[0].lstrip("+~") != "resume"]
     place = hydra_override(key, str(directory))

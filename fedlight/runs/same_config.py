@@ -96,10 +96,15 @@ def value_before(dotted: str, config: dict[str, Any]) -> Any:
 
 
 def first_difference(saved: Any, current: Any, derived: Collection[str] = ()) -> str | None:
-    """The first differing key the user can have written: keys `derived` by interpolation from
-    another (e.g. `model.lr: ${optim.lr}`) are named only when nothing else differs. A setting
-    added to fedlight after the checkpoint was written (absent from its config) is no difference
-    at the value that keeps what runs did before it existed (`value_before`)."""
+    """The first differing key the user can have written between a saved config and the current
+    one (`comparable_config`): keys `derived` by interpolation from another (e.g. `model.lr:
+    ${optim.lr}`) are named only when nothing else differs. The saved config is compared as the
+    current one is (a run recorded before its modules moved, or before a setting became one a
+    resume may change, is the same run); a setting added to fedlight after the checkpoint was
+    written (absent from its config) is no difference at the value that keeps what runs did
+    before it existed (`value_before`)."""
+    if isinstance(saved, dict):
+        saved = comparable_config(saved)
     found = [
         (key, was, now)
         for key, was, now in differences(saved, current)

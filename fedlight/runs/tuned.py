@@ -9,12 +9,14 @@ The command is the study's own (Hydra's record, multirun.yaml) without what made
 by the best trial's values), the sweeper's settings and `seed`.
 """
 
+from collections.abc import Collection
 from pathlib import Path
 
 import yaml
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from fedlight.core.errors import ConfigError
+from fedlight.runs.recorded_code import vetted
 from fedlight.runs.resume import AUTO, recorded_command
 
 RESULTS_FILE = "optimization_results.yaml"  # the study's best trial (fedlight.runs.optuna_sweeper)
@@ -23,9 +25,11 @@ SEEDS = "0,1,2"
 TUNE_PRESET = "experiment/tune"  # the group whose options make a command a study
 
 
-def tuned_command(study: Path, seeds: str = SEEDS) -> list[str]:
-    """The arguments of `python -m fedlight` that test `study`'s best configuration."""
-    recorded = recorded_command(study, "tuned")
+def tuned_command(study: Path, seeds: str = SEEDS, given: Collection[str] = ()) -> list[str]:
+    """The arguments of `python -m fedlight` that test `study`'s best configuration; what of the
+    study's records names code to run is refused unless the user's own arguments `given` hold it
+    too (`fedlight.runs.recorded_code`)."""
+    recorded = recorded_command(study, "tuned", given)
     best = best_params(study)
     parser = OverridesParser.create()
 
@@ -44,6 +48,7 @@ def tuned_command(study: Path, seeds: str = SEEDS) -> list[str]:
     if algorithm and not any(o.split("=")[0].lstrip("+") == "algo" for o in task):
         task.append(f"algo={algorithm}")
     chosen = [f"{name}={value}" for name, value in best.items()]
+    vetted(chosen, study / RESULTS_FILE, given, f"fedlight tuned {study}")
     directory = study / TESTED_DIR
     return [
         *recorded.flags,

@@ -138,8 +138,9 @@ def test_a_killed_sweep_resumes_with_one_command(tmp_path: Path, launcher: list[
 
 
 def test_fedlight_resume_rebuilds_the_command_from_hydras_record(tmp_path: Path) -> None:
-    """The sweep's task overrides, its launcher and config name, its directory, resume=auto;
-    not Hydra's own `hydra.mode`, nor an earlier `resume=`."""
+    """The sweep's task overrides, its launcher and config name, its config directory where the
+    user gives it too, its directory, resume=auto; not Hydra's own `hydra.mode`, nor an earlier
+    `resume=`."""
     sweep = tmp_path / "sweep"
     sweep.mkdir()
     record = {
@@ -161,7 +162,9 @@ def test_fedlight_resume_rebuilds_the_command_from_hydras_record(tmp_path: Path)
         }
     }
     (sweep / "multirun.yaml").write_text(json.dumps(record))  # JSON is YAML
-    assert resume_command(sweep) == [
+    with pytest.raises(ConfigError, match=r"records '--config-dir /x/conf', which names code"):
+        resume_command(sweep)  # the configs there are the user's to vouch for
+    assert resume_command(sweep, given=["--config-dir=/x/conf"]) == [
         "-m",
         "--config-name",
         "mine",
