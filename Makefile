@@ -7,7 +7,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 # The documentation site, offline (nothing fetched), failing on any warning (a broken link, a page
-# mkdocstrings cannot render); open site/index.html or serve it with `mkdocs serve`.
+# mkdocstrings cannot render); open site/index.html (search needs a server: `mkdocs serve`).
 MKDOCS := NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 
 .PHONY: demo test lint docs bench results

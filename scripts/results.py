@@ -83,11 +83,20 @@ def relative_to(path: str, base: str) -> str:
     return os.path.relpath(path, base) if os.path.isabs(path) else path
 
 
+# An absolute path inside a longer text (an override's value): quoted (to its closing quote,
+# spaces and all), or after `=`, `:`, `[`, `{` or `,` up to the next of `'",]}` or a space.
+# `//` (a URL's `sqlite:///...`) is no path of this machine's to rewrite.
+QUOTED_PATH = re.compile(r"(?P<quote>['\"])(?P<path>/(?!/)[^'\"]*)(?P=quote)")
+EMBEDDED_PATH = re.compile(r"(?<=[=:\[{,])(?P<path>/(?!/)[^'\",\]}\s]*)")
+
+
 def sanitized(value: Any, cwd: str, sweep_dir: str, renames: dict[str, str] | None = None) -> Any:
-    """`value` with every absolute path rewritten: one of `renames` to its given name (a file the
-    sweep read from elsewhere, e.g. a split the page's command writes first), one under the sweep
-    directory relative to it (as `<sweep>/...` names it in the records), any other relative to
-    the command's directory `cwd` (what its user typed there, `../shared/data`)."""
+    """`value` with every absolute path rewritten, also one quoted or nested in a longer text (an
+    override `partition.path='/x/my split.json'`, `+model.d={p:/x}`): one of `renames` to its
+    given name (a file the sweep read from elsewhere, e.g. a split the page's command writes
+    first), one under the sweep directory relative to it (as `<sweep>/...` names it in the
+    records), any other relative to the command's directory `cwd` (what its user typed there,
+    `../shared/data`)."""
     renames = renames or {}
     if isinstance(value, dict):
         return {k: sanitized(v, cwd, sweep_dir, renames) for k, v in value.items()}
@@ -95,11 +104,12 @@ def sanitized(value: Any, cwd: str, sweep_dir: str, renames: dict[str, str] | No
         return [sanitized(v, cwd, sweep_dir, renames) for v in value]
     if not isinstance(value, str):
         return value
-    key, sep, rest = value.partition("=")
-    if sep and rest.startswith("/"):
-        return f"{key}={sanitized(rest, cwd, sweep_dir, renames)}"
     if not value.startswith("/"):
-        return value
+        quoted = QUOTED_PATH.sub(
+            lambda m: m["quote"] + sanitized(m["path"], cwd, sweep_dir, renames) + m["quote"],
+            value,
+        )
+        return EMBEDDED_PATH.sub(lambda m: sanitized(m["path"], cwd, sweep_dir, renames), quoted)
     if value in renames:
         return renames[value]
     if value == sweep_dir or value.startswith(sweep_dir + "/"):
@@ -134,8 +144,8 @@ def hydra_record(
 def read_yaml(path: Path) -> dict[str, Any]:
     try:
         content = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as error:
-        raise ResultsError(f"{path}: cannot read it ({error})") from None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
+        raise ResultsError(f"{path}: cannot read it ({one_line(error)})") from None
     return content if isinstance(content, dict) else {}
 
 
@@ -144,47 +154,138 @@ def write_yaml(path: Path, content: Any) -> None:
     path.write_text(yaml.safe_dump(content, sort_keys=False, allow_unicode=True), encoding="utf-8")
 
 
+def one_line(error: BaseException) -> str:
+    return " ".join(str(error).split())
+
+
+# What a job's records are made of (`export` writes each; `pages` needs each).
+RECORD_FILES = (
+    ".hydra/overrides.yaml",
+    ".hydra/config.yaml",
+    ".hydra/hydra.yaml",
+    "metrics.csv",
+    "summary.json",
+)
+
+
+def unlinked_bytes(path: Path, top: Path) -> bytes:
+    """The bytes of `path`, a file under `top`, read through no link: records go to a public
+    repository, and a link (the file, or a folder between `top` and it) would put whatever it
+    names into them."""
+    for part in [path, *path.parents]:
+        if part == top:
+            break
+        if part.is_symlink():
+            raise ResultsError(
+                f"{part} is a symbolic link, and records copy no linked file (it could name "
+                "anything of this machine); put the file itself there, or export another sweep"
+            )
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(descriptor, "rb") as file:
+            return file.read()
+    except OSError as error:
+        raise ResultsError(
+            f"{path}: cannot read it ({one_line(error)}); a finished job's records need it: "
+            "restore it, or move the job out of the sweep"
+        ) from None
+
+
+def unlinked_tree(path: Path, top: Path, kind: type) -> Any:
+    """A YAML or JSON file under `top` (read through no link), which must hold a `kind`."""
+    text = unlinked_bytes(path, top).decode("utf-8", errors="replace")
+    try:
+        content = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError) as error:
+        raise ResultsError(f"{path}: cannot read it ({one_line(error)[:120]})") from None
+    if not isinstance(content, kind):
+        raise ResultsError(
+            f"{path} holds no {kind.__name__} ({type(content).__name__}): it is not the file "
+            "a run writes there; restore it, or move the job out of the sweep"
+        )
+    return content
+
+
+def job_records(
+    job_dir: Path, sweep_dir: Path, cwd: str, renames: dict[str, str]
+) -> dict[str, bytes]:
+    """A finished job's records (RECORD_FILES, each path relative to the job), absolute paths
+    rewritten; every file read before any is written, through no link."""
+    sweep = str(sweep_dir)
+    hydra = unlinked_tree(job_dir / ".hydra/hydra.yaml", sweep_dir, dict)
+    cwd = (hydra.get("hydra") or {}).get("runtime", {}).get("cwd") or cwd
+    overrides = unlinked_tree(job_dir / ".hydra/overrides.yaml", sweep_dir, list)
+    config = unlinked_tree(job_dir / ".hydra/config.yaml", sweep_dir, dict)
+    summary = unlinked_tree(job_dir / "summary.json", sweep_dir, dict)
+    return {
+        ".hydra/overrides.yaml": yaml_bytes(sanitized(overrides, cwd, sweep, renames)),
+        ".hydra/config.yaml": yaml_bytes(sanitized(config, cwd, sweep, renames)),
+        ".hydra/hydra.yaml": yaml_bytes(hydra_record(hydra, cwd, sweep, renames)),
+        "metrics.csv": unlinked_bytes(job_dir / "metrics.csv", sweep_dir),
+        "summary.json": (
+            json.dumps(sanitized(summary, cwd, sweep, renames), indent=2) + "\n"
+        ).encode(),
+    }
+
+
+def yaml_bytes(content: Any) -> bytes:
+    return yaml.safe_dump(content, sort_keys=False, allow_unicode=True).encode()
+
+
+def export_source(sweep_dir: Path, dest: Path) -> Path:
+    """The sweep directory to export from, resolved; refused in one line where it is none, or
+    where `dest` is it or inside it (the records would replace the sweep's own files)."""
+    if not sweep_dir.is_dir():
+        raise ResultsError(f"{sweep_dir} is no directory; give a sweep's (multirun/<date>/<time>)")
+    source, target = sweep_dir.resolve(), dest.resolve()
+    if target == source or source in target.parents:
+        raise ResultsError(
+            f"--to {dest} is the sweep {sweep_dir} or inside it: its records would replace the "
+            "sweep's own files; give a directory outside it (docs/results/<table>/runs/<name>)"
+        )
+    return source
+
+
 def export(sweep_dir: Path, dest: Path, renames: dict[str, str] | None = None) -> list[str]:
     """The compact records of the sweep's jobs (only finished ones: a record is a result; a
     folder of single runs is read the same way) under `dest`, with the sweep's command, absolute
-    paths rewritten (`renames`: some by name); returns the jobs written."""
+    paths rewritten (`renames`: some by name); returns the jobs written. Everything is read
+    (through no link) and checked before anything is written."""
     renames = renames or {}
-    sweep_dir = sweep_dir.resolve()
-    sweep = str(sweep_dir)
+    sweep_dir = export_source(sweep_dir, dest)
     # a folder of single runs (`python -m fedlight hydra.run.dir=<folder>/<name>`) has none
-    has_record = (sweep_dir / "multirun.yaml").is_file()
-    record = read_yaml(sweep_dir / "multirun.yaml") if has_record else {}
+    has_record = os.path.lexists(sweep_dir / "multirun.yaml")
+    record = unlinked_tree(sweep_dir / "multirun.yaml", sweep_dir, dict) if has_record else {}
     cwd = ((record.get("hydra") or {}).get("runtime") or {}).get("cwd") or str(REPO)
-    written = []
-    for job_dir in job_dirs(sweep_dir):
-        if not (job_dir / "summary.json").is_file():
-            continue
-        name = job_dir.relative_to(sweep_dir)
-        out = dest / name
-        job_cwd = (read_yaml(job_dir / ".hydra" / "hydra.yaml").get("hydra") or {}).get(
-            "runtime", {}
-        ).get("cwd") or cwd
-        overrides = yaml.safe_load((job_dir / ".hydra" / "overrides.yaml").read_text()) or []
-        write_yaml(out / ".hydra" / "overrides.yaml", sanitized(overrides, job_cwd, sweep, renames))
-        config = read_yaml(job_dir / ".hydra" / "config.yaml")
-        write_yaml(out / ".hydra" / "config.yaml", sanitized(config, job_cwd, sweep, renames))
-        write_yaml(
-            out / ".hydra" / "hydra.yaml",
-            hydra_record(read_yaml(job_dir / ".hydra" / "hydra.yaml"), job_cwd, sweep, renames),
-        )
-        shutil.copyfile(job_dir / "metrics.csv", out / "metrics.csv")
-        summary = json.loads((job_dir / "summary.json").read_text(encoding="utf-8"))
-        (out / "summary.json").write_text(
-            json.dumps(sanitized(summary, job_cwd, sweep, renames), indent=2) + "\n",
-            encoding="utf-8",
-        )
-        written.append(name.as_posix())
+    files: dict[str, bytes] = {}
+    finished = [d for d in job_dirs(sweep_dir) if os.path.lexists(d / "summary.json")]
+    if not finished:
+        raise ResultsError(f"{sweep_dir} has no finished job (no */summary.json) to export")
+    for job_dir in finished:
+        name = job_dir.relative_to(sweep_dir).as_posix()
+        records = job_records(job_dir, sweep_dir, cwd, renames)
+        files |= {f"{name}/{file}": content for file, content in records.items()}
     if record:
-        write_yaml(dest / "multirun.yaml", hydra_record(record, cwd, sweep, renames))
+        files["multirun.yaml"] = yaml_bytes(hydra_record(record, cwd, str(sweep_dir), renames))
     for study_file in STUDY_FILES:  # an Optuna study's trials and result
-        if (sweep_dir / study_file).is_file():
-            shutil.copyfile(sweep_dir / study_file, dest / study_file)
-    return written
+        if os.path.lexists(sweep_dir / study_file):
+            files[study_file] = unlinked_bytes(sweep_dir / study_file, sweep_dir)
+    for name, content in files.items():
+        (dest / name).parent.mkdir(parents=True, exist_ok=True)
+        (dest / name).unlink(missing_ok=True)  # a link there is replaced, never written through
+        (dest / name).write_bytes(content)
+    return [d.relative_to(sweep_dir).as_posix() for d in finished]
+
+
+def path_renames(pairs: list[str]) -> dict[str, str]:
+    """`--path ABSOLUTE=NAME` arguments as a mapping; anything else refused in one line."""
+    renames = {}
+    for pair in pairs:
+        absolute, sep, name = pair.partition("=")
+        if not sep or not os.path.isabs(absolute) or not name:
+            raise ResultsError(f"--path {pair}: give ABSOLUTE=NAME (/data/split.json=split.json)")
+        renames[absolute] = name
+    return renames
 
 
 # --------------------------------------------------------------------------------- pages
@@ -210,7 +311,7 @@ class Page:
 
     @classmethod
     def read(cls, name: str, entry: dict[str, Any]) -> "Page":
-        return cls(
+        page = cls(
             directory=RESULTS / name,
             reports={out: tuple(sweeps) for out, sweeps in (entry.get("reports") or {}).items()},
             report_args={
@@ -221,6 +322,15 @@ class Page:
             blocks=dict(entry.get("blocks") or {}),
             archived=str(entry.get("archived") or ""),
         )
+        inside = [*page.documents, *(f"{page.directory}/{p}" for p in page.reports)]
+        inside += [f"{page.directory}/{s}" for s in page.records]
+        for path in inside:
+            if os.path.isabs(path) or os.path.normpath(path).startswith(".."):
+                raise ResultsError(
+                    f"{REGISTRY}: {name} names {path}, outside the repository, where pages writes "
+                    "and reads nothing; name a path inside it"
+                )
+        return page
 
     @property
     def records(self) -> list[str]:
@@ -256,14 +366,23 @@ def csv_value(path: Path, row: str, column: str, where: str) -> Any:
     return rows[0][column]
 
 
-def tree_value(path: Path, key: str, where: str) -> Any:
-    text = path.read_text(encoding="utf-8")
-    value: Any = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+def tree_value(path: Path, key: str, where: str, shown: str = "") -> Any:
+    """The value at dotted `key` of a JSON or YAML file (`shown`: its name as a page gives it)."""
+    value = read_tree(path, f"{where}: {shown or path.name}")
     for part in key.split("."):
         if not isinstance(value, dict) or part not in value:
             raise ResultsError(f"{where}: {path.name} has no {key}")
         value = value[part]
     return value
+
+
+def read_tree(path: Path, where: str) -> Any:
+    """A JSON or YAML file's content; one that cannot be read is one line naming it."""
+    try:
+        text = path.read_text(encoding="utf-8")
+        return json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (OSError, ValueError, yaml.YAMLError) as error:
+        raise ResultsError(f"{where}: cannot be read ({one_line(error)[:120]})") from None
 
 
 def reference(
@@ -275,7 +394,8 @@ def reference(
         raise ResultsError(f"{where}: {match['file']} does not exist")
     if match["row"] is not None:
         return number(csv_value(path, match["row"], match["key"], where), where)
-    return number(tree_value(path, match["key"], where), where)
+    shown = (aliases or {}).get(name, name)
+    return number(tree_value(path, match["key"], where, shown), where)
 
 
 OPERATORS: dict[type, Callable[[float, float], float]] = {
@@ -389,7 +509,69 @@ def block_lines(root: Path, page: Page, spec: dict[str, Any], where: str) -> lis
         )
     if kind == "setting":
         return setting_table(root, page, spec)
-    raise ResultsError(f"{where}: kind {kind!r} is none of beside, setting")
+    if kind == "claims":
+        return claims_lines(read_yaml(root / spec["reference"]))
+    raise ResultsError(f"{where}: kind {kind!r} is none of beside, setting, claims")
+
+
+def citation(source: dict[str, Any]) -> str:
+    """Where a reference's figures are published: its title (and English gloss), date, address."""
+    title = str(source.get("title") or source.get("name", "source"))
+    parts = [f"**{title}**"]
+    if source.get("title_en"):
+        parts.append(f"({source['title_en']})")
+    facts = [str(source[key]) for key in ("published", "date") if source.get(key)]
+    if source.get("url"):
+        facts.append(f"<{source['url']}>")
+    return " ".join(parts) + (f"; {'; '.join(facts)}." if facts else ".")
+
+
+def claimed(value: Any) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{key} {claimed(v)}" for key, v in value.items())
+    return str(value)
+
+
+# A reference section's keys that locate its quotation rather than state a figure
+LOCATION_KEYS = {"line", "column", "quote", "setting", "cells", "title_line", "within", "section"}
+
+
+def located(body: dict[str, Any]) -> str:
+    """Where a reference section's figures stand: the source's section, else its line."""
+    return f"§{body['section']}" if body.get("section") else f"line {body.get('line')}"
+
+
+def section_figures(name: str, body: dict[str, Any]) -> list[list[str]]:
+    """A reference section's rows: one per cell, then its other figures (numbers) in one."""
+    where = located(body)
+    rows = [[name or "—", str(c), claimed(v), where] for c, v in (body.get("cells") or {}).items()]
+    figures = {
+        key: value
+        for key, value in body.items()
+        if name
+        and key not in LOCATION_KEYS
+        and not key.endswith(("_column", "_quote"))
+        and isinstance(value, int | float)
+    }
+    return rows + ([[name, "—", claimed(figures), where]] if figures else [])
+
+
+def claims_lines(reference: dict[str, Any]) -> list[str]:
+    """A reference file on the references page: its citation, then one row per claimed figure
+    (the file's `cells` and `claims`, and each section's, with its section in the source)."""
+    from fedlight.reports.write import markdown_table
+
+    source = reference.get("source") or {}
+    top = {**reference, "line": source.get("line"), "section": source.get("section")}
+    rows = section_figures("", top)
+    for name, body in reference.items():
+        # a section holding `keys` is a comparison's copy of the file's figures (`beside`'s)
+        if isinstance(body, dict) and ("cells" in body or "section" in body) and "keys" not in body:
+            rows += section_figures(name, body)
+    for key, value in (reference.get("claims") or {}).items():
+        rows.append(["claims", str(key), claimed(value), located(top)])
+    header = ["table", "cell", "what it states", "where in the source"]
+    return [citation(source), "", *markdown_table(header, rows, 4)]
 
 
 # What a setting table compares: the label, then the config key whose values the records give.
@@ -412,7 +594,7 @@ def config_values(root: Path, page: Page, key: str) -> list[str]:
     values: dict[str, None] = {}
     for sweep in record_dirs(root, page):
         for job in job_dirs(sweep):
-            summary = json.loads((job / "summary.json").read_text(encoding="utf-8"))
+            summary = read_tree(job / "summary.json", f"{page.directory}: setting table")
             if "." not in key and key in summary:
                 value = summary[key]
             else:
@@ -454,28 +636,87 @@ def setting_table(root: Path, page: Page, spec: dict[str, Any]) -> list[str]:
 
 
 def regenerate(root: Path, only: list[str] | None = None) -> list[Path]:
-    """Every page under `root` (or the tables `only` names) made again from its records;
-    returns the files written."""
-    from fedlight.reports.cli import main as report_main
+    """Every page under `root` (or the tables `only` names) made again from its records, each
+    record checked first (`check_record`); returns the files written."""
+    from fedlight.reports.model import ReportError
 
     written: list[Path] = []
     for page in read_pages(root):
         if only is not None and page.directory.name not in only:
             continue
-        for out, sweeps in page.reports.items():
-            directory = root / page.directory / out
-            argv = [str(root / page.directory / sweep) for sweep in sweeps]
-            with contextlib.redirect_stdout(io.StringIO()):  # it says where it wrote
-                report_main([*argv, *page.report_args.get(out, ()), "-o", str(directory)])
-            written += [directory / "report.md", directory / "report.csv"]
-        for document in page.documents:
-            path = root / document
-            text = path.read_text(encoding="utf-8")
-            filled = fill_values(root, document, fill_blocks(root, page, document, text))
-            if filled != text:
-                path.write_text(filled, encoding="utf-8")
-            written.append(path)
+        for sweep in record_dirs(root, page):
+            check_sweep_records(root, sweep)
+        try:
+            written += make_reports(root, page)
+            for document in page.documents:
+                written.append(fill_document(root, page, document))
+        except ReportError as error:  # a record a block reads (scripts.beside_published)
+            raise ResultsError(f"{page.directory}: {error}") from None
     return written
+
+
+def make_reports(root: Path, page: Page) -> list[Path]:
+    """The page's report.md and report.csv files, each `fedlight report` of its record sweeps;
+    one it refuses is one line with its reason."""
+    from fedlight.reports.cli import main as report_main
+
+    written = []
+    for out, sweeps in page.reports.items():
+        directory = root / page.directory / out
+        argv = [str(root / page.directory / sweep) for sweep in sweeps]
+        said = io.StringIO()
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(said):
+            code = report_main([*argv, *page.report_args.get(out, ()), "-o", str(directory)])
+        if code != 0:
+            reason = (said.getvalue().strip().splitlines() or ["no reason given"])[-1]
+            reason = reason.replace(f"{root}{os.sep}", "")  # --check's copy: the repository's
+            raise ResultsError(f"{page.directory / out}: the report failed: {reason}")
+        written += [directory / "report.md", directory / "report.csv"]
+    return written
+
+
+def fill_document(root: Path, page: Page, document: str) -> Path:
+    """`document` with its blocks and inline values filled from the records."""
+    path = root / document
+    if not path.is_file():
+        raise ResultsError(f"{REGISTRY}: {document} (a document of {page.directory}) is missing")
+    text = path.read_text(encoding="utf-8")
+    filled = fill_values(root, document, fill_blocks(root, page, document, text))
+    if filled != text:
+        path.write_text(filled, encoding="utf-8")
+    return path
+
+
+def check_sweep_records(root: Path, sweep: Path) -> None:
+    """Every job of a record sweep whole and consistent (`check_record`)."""
+    if not sweep.is_dir():
+        raise ResultsError(
+            f"{sweep.relative_to(root)} does not exist; export its sweep again, or drop it from "
+            f"{REGISTRY}"
+        )
+    for job in job_dirs(sweep):
+        check_record(job, job.relative_to(root))
+
+
+def check_record(job: Path, shown: Path) -> None:
+    """A job's records are whole (each of RECORD_FILES, readable) and agree with each other
+    (metrics.csv's last test accuracy is summary.json's `final_accuracy`): a page may read any
+    of them, and a report's curves (not compared) read metrics.csv. `shown`: the job's name in
+    the one line that refuses it."""
+    for name in RECORD_FILES:
+        if not (job / name).is_file():
+            raise ResultsError(f"{shown / name} is missing: export the job's sweep again")
+        if name != "metrics.csv":
+            read_tree(job / name, str(shown / name))
+    summary = read_tree(job / "summary.json", str(shown / "summary.json"))
+    with (job / "metrics.csv").open(newline="", encoding="utf-8") as file:
+        tested = [r["test_accuracy"] for r in csv.DictReader(file) if r.get("test_accuracy")]
+    final = summary.get("final_accuracy") if isinstance(summary, dict) else None
+    if tested and isinstance(final, float) and float(tested[-1]) != final:
+        raise ResultsError(
+            f"{shown}/metrics.csv's last test_accuracy {tested[-1]} is not summary.json's "
+            f"final_accuracy {final}: a record was edited; export the job's sweep again"
+        )
 
 
 def text_files(directory: Path) -> Iterator[Path]:
@@ -522,8 +763,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "export":
-            renames = dict(pair.split("=", 1) for pair in args.path)
-            jobs = export(args.sweep_dir, args.to, renames)
+            jobs = export(args.sweep_dir, args.to, path_renames(args.path))
             print(f"{len(jobs)} finished jobs' records in {args.to}")
         elif args.check:
             stale = check()
