@@ -16,6 +16,7 @@ from fedlight.stages.privacy.accountant import (
     PRV_EPS_ERROR,
     calibrate_noise,
     epsilon,
+    prv_epsilon,
     spent,
 )
 from tests.helpers.independent_dp import PLD_INTERVAL, RdpAccountant, pld_epsilon, sampled_gaussian
@@ -80,6 +81,25 @@ def test_prv_falls_back_to_rdp_where_its_grid_would_not_fit_and_says_so() -> Non
     fallback = spent(0.1, 0.05, 5, 1e-5, "prv")
     assert fallback == spent(0.1, 0.05, 5, 1e-5, "rdp")
     assert fallback.accountant == "rdp" and math.isfinite(fallback.epsilon)
+
+
+def test_prv_reports_rdps_bound_where_it_is_the_smaller_and_says_so() -> None:
+    """Both are upper bounds on ε; PRV's carries its fixed error width (0.01), which at ε of a
+    few hundredths makes RDP's the smaller (the audit's q = 0.01, z = 5, 100 steps: PRV 0.0713,
+    RDP 0.0691, PLD 0.0613): the smaller is reported, named by the accountant that gave it."""
+    tiny = spent(0.01, 5.0, 100, 1e-5, "prv")
+    assert tiny == spent(0.01, 5.0, 100, 1e-5, "rdp")
+    assert pld_epsilon(0.01, 5.0, 100, 1e-5) - PLD_INTERVAL <= tiny.epsilon
+    assert tiny.epsilon < prv_epsilon(0.01, 5.0, 100, 1e-5)
+    usual = spent(0.1, 1.0, 50, 1e-5, "prv")
+    assert usual.accountant == "prv" and usual.epsilon < epsilon(0.1, 1.0, 50, 1e-5, "rdp")
+
+
+def test_calibration_for_a_huge_target_falls_back_to_rdp_where_prvs_grid_breaks() -> None:
+    """Probe DP3: target ε = 10⁹ bisects down to noise so small that Opacus's PRV grid raises
+    ("Discrete mean differs significantly from continuous mean"); RDP's bound stands in."""
+    z = calibrate_noise(0.4, 2, 1e9, 1e-5, "prv")
+    assert 0 < z and epsilon(0.4, z, 2, 1e-5, "prv") <= 1e9
 
 
 @pytest.mark.parametrize("accountant", ["prv", "rdp"])
