@@ -1,9 +1,10 @@
 """Poisson sampling: each client takes part independently with probability q = K/N.
 
 The number of participants varies from round to round (K on average, possibly 0: such a round
-keeps the global model, except under DP-FedAvg, whose server update adds the round's noise to a
-zero sum, as Algorithm 1 of McMahan et al. 2018 does). This is the sampling the privacy amplification of DP-FedAvg assumes
-(McMahan et al. 2018; Zhu & Wang 2019, "Poisson subsampled Rényi differential privacy").
+keeps the global model, except under DP-FedAvg and adaptive clipping, whose server update adds
+the round's noise to a zero sum, as Algorithm 1 of McMahan et al. 2018 does). This is the
+sampling the privacy amplification of DP-FedAvg assumes (McMahan et al. 2018; Zhu & Wang 2019,
+"Poisson subsampled Rényi differential privacy").
 """
 
 from dataclasses import dataclass
