@@ -292,6 +292,14 @@ class FederatedLoop(Driver):
         seconds = probe.virtual_seconds + self.system.round_seconds(finished, stragglers, failed)
         ctx.metrics.report("stragglers", stragglers)
         ctx.metrics.report("round_seconds", seconds)
+        if outcomes and stragglers == len(outcomes):
+            self.tell_once(
+                "all late",
+                f"round {ctx.round_index}: none of its {stragglers} participants finished within "
+                f"system.deadline={self.system.deadline:g} virtual seconds, so nothing was "
+                "aggregated and the model is kept (stragglers are counted in metrics.csv, column "
+                "stragglers); raise system.deadline",
+            )
         return seconds
 
     def probe_cost(self, pool: ClientPool) -> Probe:

@@ -22,7 +22,7 @@ from fedlight.system.homogeneous import Homogeneous
 from fedlight.system.lognormal import LogNormal
 from fedlight.system.tiers import Tiers
 from fedlight.system.uniform import Uniform
-from tests.conftest import TINY, rows_without_timings, run_killed_in_round
+from tests.conftest import TINY, rows_without_timings, run_cli, run_killed_in_round
 
 # Every client in every round, of unequal sizes.
 ALL_CLIENTS = [*TINY, "fl.clients_per_round=10", "partition=dirichlet", "fl.rounds=3"]
@@ -263,3 +263,16 @@ def test_a_weighted_participants_evaluation_of_its_model_is_on_the_clock(
         model = int(row["bytes_down"]) // len(clients)
         times = [speeds.seconds(c, model, sizes[c] + sizes[c], model + 4) for c in clients]
         assert row["round_seconds"] == pytest.approx(max(times), rel=1e-12)
+
+
+def test_rounds_that_nobody_finishes_in_time_are_said_once(tmp_path: Path) -> None:
+    """Probe SA3: a deadline that no participant meets trains nothing, with secure aggregation
+    as without; the first such round says so in one line, naming the setting to raise."""
+    late = ["system=tiers", "system.deadline=1e-6", "secure_aggregation=pairwise"]
+    ran = run_cli(*TINY, "fl.rounds=2", *late, f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
+    said = [line for line in ran.stderr.splitlines() if "finished within" in line]
+    assert said == [
+        "fedlight: round 1: none of its 4 participants finished within system.deadline=1e-06 "
+        "virtual seconds, so nothing was aggregated and the model is kept (stragglers are "
+        "counted in metrics.csv, column stragglers); raise system.deadline"
+    ]
