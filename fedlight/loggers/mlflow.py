@@ -7,11 +7,18 @@ file store of the run's own in `<run dir>/mlruns` (no server: `mlflow ui --backe
 <run dir>/mlruns`). The run's own store is replaced by a run that resumes or overwrites it (the
 rounds before the resume are replayed into it, as into metrics.csv); a store given elsewhere gets
 a new MLflow run each time.
+
+MLflow refuses a metric name that is not a plain path inside the run (its file store writes each
+metric to a file of that name): a module's `self.log("../x", ...)` would fail the run after its
+first round. Such a name is logged as `mlflow_name` makes it (`_/x`), said once; metrics.csv keeps
+the name as logged.
 """
 
 import logging
 import os
+import re
 import shutil
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +26,15 @@ from typing import Any
 from fedlight.loggers.base import MetricsRow, RunInfo, flat_config, require_module
 
 MLRUNS_DIR = "mlruns"
+REFUSED_CHARACTERS = re.compile(r"[^a-zA-Z0-9_/. -]+")  # what Lightning's MLFlowLogger drops
+
+
+def mlflow_name(name: str) -> str:
+    """`name` as MLflow takes a metric name: only the characters Lightning's MLFlowLogger keeps,
+    and a relative path without empty, `.` or `..` parts (each `..` becomes `_`)."""
+    parts = REFUSED_CHARACTERS.sub("", name).split("/")
+    joined = "/".join("_" if part == ".." else part for part in parts if part not in ("", "."))
+    return f"_{joined}" if joined.startswith("..") or not joined else joined
 
 
 @dataclass
@@ -27,6 +43,7 @@ class MLflowLogger:
     tracking_uri: str | None = None  # None: MLFLOW_TRACKING_URI, else <run dir>/mlruns
     run_name: str | None = None  # None: the job's name
     _logger: Any = field(default=None, init=False, repr=False)
+    _names: dict[str, str] = field(default_factory=dict, init=False, repr=False)  # as logged
 
     def __post_init__(self) -> None:
         require_module("mlflow", "mlflow", "mlflow")
@@ -59,8 +76,25 @@ class MLflowLogger:
             lightning_log.setLevel(level)
 
     def log_round(self, row: MetricsRow) -> None:
-        metrics = {name: value for name, value in row.items() if name != "round"}
+        metrics: dict[str, float] = {}
+        for name, value in row.items():
+            if name != "round":  # a renamed name that meets another keeps the first's value
+                metrics.setdefault(self.metric_name(name), value)
         self._logger.log_metrics(metrics, step=int(row["round"]))
+
+    def metric_name(self, name: str) -> str:
+        """The name `name` is logged under (`mlflow_name`); a changed one said once."""
+        if name not in self._names:
+            self._names[name] = mlflow_name(name)
+            if self._names[name] != name:
+                print(
+                    f"fedlight: logger=mlflow: metric {name!r} is logged as "
+                    f"{self._names[name]!r} (MLflow takes letters, digits, _ - . space and / in "
+                    "names, as a path inside the run); metrics.csv keeps its name",
+                    file=sys.stderr,
+                    flush=True,
+                )
+        return self._names[name]
 
     def log_clients(self, round_index: int, clients: Sequence[MetricsRow]) -> None:
         pass  # the round's metrics only, as metrics.csv

@@ -27,6 +27,7 @@ from fedlight.runs.job import Job
 from fedlight.runs.outputs import write_curves
 from fedlight.store.run_files import LIGHTNING_CHECKPOINT_NAME, MODEL_NAME
 from tests.conftest import TINY, run_cli, run_killed_in_round
+from tests.helpers.named_logs import ODD_NAMES
 
 SMALL = [*TINY, "fl.rounds=2"]
 # the options the CLI run below chooses, and its name (its overrides, less the logger's)
@@ -236,6 +237,30 @@ def test_mlflow_store_holds_the_metrics_the_config_and_the_jobs_name(
         history = client.get_metric_history(run.info.run_id, column)
         logged = sorted((metric.step, metric.value) for metric in history)
         assert logged == [(int(r["round"]), float(r[column])) for r in rows]
+
+
+def test_names_mlflow_refuses_are_logged_as_plain_paths_and_the_run_finishes(
+    make_job: Callable[[list[str]], Job],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Probe W8: a test_step that logs `../../escape` failed the run after its first round
+    (MLflow refuses the name); it is logged as `_/_/escape`, said once, and nothing is written
+    outside the run's store."""
+    from mlflow.tracking import MlflowClient
+
+    run_dir = tmp_path / "a" / "b" / "run"
+    module = "model._target_=tests.helpers.named_logs.OddNames"
+    run_job(make_job([*TINY, "fl.rounds=2", "logger=[csv,mlflow]", module]), run_dir)
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    client = MlflowClient((run_dir / MLRUNS_DIR).as_uri())
+    [run] = client.search_runs([client.get_experiment_by_name("fedlight").experiment_id])
+    assert {"_/_/escape", "a/b", "c", "top1", "test_accuracy"} <= set(run.data.metrics)
+    assert [p for p in tmp_path.rglob("*escape*") if run_dir / MLRUNS_DIR not in p.parents] == []
+    said = [line for line in capsys.readouterr().err.splitlines() if "logger=mlflow" in line]
+    assert len(said) == len(ODD_NAMES)  # each renamed name once, over both rounds
+    assert "metric '../../escape' is logged as '_/_/escape'" in said[0]
 
 
 def test_a_logger_whose_package_is_missing_is_refused_naming_the_extra(
