@@ -21,9 +21,13 @@ may sit in a table's cell). A reference is
 `{FILE@KEY=VALUE,...#COLUMN}` for a CSV row (the one row whose columns KEY hold VALUE) or
 `{FILE#a.b.c}` for a JSON or YAML value (a dotted path); FILE is relative to the repository. A
 FORMAT is `pct1` (× 100, one decimal), `f2` (two decimals), `d` (an integer), with `+` in front
-for a sign. `<!-- let NAME = FILE -->` in a document lets its references say `{NAME@...}` or
-`{NAME#...}` for FILE. Blocks: `<!-- block NAME -->...<!-- /block -->`, NAME one of the page's
-`blocks`. A value never starts a line (Markdown would end the paragraph there: an HTML comment
+for a sign. A FILE with `*` is a glob of JSON or YAML files (`runs/*/*/summary.json`),
+`@key=value` keeping the files whose dotted keys hold those values; `min(...)`, `max(...)`,
+`mean(...)` or `count(...)` reads such a reference
+(`max({runs/*/*/summary.json@resumes=0#wall_seconds}) / 60`). `<!-- let NAME = FILE -->` in a
+document lets its references say `{NAME@...}` or `{NAME#...}` for FILE. Blocks:
+`<!-- block NAME -->...<!-- /block -->`, NAME one of the page's `blocks`. A value never starts a
+line (Markdown would end the paragraph there: an HTML comment
 at a line's start opens an HTML block); a word of its sentence goes before it.
 
     python -m scripts.results export multirun/2026-12-04/10-00-00 --to docs/results/x/runs/seed0
@@ -385,10 +389,37 @@ def read_tree(path: Path, where: str) -> Any:
         raise ResultsError(f"{where}: cannot be read ({one_line(error)[:120]})") from None
 
 
+def matches(tree: Any, wanted: dict[str, str]) -> bool:
+    """Whether a JSON or YAML file's dotted keys hold the wanted values (compared as text)."""
+    for dotted, value in wanted.items():
+        found = tree
+        for part in dotted.split("."):
+            found = found.get(part) if isinstance(found, dict) else None
+        if str(found) != value:
+            return False
+    return True
+
+
+def many_values(root: Path, pattern: str, match: re.Match[str], where: str) -> list[float]:
+    """A reference to many JSON or YAML files (FILE a glob, e.g. every job's summary.json): the
+    value at `#key` of each file whose keys hold `@key=value,...`; an aggregate reads them."""
+    wanted = dict(pair.split("=", 1) for pair in (match["row"] or "").split(",") if pair)
+    values = [
+        number(tree_value(path, match["key"], where, pattern), where)
+        for path in sorted(root.glob(pattern))
+        if path.is_file() and matches(read_tree(path, f"{where}: {path.name}"), wanted)
+    ]
+    if not values:
+        raise ResultsError(f"{where}: no file of {pattern} matches {match['row'] or 'it'}")
+    return values
+
+
 def reference(
     root: Path, match: re.Match[str], where: str, aliases: dict[str, str] | None = None
-) -> float:
+) -> float | list[float]:
     name = match["file"].strip()
+    if "*" in (aliases or {}).get(name, name):
+        return many_values(root, (aliases or {}).get(name, name), match, where)
     path = root / (aliases or {}).get(name, name)
     if not path.is_file():
         raise ResultsError(f"{where}: {match['file']} does not exist")
@@ -406,14 +437,41 @@ OPERATORS: dict[type, Callable[[float, float], float]] = {
 }
 
 
-def arithmetic(node: ast.AST, values: list[float], where: str) -> float:
-    """+ − × / over numbers and the references (`_0`, `_1`, …); nothing else is evaluated."""
+# What reads a reference to many files (a glob): its values' least, greatest, mean, count
+AGGREGATES: dict[str, Callable[[list[float]], float]] = {
+    "min": min,
+    "max": max,
+    "mean": lambda values: sum(values) / len(values),
+    "count": len,
+}
+
+
+def aggregate(node: ast.Call, values: list[float | list[float]], where: str) -> float:
+    """`min(REF)`, `max(REF)`, `mean(REF)` or `count(REF)` of a reference to many files."""
+    function = node.func.id if isinstance(node.func, ast.Name) else ""
+    argument = node.args[0] if len(node.args) == 1 and not node.keywords else None
+    if function not in AGGREGATES or not isinstance(argument, ast.Name):
+        raise ResultsError(f"{where}: an aggregate is min, max, mean or count of one reference")
+    many = values[int(argument.id[1:])]
+    if not isinstance(many, list):
+        raise ResultsError(f"{where}: {function}() reads a reference to many files (a glob)")
+    return float(AGGREGATES[function](many))
+
+
+def arithmetic(node: ast.AST, values: list[float | list[float]], where: str) -> float:
+    """+ − × / over numbers, the references (`_0`, `_1`, …) and aggregates of references to many
+    files; nothing else is evaluated."""
     if isinstance(node, ast.Expression):
         return arithmetic(node.body, values, where)
     if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
         return float(node.value)
+    if isinstance(node, ast.Call):
+        return aggregate(node, values, where)
     if isinstance(node, ast.Name) and node.id.startswith("_"):
-        return values[int(node.id[1:])]
+        value = values[int(node.id[1:])]
+        if isinstance(value, list):
+            raise ResultsError(f"{where}: a reference to many files needs min, max, mean or count")
+        return value
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
         return -arithmetic(node.operand, values, where)
     if isinstance(node, ast.BinOp) and type(node.op) in OPERATORS:
@@ -441,7 +499,7 @@ def evaluate(root: Path, expression: str, where: str, aliases: dict[str, str] | 
     if len(parts) != 2 or "}" in parts[1]:
         raise ResultsError(f"{where}: {expression!r} ends in no FORMAT (pct1, f2, d)")
     body, spec = parts
-    values: list[float] = []
+    values: list[float | list[float]] = []
 
     def name(match: re.Match[str]) -> str:
         values.append(reference(root, match, where, aliases))
@@ -463,6 +521,11 @@ def check_placement(document: str, text: str) -> None:
             f"{document}:{line}: a value starts the line, which ends its paragraph in Markdown; "
             "put a word of the sentence before it on that line"
         )
+    closes = [m.start() for m in re.finditer("<!-- /v -->", text)]
+    opened = {m.end() - len("<!-- /v -->") for m in VALUE.finditer(text)}
+    for close in (c for c in closes if c not in opened):  # e.g. `<!--` wrapped from its ` v `
+        line = text.count("\n", 0, close) + 1
+        raise ResultsError(f"{document}:{line}: a value's close has no `<!-- v EXPR -->` before it")
 
 
 def fill_values(root: Path, document: str, text: str) -> str:
