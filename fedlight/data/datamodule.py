@@ -112,10 +112,11 @@ def is_datamodule(found: Any) -> bool:
 def called(source: str, hook: str, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """`function(*args, **kwargs)`, a hook of the user's DataModule: whatever it raises is one
     line naming the hook and the error (a setup that cannot find its files may raise an OSError
-    naming no file, which the run would take for one it cannot write)."""
+    naming no file, which the run would take for one it cannot write; a `sys.exit` would end the
+    run silently, with an exit status that may be fedlight's for a divergence)."""
     try:
         return function(*args, **kwargs)
-    except Exception as error:  # the user's code may raise anything
+    except (Exception, SystemExit) as error:  # the user's code may raise (or exit) anything
         raise DataError(
             f"{source}: its {hook} failed ({type(error).__name__}: {one_line(error, limit=200)}); "
             "fix the DataModule or data.kwargs"

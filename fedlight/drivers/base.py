@@ -44,7 +44,7 @@ from fedlight.drivers.rows import NOT_EVALUATED, non_finite_loss, not_finite, ro
 from fedlight.drivers.workers import OneWorker, Workers
 from fedlight.engines import make_engine
 from fedlight.engines.base import Engine
-from fedlight.engines.module_optim import Optimization, optimization_of
+from fedlight.engines.module_optim import Optimization, configured_optimization
 from fedlight.loggers.base import RoundLogger, RoundProgress, SilentProgress, evaluated
 from fedlight.round.client import ClientPipeline
 from fedlight.round.stages import Stages
@@ -111,7 +111,7 @@ class Driver(ABC):
             else None
         )
         self.told: set[str] = set()  # the once-per-run console notes already printed
-        optimization = optimization_of(module.configure_optimizers())
+        optimization = configured_optimization(module)
         self.base_lrs = [g["lr"] for g in optimization.optimizer.param_groups]
         self.federation = federation_of(settings, module, stages)
         self.refuse_two_lr_schedules(optimization)
@@ -386,6 +386,10 @@ class Driver(ABC):
             )
         if evaluated.local is not None:
             self.history.local_accuracies = evaluated.local
+        why = self.evaluation.evaluator.no_classifier
+        if why is not None:
+            name = type(self.module).__name__
+            self.tell_once("scoring", f"{name} is scored by its training_step loss ({why})")
         self.history.wall_seconds = time.perf_counter() - started
         return evaluated
 

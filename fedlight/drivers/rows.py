@@ -4,16 +4,16 @@ ends a run with `fl.on_divergence=stop`: the checks and the row the drivers' loo
 """
 
 import math
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Collection
 
 import torch
 
+from fedlight.core.objectives import OBJECTIVES
 from fedlight.core.tensors import StateDict
 from fedlight.drivers.evaluation import Evaluated
 from fedlight.drivers.history import History, RoundStats
 from fedlight.engines.evaluator import ACCURACY, LOSS, VAL_ACCURACY, VAL_LOSS, VALIDATION_PREFIX
-from fedlight.loggers.base import MetricsRow
+from fedlight.loggers.base import METRIC_COLUMNS, VIRTUAL_CLOCK, MetricsRow
 
 
 def not_finite(stats: RoundStats, weights: StateDict) -> str | None:
@@ -36,14 +36,22 @@ def not_finite(stats: RoundStats, weights: StateDict) -> str | None:
 NOT_EVALUATED = Evaluated({}, {})
 # The validation columns a row puts first, in this order (then the others, sorted by name).
 VALIDATION_COLUMNS = (VAL_ACCURACY, VAL_LOSS, "val_accuracy_std")
-# Where a module's own name in training is a column already (`train_loss`, a test metric, a
-# stage's), its value is kept as `model/<name>`; a validation name a test one as `val_<name>`.
-MODEL_PREFIX = "model/"
+# fedlight's own names, whether a row has them or not (`virtual_time` only on a clock): its
+# columns and the summary.json numbers a sweep may optimize (`comm_mb`, read from the columns).
+FEDLIGHT_NAMES = frozenset((*METRIC_COLUMNS, *VIRTUAL_CLOCK, *OBJECTIVES))
+# Where a module's own name is one of fedlight's or a column already (`round`, `train_loss`, a
+# stage's `epsilon`), its value is kept under a prefix: a training name as `model/<name>`, a
+# validation one as `val_<name>`, a test one (beyond `test_accuracy`/`test_loss`, which the
+# module may report for fedlight) as `test_<name>`.
+MODEL_PREFIX, TEST_PREFIX = "model/", "test_"
 
 
-def own_name(name: str, taken: Mapping[str, Any], prefix: str) -> str:
-    """`name`, or `prefix` + `name` where `taken` has it: no column holds two values."""
-    return prefix + name if name in taken else name
+def own_name(name: str, taken: Collection[str], prefix: str) -> str:
+    """`name`, or `prefix` + `name` (as often as it takes) where `taken` has it: no column holds
+    two values."""
+    while name in taken:
+        name = prefix + name
+    return name
 
 
 def non_finite_loss(metrics: dict[str, float]) -> str | None:
@@ -65,8 +73,9 @@ def round_row(
     """The round's row of metrics: the fixed columns (the test ones only if the round was
     tested: `evaluated.test` not empty), then the test metrics beyond accuracy and loss, then
     the validation ones (`val_accuracy`, `val_loss`, `val_accuracy_std`, then the others),
-    then what the stages reported, each sorted by name; the wall time as `history` has it, and its
-    virtual time where the run is `clocked` (a system model's clock)."""
+    then the module's training values, then what the stages reported, each sorted by name; the
+    wall time as `history` has it, and its virtual time where the run is `clocked` (a system
+    model's clock). A module's name that is one of fedlight's takes its prefix (`own_name`)."""
     tested, validated = dict(evaluated.test), dict(evaluated.validation)
 
     def test(*names: str) -> MetricsRow:
@@ -85,11 +94,13 @@ def round_row(
     }
     if clocked:
         row["virtual_time"] = history.virtual_time
-    row |= {name: tested[name] for name in sorted(tested)}
+    reserved = FEDLIGHT_NAMES | set(stats.metrics)
+    for name in sorted(tested):
+        row[own_name(name, reserved | row.keys(), TEST_PREFIX)] = tested[name]
     first = [name for name in VALIDATION_COLUMNS if name in validated]
-    for name in [*first, *sorted(set(validated) - set(first))]:
-        row[own_name(name, row, VALIDATION_PREFIX)] = validated[name]
-    taken = row | stats.metrics
+    row |= {name: validated[name] for name in first}
+    for name in sorted(set(validated) - set(first)):
+        row[own_name(name, reserved | row.keys(), VALIDATION_PREFIX)] = validated[name]
     for name in sorted(stats.logged):
-        row[own_name(name, taken, MODEL_PREFIX)] = stats.logged[name]
+        row[own_name(name, reserved | row.keys(), MODEL_PREFIX)] = stats.logged[name]
     return row | {name: stats.metrics[name] for name in sorted(stats.metrics)}

@@ -24,8 +24,8 @@ Called, in this order (docs/data-and-models.md "Your own model" has the same as 
   `validation_step`, the `on_validation_*` ones.
 
 An algorithm's callbacks (`LocalCallback`) run before the module's hook of the same name.
-`batch_idx` in training counts the client's local steps from 0 across its epochs (a Trainer's
-restarts each epoch). Not called, as there is no Trainer: `on_fit_start`/`end` and `teardown` (a
+`batch_idx` in training counts the batches of each local epoch from 0, as a Trainer's does. Not
+called, as there is no Trainer: `on_fit_start`/`end` and `teardown` (a
 run is not one fit), `configure_callbacks` (callbacks need a Trainer), `on_save_checkpoint`/
 `on_load_checkpoint` (fedlight checkpoints the state dicts itself), the data hooks
 (`prepare_data`, `*_dataloader`, `transfer_batch_to_device`, `on_*_batch_transfer`: the `data`
@@ -56,7 +56,27 @@ from hydra.errors import InstantiationException
 
 from fedlight.core.dotted import locate
 from fedlight.core.errors import ConfigError, one_line, require
+from fedlight.engines.module_logs import RefusedLogs, logging_to
 
+# The hooks fedlight calls on every client module: a LightningModule has them all, a class of
+# neither Lightning package must define them.
+CALLED_HOOKS = (
+    "training_step",
+    "configure_optimizers",
+    "setup",
+    "configure_model",
+    "on_train_start",
+    "on_train_epoch_start",
+    "on_train_batch_start",
+    "on_before_zero_grad",
+    "on_before_backward",
+    "on_after_backward",
+    "on_before_optimizer_step",
+    "lr_scheduler_step",
+    "on_train_batch_end",
+    "on_train_epoch_end",
+    "on_train_end",
+)
 # Hooks a Trainer calls that change a step's arithmetic and that fedlight does not call.
 REFUSED_OVERRIDES = ("backward", "optimizer_step", "optimizer_zero_grad")
 # Lightning's two packages: `lightning.pytorch` (`import lightning`) ships its own copy of
@@ -103,9 +123,20 @@ def check_trainable(module: pl.LightningModule) -> None:
 
 def setup_module(module: pl.LightningModule) -> None:
     """The hooks a Trainer calls once before fitting: layers a module builds there exist before
-    fedlight reads its weights."""
-    module.setup("fit")
-    module.configure_model()
+    fedlight reads its weights; `self.log` there is refused, as a Trainer refuses it. A module
+    without the hooks fedlight calls (a plain torch network) is refused in one line."""
+    missing = [hook for hook in CALLED_HOOKS if not callable(getattr(module, hook, None))]
+    if missing:
+        raise ConfigError(
+            f"model: {type(module).__name__} is no LightningModule (it has no "
+            f"{', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}); derive it from "
+            "lightning.LightningModule and define training_step and configure_optimizers "
+            "(docs/data-and-models.md, 'Your own model')"
+        )
+    with logging_to(module, RefusedLogs(hook="setup")):
+        module.setup("fit")
+    with logging_to(module, RefusedLogs(hook="configure_model")):
+        module.configure_model()
 
 
 # Construction ----------------------------------------------------------------------------------
@@ -126,8 +157,9 @@ class Offered:
 class ModelFactory:
     """Builds the client module as Lightning's CLI would: its constructor gets what the model
     config names (`given`, nested `_target_`s instantiated afresh at each build, under the run's
-    seed), and of what fedlight offers only the arguments its signature takes; an argument it
-    requires that nobody gives, or a given one it does not take, is one line."""
+    seed), and of what fedlight offers only the arguments its signature takes (positional-only
+    ones by position); an argument it requires that nobody gives, or a given one it does not
+    take, is one line."""
 
     target: str  # model._target_
     given: dict[str, Any]  # the model config's own settings
@@ -149,7 +181,7 @@ class ModelFactory:
             return build(**given, **offered)
         if any(p.kind is p.VAR_KEYWORD for p in parameters):
             return build(**given, **offered)
-        named = [p for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        named = [p for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
         names = {p.name for p in named}
         for key in given:
             require(
@@ -165,7 +197,9 @@ class ModelFactory:
                 f"neither the model config nor fedlight ({', '.join(offered)}) gives; set "
                 f"+model.{missing[0]}=<value>"
             )
-        return build(**passed)
+        positional = [p for p in named if p.kind is p.POSITIONAL_ONLY]
+        args = [passed.pop(p.name, p.default) for p in positional]  # each given or its default
+        return build(*args, **passed)
 
     def instantiated(self) -> dict[str, Any]:
         """The given settings, nested `_target_`s (a network, a partial optimizer) built."""

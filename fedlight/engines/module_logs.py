@@ -17,8 +17,10 @@ from fedlight.core.errors import ConfigError
 
 
 def as_number(value: Any) -> float:
-    """A number or the mean of a tensor's entries as a float (`self.log` takes one element, a
-    Metric may compute several)."""
+    """A number or a tensor of one element (what `self.log` takes) as a float: a Python int
+    exactly where a float holds it, a Python float as a Trainer keeps it (float32)."""
+    if isinstance(value, int):
+        return float(value)
     return float(torch.as_tensor(value).detach().double().mean())
 
 
@@ -54,11 +56,29 @@ def local_metrics(module: pl.LightningModule) -> Iterator[None]:
             metric.distributed_available_fn = available
 
 
-def computed(metric: Metric) -> float:
-    """A logged Metric's value over every update since its last reset (then reset), as a
-    Trainer computes it at the end of an epoch."""
-    value = as_number(metric.compute())
-    metric.reset()
+def computed(metrics: Mapping[str, Metric]) -> dict[str, float]:
+    """Each logged Metric's value over every update since its last reset, as a Trainer computes
+    them at the end of an epoch: each object once (one Metric under two names gives both its
+    value; a second compute would read it reset), then reset."""
+    values: dict[int, float] = {}
+    for name, metric in metrics.items():
+        if id(metric) not in values:
+            values[id(metric)] = as_number(metric_number(name, metric, metric.compute()))
+    for metric in {id(metric): metric for metric in metrics.values()}.values():
+        metric.reset()
+    return {name: values[id(metric)] for name, metric in metrics.items()}
+
+
+def metric_number(name: str, metric: Metric, value: Any) -> Any:
+    """A Metric's value (its compute's or its forward's), refused where it is several numbers,
+    as a tensor logged is (a per-class accuracy would otherwise become its mean)."""
+    count = value.numel() if isinstance(value, Tensor) else 1
+    if count != 1:
+        raise ConfigError(
+            f"the model logs {name!r} as a Metric ({type(metric).__name__}) that computes {count} "
+            "values; log one number per name (e.g. the Metric with average='macro', or each value "
+            "under its own name)"
+        )
     return value
 
 
@@ -78,6 +98,7 @@ class Logs:
     pending: dict[str, tuple[Any, int | None]] = field(default_factory=dict)
     metrics: dict[str, Metric] = field(default_factory=dict)
     stepping: bool = False  # inside a training step's hooks (on_train_batch_start to _end)
+    evaluating_step: bool = False  # inside `test_step`/`validation_step`
 
     def log(
         self,
@@ -97,10 +118,18 @@ class Logs:
                 f"the model logs {name!r} with reduce_fx={reduce_fx!r}; fedlight reduces every "
                 "logged value to its mean weighted by batch size: log it with reduce_fx='mean'"
             )
-        if logger is False:  # not for the loggers, as with a Trainer
-            return
+        check_name(name)
         step = self.stepping if on_step is None else on_step
         epoch = not self.stepping if on_epoch is None else on_epoch
+        if not (self.stepping or self.evaluating_step) and (step or not epoch):
+            level = "on_step=True" if step else "on_epoch=False"
+            raise ConfigError(
+                f"the model logs {name!r} with {level} outside a step (in an epoch's or the "
+                "training's hook), which a Lightning Trainer refuses too: log it there with "
+                "on_step and on_epoch at their defaults"
+            )
+        if logger is False or not (step or epoch):  # for no logger, as with a Trainer
+            return
         if step and epoch:
             self.file(f"{name}_step", value, batch_size, step=True)
             self.file(f"{name}_epoch", value, batch_size, step=False)
@@ -115,7 +144,7 @@ class Logs:
             if not (step and isinstance(last_batch, Tensor)):
                 self.metrics[name] = value
                 return
-            value = last_batch.mean()
+            value = metric_number(name, value, last_batch)
         check_loggable(name, value)
         self.pending[name] = (value, batch_size)
 
@@ -132,28 +161,76 @@ class Logs:
 
 def check_loggable(name: str, value: Any) -> None:
     """Refuses what a Trainer's `self.log` refuses (a value that is neither a number nor a tensor
-    of one element), which fedlight would otherwise fail on (text) or silently average (a
-    vector)."""
+    of one element), which fedlight would otherwise fail on (text, an int beyond a float) or
+    silently average (a vector) or cut to its real part (a complex tensor)."""
+    reason = unloggable(name, value)
+    if reason is not None:
+        raise ConfigError(f"the model logs {name!r} {reason}")
+
+
+def unloggable(name: str, value: Any) -> str | None:
+    """Why `value` is no number a column can hold, in words that name the fix; None if it is."""
     if not isinstance(value, Tensor | numbers.Real):
-        raise ConfigError(
-            f"the model logs {name!r} as a {type(value).__name__} ({value!r:.40}); log a number, a "
-            "tensor of one element or a torchmetrics Metric"
+        return (
+            f"as a {type(value).__name__} ({value!r:.40}); log a number, a tensor of one element "
+            "or a torchmetrics Metric"
         )
+    if isinstance(value, numbers.Integral) and not holds_a_float(value):
+        return "as an int too large for a float; log a number a float can hold"
+    if isinstance(value, Tensor) and value.is_complex():
+        return "as a complex tensor; log its real part, imaginary part or magnitude by name"
     if isinstance(value, Tensor) and value.numel() != 1:
+        return (
+            f"as a tensor of {value.numel()} elements; log one number per name, as a Lightning "
+            f"Trainer requires (e.g. self.log({name!r}, value.mean()))"
+        )
+    return None
+
+
+def holds_a_float(value: numbers.Integral) -> bool:
+    try:
+        float(value)
+    except OverflowError:
+        return False
+    return True
+
+
+def check_name(name: str) -> None:
+    """A logged name becomes a column of metrics.csv and a word of the console's round line: it
+    must be text of one line."""
+    if not isinstance(name, str) or not name or not name.isprintable():
         raise ConfigError(
-            f"the model logs {name!r} as a tensor of {value.numel()} elements; log one number per "
-            f"name, as a Lightning Trainer requires (e.g. self.log({name!r}, value.mean()))"
+            f"the model logs a value under the name {name!r}; name it with printable text on one "
+            "line (it becomes a column of metrics.csv and of the console's round lines)"
         )
 
 
 @contextmanager
 def logging_to(module: pl.LightningModule, logs: Logs) -> Iterator[Logs]:
-    """`module.log` and `module.log_dict` write to `logs` while inside."""
+    """`module.log` and `module.log_dict` write to `logs` while inside (and to whatever they
+    wrote to before, after)."""
+    outer = {name: vars(module)[name] for name in ("log", "log_dict") if name in vars(module)}
     module.log, module.log_dict = logs.log, logs.log_dict  # type: ignore[method-assign]
     try:
         yield logs
     finally:
         del module.log, module.log_dict
+        for name, method in outer.items():
+            setattr(module, name, method)
+
+
+@dataclass
+class RefusedLogs(Logs):
+    """`self.log` in a hook where a Trainer refuses it (`setup`, `configure_model`,
+    `configure_optimizers`: no step or epoch to log for), refused in one line naming the hook."""
+
+    hook: str = ""
+
+    def log(self, name: str, value: Any, *args: Any, **kwargs: Any) -> None:
+        raise ConfigError(
+            f"the model calls self.log in {self.hook}(), which a Lightning Trainer refuses too "
+            f"(no step or epoch to log {name!r} for); log it in a training or evaluation hook"
+        )
 
 
 @dataclass
@@ -180,8 +257,8 @@ class TrainingLogs(Logs):
 
     def end_epoch(self, weight: int) -> None:
         """Files each Metric logged for the epoch, computed over it, under `weight` examples."""
-        for name, metric in self.metrics.items():
-            self.steps.setdefault(name, []).append((computed(metric), weight))
+        for name, value in computed(self.metrics).items():
+            self.steps.setdefault(name, []).append((value, weight))
         self.metrics = {}
 
     def sums(self) -> dict[str, tuple[float, float]]:

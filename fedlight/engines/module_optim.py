@@ -14,6 +14,7 @@ from torch import Tensor
 from fedlight.core.errors import ConfigError
 from fedlight.core.settings import LocalSettings
 from fedlight.engines.lightning import overrides
+from fedlight.engines.module_logs import RefusedLogs, logging_to
 
 FORMS = (
     "return an optimizer, {'optimizer': ..., 'lr_scheduler': ...} (the scheduler or its dict with "
@@ -51,6 +52,13 @@ class Optimization:
             for entry in self.schedulers:
                 if entry.interval == "epoch" and (epoch + 1) % entry.frequency == 0:
                     module.lr_scheduler_step(entry.scheduler, None)
+
+
+def configured_optimization(module: pl.LightningModule) -> Optimization:
+    """The module's `configure_optimizers()` called and parsed; `self.log` there is refused, as
+    a Trainer refuses it."""
+    with logging_to(module, RefusedLogs(hook="configure_optimizers")):
+        return optimization_of(module.configure_optimizers())
 
 
 def optimization_of(configured: Any) -> Optimization:

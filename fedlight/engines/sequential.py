@@ -33,7 +33,7 @@ from fedlight.engines.module_optim import (
     Optimization,
     clipping_by,
     clips_gradients,
-    optimization_of,
+    configured_optimization,
 )
 from fedlight.engines.trainer_standin import TrainerStandIn, standin_of
 
@@ -90,12 +90,13 @@ class SequentialEngine(Engine):
         module.train()
         standin = standin_of(module, local.epochs, local.batch_size)
         with standin.local_training(len(task.indices), local.epochs):
-            optimization = optimization_of(module.configure_optimizers())
+            optimization = configured_optimization(module)
             standin.optimizers = [optimization.optimizer]
             standin.lr_scheduler_configs = list(optimization.schedulers)
             for group, lr in zip(optimization.optimizer.param_groups, lrs, strict=True):
                 group["lr"] = lr
-            with logging_to(module, Logs()):  # what a measuring pass logs is not training's
+            # what a measuring pass logs (in training_step) is not training's
+            with logging_to(module, Logs(stepping=True)):
                 measured, seed = self.measure(task, round_index)
             logs = TrainingLogs()
             with local_metrics(module), logging_to(module, logs):
@@ -138,7 +139,8 @@ class SequentialEngine(Engine):
         standin: TrainerStandIn,
     ) -> tuple[list[Tensor], int]:
         """The client's local epochs: its step losses and the examples it trained on; the
-        stand-in's `current_epoch` and `global_step` count them as a Trainer's would."""
+        stand-in's `current_epoch` and `global_step`, and `batch_idx` (from 0 in each epoch),
+        count them as a Trainer's would."""
         module, data, local, callbacks = self.module, self.data, self.settings.local, task.callbacks
         optimizer = optimization.optimizer
         generator = torch.Generator().manual_seed(seed)
@@ -162,9 +164,9 @@ class SequentialEngine(Engine):
             if augment is not None:
                 x = augment(x, generator)
             logs.stepping = True
-            if module.on_train_batch_start((x, y), step) == -1:
+            if module.on_train_batch_start((x, y), batch_idx) == -1:
                 raise ConfigError(SKIPPED_BATCH)
-            output = module.training_step((x, y), step)
+            output = module.training_step((x, y), batch_idx)
             loss = training_loss(output)
             self.step(loss, optimizer, callbacks)
             standin.global_step += 1
@@ -172,7 +174,7 @@ class SequentialEngine(Engine):
             optimization.after_step(module, batch_idx, epoch, last_of_epoch)
             for callback in callbacks:
                 callback.on_train_batch_end(module)
-            module.on_train_batch_end(output, (x, y), step)
+            module.on_train_batch_end(output, (x, y), batch_idx)
             logs.stepping = False
             losses.append(loss.detach())
             logs.examples += len(indices)
@@ -181,6 +183,7 @@ class SequentialEngine(Engine):
                 module.on_train_epoch_end()
                 logs.collect(len(task.indices))
                 logs.end_epoch(len(task.indices))
+        standin.current_epoch = local.epochs  # a Trainer's count of the epochs done
         module.on_train_end()
         logs.collect(len(task.indices))
         return losses, logs.examples

@@ -52,7 +52,7 @@ from fedlight.core.settings import RunSettings
 from fedlight.core.tensors import StateDict
 from fedlight.data.base import TensorDataset
 from fedlight.engines.base import Engine, LocalCallback, LocalTask, batch_indices, num_local_steps
-from fedlight.engines.module_optim import optimization_of
+from fedlight.engines.module_optim import configured_optimization
 from fedlight.models.classifier import Classifier
 
 USE_SEQUENTIAL = "use fl.engine=sequential"
@@ -118,7 +118,7 @@ def check_classifier(module: pl.LightningModule) -> None:
 def sgd_settings(module: pl.LightningModule) -> dict[str, SGDSettings]:
     """The SGD settings of each parameter of `module.net` the optimizer updates, in module order;
     refuses any other optimizer."""
-    optimization = optimization_of(module.configure_optimizers())
+    optimization = configured_optimization(module)
     if optimization.schedulers:
         raise ConfigError(
             "fl.engine=vectorized keeps each round's learning rate through local training and "

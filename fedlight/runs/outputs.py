@@ -177,6 +177,7 @@ def summarize(
         ]
         clocked["virtual_time_to_target"] = at_target[0] if at_target else None
     return {
+        **reported,  # each other column's last value: fedlight's own numbers below win
         "final_accuracy": float(tested[-1]["test_accuracy"]) if tested else None,
         "best_accuracy": max(accuracies),
         "rounds_to_target": reached[0] if reached else None,
@@ -190,7 +191,6 @@ def summarize(
         "rounds": rounds,
         "seed": seed,
         **choices,
-        **reported,  # each stage-reported metric's last value
         **clocked,
         **({} if split == "test" else selected_model(chosen, accuracy)),
     }

@@ -18,7 +18,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F  # noqa: N812
 
 from fedlight.core.errors import ConfigError
-from fedlight.core.layout import CONTIGUOUS, LAYOUTS, layout_for, trial_failure
+from fedlight.core.layout import CONTIGUOUS, LAYOUTS, layout_for, trial_failures
 from fedlight.models.cnn import CNN
 from tests.conftest import REPO, run_cli
 
@@ -97,7 +97,7 @@ def test_the_trial_touches_neither_the_module_nor_the_random_state() -> None:
     module = ViewCNN()
     before = {name: t.clone() for name, t in module.state_dict().items()}
     rng = torch.get_rng_state()
-    assert trial_failure(module, colour_batch(), CONTIGUOUS) is None
+    assert trial_failures(module, colour_batch(), CONTIGUOUS) == {}
     assert torch.equal(torch.get_rng_state(), rng)
     assert all(torch.equal(t, before[name]) for name, t in module.state_dict().items())
     assert all(p.grad is None for p in module.parameters())
@@ -108,7 +108,7 @@ def test_a_built_in_cnn_keeps_channels_last_under_auto() -> None:
     module = CNN(input_shape=(3, 8, 8), num_classes=2, lr=0.1)
     chosen = layout_for("auto", module, torch.device("cpu"), colour_batch())
     assert chosen.layout is LAYOUTS["channels_last"]
-    assert chosen.reason == "CNN's training step runs in it"
+    assert chosen.reason == "CNN's steps run in it"
 
 
 def test_auto_tries_nothing_where_there_is_nothing_to_gain() -> None:

@@ -185,8 +185,8 @@ def test_a_datamodules_validation_loader_is_the_validation_set(
         ),
         (
             ["model._target_=tests.engines.test_wild_modules.ReadsStrategy"],
-            "the model reads self.trainer.strategy, which fedlight's Trainer stand-in does not "
-            "have",
+            "the model reads self.trainer.strategy.barrier, which fedlight's Trainer stand-in "
+            "does not have (it builds no Trainer); its strategy serves self.optimizers() alone",
         ),
         (
             [

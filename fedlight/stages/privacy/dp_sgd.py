@@ -49,7 +49,7 @@ from fedlight.core.tensors import StateDict
 from fedlight.data.base import TensorDataset
 from fedlight.engines.base import Engine, LocalTask, num_local_steps
 from fedlight.engines.module_logs import TrainingLogs, local_metrics, logging_to
-from fedlight.engines.module_optim import Optimization, optimization_of
+from fedlight.engines.module_optim import Optimization, configured_optimization
 from fedlight.engines.sequential import SequentialEngine, training_loss
 from fedlight.engines.trainer_standin import standin_of
 from fedlight.stages.base import Plan, StageSetup
@@ -163,7 +163,7 @@ class DPSGDEngine(SequentialEngine):
         standin = standin_of(module, local.epochs, local.batch_size)
         training = standin.local_training(n, local.epochs)
         with training, local_metrics(module), logging_to(module, logs):
-            optimization = optimization_of(module.configure_optimizers())
+            optimization = configured_optimization(module)
             expected = round(rate * n)
             optimizer = self.private_optimizer(optimization, lrs, expected, round_index, task)
             standin.optimizers = [optimizer]
@@ -183,7 +183,7 @@ class DPSGDEngine(SequentialEngine):
                         y = task.label_map[y]
                     if data.augment is not None:
                         x = data.augment(x, generator)
-                    loss = training_loss(module.training_step((x, y), step))
+                    loss = training_loss(module.training_step((x, y), batch_idx))
                     loss.backward()
                     losses.append(loss.detach())
                     logs.examples += len(indices)
