@@ -2,11 +2,12 @@
 layouts make of them, and each cell's text: `mean ± std` over its healthy seeds, with the markers
 of the seeds that diverged, collapsed or never left chance."""
 
-import re
 import statistics
 from dataclasses import replace
 
+from fedlight.reports.computed import computed, is_censored, observation
 from fedlight.reports.model import MISSING, Group, JobResult, Layout, Section
+from fedlight.reports.stats import Censored, kaplan_meier_median
 
 METRIC_TITLES = {
     "final_accuracy": "Final accuracy (%)",
@@ -46,10 +47,6 @@ TO_TARGET_TITLES = {
 }
 # Decimals of a cell where one is not enough (an index in [1/N, 1]).
 DECIMALS = {"participation_jain": 3}
-ACCURACY_AT = re.compile(r"accuracy_at_(\d+)")
-LOSS_AT = re.compile(r"loss_at_(\d+)")  # the test loss at round R (metrics.csv)
-# The first round whose test accuracy reaches N percent (metrics.csv): rounds_to_70, rounds_to_72.3
-ROUNDS_TO = re.compile(r"rounds_to_(\d+(?:\.\d+)?)")
 DIVERGED_MARK = "†"
 COLLAPSED_MARK = "‡"
 NEVER_MARK = "§"
@@ -107,19 +104,13 @@ def build_sections(
 
 
 def metric_value(job: JobResult, metric: str) -> float | None:
-    """A job's number for a metric: from metrics.csv for accuracy_at_<R>, loss_at_<R> and
-    rounds_to_<N>, else summary.json."""
-    for pattern, column in ((ACCURACY_AT, "test_accuracy"), (LOSS_AT, "test_loss")):
-        at_round = pattern.fullmatch(metric)
-        if at_round:
-            at = int(at_round.group(1))
-            matches = [r[column] for r in job.evaluated_rows if r["round"] == at and column in r]
-            return matches[0] if matches else None
-    to_percent = ROUNDS_TO.fullmatch(metric)
-    if to_percent:
-        target = float(to_percent.group(1)) / 100
-        reached = (r["round"] for r in job.evaluated_rows if r["test_accuracy"] >= target)
-        return next((float(r) for r in reached), None)
+    """A job's number for a metric: computed from metrics.csv for the names of
+    `fedlight.reports.computed`, else summary.json's; a time to a target only where it reached
+    it (`observations` has the others)."""
+    found = computed(metric)
+    if found is not None:
+        family, match = found
+        return family.value(job, match)
     value = (job.summary or {}).get(metric)
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
@@ -131,12 +122,20 @@ def metric_values(group: Group, metric: str) -> list[float]:
     return [v for v in values if v is not None]
 
 
+def observations(group: Group, metric: str) -> list[Censored]:
+    """A time to a target over the group's healthy seeds: reached, or censored at what the seed
+    ran to (never dropped: `metric_values` has only the reached ones)."""
+    found = (observation(job, metric) for job in group.healthy)
+    return [o for o in found if o is not None]
+
+
 def is_accuracy(metric: str) -> bool:
     """Whether the metric is a fraction shown in percent."""
+    found = computed(metric)
     return (
         metric in ("final_accuracy", "best_accuracy", "test_accuracy_at_best", "val_accuracy")
         or metric.startswith("local_accuracy_")
-        or bool(ACCURACY_AT.fullmatch(metric))
+        or (found is not None and found[0].accuracy)
     )
 
 
@@ -157,15 +156,10 @@ def metric_title(metric: str, groups: list[Group]) -> str:
 
 
 def test_metric_title(metric: str, groups: list[Group]) -> str:
-    at_round = ACCURACY_AT.fullmatch(metric)
-    if at_round:
-        return f"Accuracy at round {at_round.group(1)} (%)"
-    loss_at = LOSS_AT.fullmatch(metric)
-    if loss_at:
-        return f"Test loss at round {loss_at.group(1)}"
-    to_percent = ROUNDS_TO.fullmatch(metric)
-    if to_percent:
-        return f"Rounds to {to_percent.group(1)}%"
+    found = computed(metric)
+    if found is not None:
+        family, match = found
+        return family.title(match, lambda base: test_metric_title(base, groups))
     if metric in TO_TARGET_TITLES:
         targets = {j.target_accuracy for g in groups for j in g.jobs}
         if len(targets) == 1 and None not in targets:
@@ -182,18 +176,40 @@ def mean_and_std(values: list[float]) -> tuple[float | None, float | None]:
     return statistics.fmean(values), std
 
 
+def decimals_of(metric: str, count: int) -> int:
+    """A cell's decimals: 3 for a loss (a cross-entropy), none for one seed's first round at a
+    target, else DECIMALS or 1."""
+    if metric.startswith("loss_at_"):
+        return 3
+    whole_rounds = metric.startswith("rounds_to_") and not metric.endswith("_interpolated")
+    return 0 if whole_rounds and count == 1 else DECIMALS.get(metric, 1)
+
+
 def format_cell(values: list[float], n: int, metric: str) -> str:
     """`mean ± std`, accuracies in percent; `(k/n)` when only k of the n seeds have a value."""
     if not values:
         return MISSING
     scale = 100.0 if is_accuracy(metric) else 1.0
     mean, std = mean_and_std([v * scale for v in values])
-    rounds = metric == "rounds_to_target" or ROUNDS_TO.fullmatch(metric)
-    decimals = 0 if rounds and len(values) == 1 else DECIMALS.get(metric, 1)
-    if LOSS_AT.fullmatch(metric):
-        decimals = 3  # a cross-entropy
+    decimals = decimals_of(metric, len(values))
     text = f"{mean:.{decimals}f}" + ("" if std is None else f" ± {std:.{decimals}f}")
     return text if len(values) == n else f"{text} ({len(values)}/{n})"
+
+
+def censored_cell(found: list[Censored], n: int, metric: str) -> str:
+    """A time to a target: `mean ± std` where every seed reached it; else how many did and the
+    Kaplan–Meier median (`median 40 (2/3 reached)`), or, where half or more never did, what
+    they ran to (`1/3 reached (censored at 632)`): a seed that never reached it is never
+    averaged in nor left out."""
+    reached = [o.value for o in found if o.reached]
+    if len(reached) == len(found):
+        return format_cell(reached, n, metric)
+    share = f"{len(reached)}/{len(found)} reached"
+    median = kaplan_meier_median(found)
+    if median is not None:
+        return f"median {median:.{decimals_of(metric, 2)}f} ({share})"
+    horizon = max(o.value for o in found if not o.reached)
+    return f"{share} (censored at {horizon:g})"
 
 
 def diverged_marker(group: Group) -> str:
@@ -230,5 +246,11 @@ def cell(group: Group | None, metric: str) -> str:
     if group is None:
         return MISSING
     healthy = len(group.healthy)
-    text = format_cell(metric_values(group, metric), healthy, metric) if healthy else ""
+    found = observations(group, metric) if is_censored(metric) else []
+    if not healthy:
+        text = ""
+    elif found:
+        text = censored_cell(found, healthy, metric)
+    else:
+        text = format_cell(metric_values(group, metric), healthy, metric)
     return f"{text} {markers(group)}".strip()

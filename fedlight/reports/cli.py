@@ -18,18 +18,29 @@ from dataclasses import replace
 from pathlib import Path
 
 from fedlight.core.errors import ConfigError
-from fedlight.reports.cells import ACCURACY_AT, LOSS_AT, ROUNDS_TO, build_sections, group_jobs
+from fedlight.reports.analysis import Analysis, analyse
+from fedlight.reports.cells import build_sections, group_jobs
+from fedlight.reports.computed import computed
 from fedlight.reports.load import load_jobs, normalize_override
 from fedlight.reports.model import (
     DEFAULT_METRICS,
     ROUND_KEYS,
+    Group,
     JobResult,
     ReportError,
     plural,
     reason,
 )
+from fedlight.reports.more_seeds import more_seeds_commands
 from fedlight.reports.notes import environment_warning
-from fedlight.reports.write import curve_jobs, write_csv, write_curves, write_markdown
+from fedlight.reports.stats import CI_METHODS
+from fedlight.reports.write import (
+    csv_metrics,
+    curve_jobs,
+    write_csv,
+    write_curves,
+    write_markdown,
+)
 
 ERROR_PREFIX = "fedlight report: error: "
 # Numbers in summary.json that describe the run rather than measure it.
@@ -142,18 +153,20 @@ def check_metrics(metrics: tuple[str, ...] | None, jobs: list[JobResult]) -> Non
     choices = ", ".join(names)
     if rounds:
         choices += (
-            f", accuracy_at_<R> and loss_at_<R> (R = {rounds_text(rounds)}), rounds_to_<percent>"
+            f", accuracy_at_<R> and loss_at_<R> (R = {rounds_text(rounds)}), rounds_to_<percent>, "
+            "rounds_to_<percent>_interpolated, rounds_to_target_interpolated, "
+            "last<k>_accuracy, accuracy_auc"
         )
     for metric in metrics:
-        at_round = ACCURACY_AT.fullmatch(metric) or LOSS_AT.fullmatch(metric)
-        if at_round and int(at_round.group(1)) not in rounds:
+        found = computed(metric)
+        if found is not None and found[0].names_round and int(found[1][1]) not in rounds:
             raise ReportError(
-                f"--metrics {metric}: no job evaluated round {at_round.group(1)} (a test_accuracy "
+                f"--metrics {metric}: no job evaluated round {found[1][1]} (a test_accuracy "
                 "in its metrics.csv); "
                 f"the sweep's jobs have {choices}"
             )
-        computed = at_round or (ROUNDS_TO.fullmatch(metric) and rounds)
-        if not computed and metric not in DEFAULT_METRICS and metric not in names:
+        known = (found is not None and rounds) or metric in DEFAULT_METRICS or metric in names
+        if not known:
             raise ReportError(
                 f"--metrics {metric}: no job of the sweep has this metric; "
                 f"the sweep's jobs have {choices}"
@@ -180,6 +193,7 @@ def main(argv: list[str]) -> int:
         choices=("round", "virtual_time"),
         help="the curves' x axis instead of the layout's (virtual_time: runs with a system model)",
     )
+    add_statistics_arguments(parser)
     args = parser.parse_args(argv)
     try:
         report(args)
@@ -187,6 +201,32 @@ def main(argv: list[str]) -> int:
         print(f"{ERROR_PREFIX}{error}", file=sys.stderr)
         return 2
     return 0
+
+
+def add_statistics_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of the statistics and verdicts (docs/statistics.md)."""
+    parser.add_argument(
+        "--ci",
+        choices=tuple(CI_METHODS),
+        help="the cells' 95%% interval: t (Student, the default) or bootstrap (seeded)",
+    )
+    parser.add_argument(
+        "--compare",
+        action="append",
+        default=[],
+        metavar="KEY=A,B",
+        help="paired per-seed differences A - B of the cells that differ only in KEY",
+    )
+    parser.add_argument(
+        "--published",
+        metavar="FILE[#SECTION]",
+        help="a YAML file of published numbers: each cell decided reproduced/refuted/inconclusive",
+    )
+    parser.add_argument(
+        "--more-seeds",
+        action="store_true",
+        help="print the commands that add seeds to only the inconclusive cells",
+    )
 
 
 def report(args: argparse.Namespace) -> None:
@@ -218,10 +258,21 @@ def report(args: argparse.Namespace) -> None:
             f"{unclocked[0]} has no virtual_time column (it ran without a system model); "
             "draw its curves against rounds (--x round)"
         )
+    analysis = analyse(sections, csv_metrics(sections), args.ci, args.compare, args.published)
+    shown_metrics = tuple(dict.fromkeys(m for s in sections for m in s.layout.metrics))
     try:
-        path = write_markdown(output_dir, display_name, args.sweep_dirs, jobs, sections)
-        write_csv(output_dir, sections)
+        path = write_markdown(
+            output_dir,
+            display_name,
+            args.sweep_dirs,
+            jobs,
+            sections,
+            analysis.method,
+            analysis.markdown(shown_metrics),
+        )
+        write_csv(output_dir, sections, analysis.method)
         if sections:
+            analysis.write(output_dir, sections, csv_metrics(sections))
             write_curves(output_dir, args.title or display_name, sections)
     except OSError as error:
         written = error.filename or output_dir
@@ -244,6 +295,27 @@ def report(args: argparse.Namespace) -> None:
                 "in what decides float rounding (see report.md)",
                 file=sys.stderr,
             )
+    print_undecided(analysis, args.sweep_dirs[0], args.more_seeds, groups)
+
+
+def print_undecided(analysis: Analysis, base: Path, commands: bool, groups: list[Group]) -> None:
+    """The inconclusive verdicts with the seeds that would decide them, and with `commands`
+    (--more-seeds) the sweeps that add those seeds to only their cells."""
+    for line in analysis.printed():
+        print(line)
+    if not commands:
+        return
+    if not analysis.decided:
+        raise ReportError(
+            "--more-seeds needs verdicts: give --published FILE (or a preset's report.published)"
+        )
+    planned = more_seeds_commands(analysis.undecided(), base, groups)
+    print(
+        f"{plural(len(planned), 'cell')} to add seeds to, one sweep each (resume=auto: the same "
+        "command again continues it):"
+    )
+    for command in planned:
+        print(command)
 
 
 if __name__ == "__main__":

@@ -42,6 +42,11 @@ class Layout:
     labels: dict[str, str] = field(default_factory=dict)
     reference: str | None = None
     x: str = "round"  # the curves' x axis: round, or virtual_time (seconds on the system clock)
+    # paired differences of cells sharing their seeds, each `KEY=A,B` (fedlight.reports.paired)
+    compare: tuple[str, ...] = ()
+    ci: str = "t"  # the 95% interval of a cell's mean: t (Student), or bootstrap
+    # published numbers the cells are decided against (fedlight.reports.published)
+    published: dict[str, Any] | None = None
 
     @classmethod
     def from_config(cls, section: dict[str, Any] | None) -> "Layout":
@@ -58,6 +63,9 @@ class Layout:
             labels={str(k): str(v) for k, v in (section.get("labels") or {}).items()},
             reference=section.get("reference"),
             x=str(section.get("x", "round")),
+            compare=as_keys(section.get("compare")),
+            ci=str(section.get("ci", "t")),
+            published=section.get("published"),
         )
 
 

@@ -10,9 +10,18 @@ from pathlib import Path
 from typing import Any
 
 from fedlight.reports import curves
-from fedlight.reports.cells import cell, markers, mean_and_std, metric_title, metric_values
+from fedlight.reports.cells import (
+    cell,
+    markers,
+    mean_and_std,
+    metric_title,
+    metric_values,
+    observations,
+)
+from fedlight.reports.computed import STABLE_METRICS, is_censored
 from fedlight.reports.curves import Line, Panel
 from fedlight.reports.load import load_mapping, portable, recorded_cwd
+from fedlight.reports.markdown import markdown_table
 from fedlight.reports.model import DEFAULT_METRICS, NEVER_KEY, Group, JobResult, Section
 from fedlight.reports.notes import (
     collapsed_footnote,
@@ -24,18 +33,11 @@ from fedlight.reports.notes import (
     resumes_line,
     seeds_note,
 )
+from fedlight.reports.paired import seed_of, seed_order
+from fedlight.reports.per_seed import per_seed_markdown
+from fedlight.reports.stats import interval, kaplan_meier_median, log_interval
 from fedlight.reports.study_report import studies_markdown
 from fedlight.store.sweeps import command_flags, job_state
-
-
-def markdown_table(header: list[str], body: list[list[str]], text_columns: int = 1) -> list[str]:
-    """A GitHub table; columns after the first `text_columns` hold numbers and align right."""
-
-    def line(cells: list[str]) -> str:
-        return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
-
-    align = ["---"] * text_columns + ["---:"] * (len(header) - text_columns)
-    return [line(header), line(align), *(line(r) for r in body)]
 
 
 def row_header(section: Section) -> str:
@@ -138,7 +140,11 @@ def write_markdown(
     sweep_dirs: list[Path],
     jobs: list[JobResult],
     sections: list[Section],
+    method: str = "t",
+    statistics: list[str] | None = None,
 ) -> Path:
+    """report.md; `method` the cells' interval (per seed), `statistics` the paired differences'
+    and the verdicts' lines under the tables."""
     lines = [f"# Report: {display_name}", ""]
     for sweep_dir in sweep_dirs:
         command = sweep_command(sweep_dir)
@@ -150,6 +156,8 @@ def write_markdown(
         lines += [environment_line(jobs), "", reproduction_line(jobs), "", resumes_line(jobs), ""]
     for section in sections:
         lines += section_markdown(section)
+        lines += per_seed_markdown(section, method)
+    lines += statistics or []
     if not sections:
         lines += ["No job has finished yet.", ""]
     if any(not j.finished for j in jobs):
@@ -162,32 +170,69 @@ def write_markdown(
     return path
 
 
-def write_csv(output_dir: Path, sections: list[Section]) -> None:
+def csv_metrics(sections: list[Section]) -> list[str]:
+    """The metrics of report.csv, seeds.csv and paired.csv: the defaults, the layouts' and the
+    stable ones."""
+    named = (m for s in sections for m in s.layout.metrics)
+    return list(dict.fromkeys([*DEFAULT_METRICS, *named, *STABLE_METRICS]))
+
+
+def write_csv(output_dir: Path, sections: list[Section], method: str = "t") -> None:
     """One row per group: its overrides, n (the seeds its statistics are over), diverged (the
     seeds left out because they diverged), collapsed (those of the n that collapsed),
     never_left_chance (those of the n that never learned), and mean/std of every metric in raw
-    units."""
+    units (of a time to a target: over the seeds that reached it); then `seeds` (the n seeds),
+    `ci` (the interval's method) and `statistics_columns` of every metric."""
     groups = [(s, g) for s in sections for g in s.groups]
     keys = list(dict.fromkeys(k for _, g in groups for k in g.overrides))
-    metrics = list(
-        dict.fromkeys([*DEFAULT_METRICS, *(m for s in sections for m in s.layout.metrics)])
-    )
+    metrics = csv_metrics(sections)
     stats = [f"{m}_{part}" for m in metrics for part in ("mean", "std")]
+    rows = []
+    for section, group in groups:
+        row: dict[str, Any] = {"group": section.group_label(group), **group.overrides}
+        row["n"] = len(group.healthy)
+        row["diverged"] = len(group.diverged)
+        row["collapsed"] = len(group.collapsed)
+        row[NEVER_KEY] = len(group.never_learned)
+        for metric in metrics:
+            mean, std = mean_and_std(metric_values(group, metric))
+            row[f"{metric}_mean"] = "" if mean is None else mean
+            row[f"{metric}_std"] = "" if std is None else std
+        seeds = sorted(map(seed_of, group.healthy), key=seed_order)
+        row |= {"seeds": " ".join(seeds), "ci": method}
+        for metric in metrics:
+            row |= statistics_columns(group, metric, method)
+        rows.append(row)
+    fixed = ["group", *keys, "n", "diverged", "collapsed", NEVER_KEY, *stats]
+    fieldnames = list(dict.fromkeys([*fixed, *(k for row in rows for k in row)]))
     with (output_dir / "report.csv").open("w", newline="") as f:
-        fieldnames = ["group", *keys, "n", "diverged", "collapsed", NEVER_KEY, *stats]
-        writer = csv.DictWriter(f, fieldnames=fieldnames)
+        writer = csv.DictWriter(f, fieldnames=fieldnames, restval="")
         writer.writeheader()
-        for section, group in groups:
-            row: dict[str, Any] = {"group": section.group_label(group), **group.overrides}
-            row["n"] = len(group.healthy)
-            row["diverged"] = len(group.diverged)
-            row["collapsed"] = len(group.collapsed)
-            row[NEVER_KEY] = len(group.never_learned)
-            for metric in metrics:
-                mean, std = mean_and_std(metric_values(group, metric))
-                row[f"{metric}_mean"] = "" if mean is None else mean
-                row[f"{metric}_std"] = "" if std is None else std
-            writer.writerow(row)
+        writer.writerows(rows)
+
+
+def statistics_columns(group: Group, metric: str, method: str) -> dict[str, Any]:
+    """`<metric>_ci_low` and `_ci_high` (the 95% interval of the mean, raw units); for a time to
+    a target instead `_reached` (the seeds that reached it), `_median` (Kaplan–Meier),
+    `_censored_at` (the furthest a seed that never reached it ran), and `_geomean` with
+    `_geomean_ci_low`/`_high` (t on the logs; only where every seed reached it)."""
+    if not is_censored(metric):
+        found = interval(metric_values(group, metric), method)
+        ends = (None, None) if found is None else (found.low, found.high)
+        columns = dict(zip(("ci_low", "ci_high"), ends, strict=True))
+    else:
+        seen = observations(group, metric)
+        late = [o.value for o in seen if not o.reached]
+        geometric = log_interval(seen)
+        columns = {
+            "reached": sum(o.reached for o in seen) if seen else None,
+            "median": kaplan_meier_median(seen),
+            "censored_at": max(late, default=None),
+            "geomean": None if geometric is None else geometric.mean,
+            "geomean_ci_low": None if geometric is None else geometric.low,
+            "geomean_ci_high": None if geometric is None else geometric.high,
+        }
+    return {f"{metric}_{k}": "" if v is None else v for k, v in columns.items()}
 
 
 def column_points(job: JobResult, column: str = "test_accuracy") -> dict[int, float]:

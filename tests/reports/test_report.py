@@ -164,7 +164,10 @@ def test_report_tables_mean_and_sample_std_over_seeds(
         "Communication (MB)",
         "Accuracy at round 2 (%)",
     )
-    fedavg = table_row("FedAvg", "72.0 ± 6.0", "35.0 ± 7.1 (2/3)", "10.0 ± 0.0", "62.0 ± 6.0")
+    # seed 0 never reached 70% (censored at its last round): no mean, the Kaplan–Meier median
+    fedavg = table_row(
+        "FedAvg", "72.0 ± 6.0", "median 35.0 (2/3 reached)", "10.0 ± 0.0", "62.0 ± 6.0"
+    )
     scaffold = table_row("SCAFFOLD", "82.0 ± 2.6", "22.0 ± 2.0", "20.0 ± 0.0", "72.0 ± 2.6")
     assert lines.index(header) + 2 == lines.index(fedavg) == lines.index(scaffold) - 1
     assert "Reference: Paper: FedAvg 72.3%, SCAFFOLD 82.1%" in lines
@@ -544,7 +547,8 @@ def test_an_unknown_metrics_name_is_refused_with_the_metrics_the_jobs_have(
     assert line.endswith(
         "the sweep's jobs have final_accuracy, best_accuracy, rounds_to_target, comm_mb, "
         "client_seconds_per_round, wall_seconds, rounds, accuracy_at_<R> and loss_at_<R> "
-        "(R = 1, 2), rounds_to_<percent>"
+        "(R = 1, 2), rounds_to_<percent>, rounds_to_<percent>_interpolated, "
+        "rounds_to_target_interpolated, last<k>_accuracy, accuracy_auc"
     )
 
 
@@ -1040,8 +1044,8 @@ def test_a_sweep_inside_a_sweep_is_its_own(tmp_path: Path) -> None:
 def test_rounds_to_a_percentage_and_the_loss_at_a_round_come_from_metrics_csv(
     tmp_path: Path,
 ) -> None:
-    """rounds_to_<N>: the first evaluated round whose test accuracy reaches N percent (— where no
-    seed does, (k/n) where some); loss_at_<R>: the test loss at round R; the layout's `curves`
+    """rounds_to_<N>: the first evaluated round whose test accuracy reaches N percent (where some
+    seed does not, how many did and what the others ran to); loss_at_<R>: the test loss at round R; the layout's `curves`
     draw one panel per metrics.csv column."""
     sweep = tmp_path / "sweep"
     layout = {
@@ -1061,7 +1065,7 @@ def test_rounds_to_a_percentage_and_the_loss_at_a_round_come_from_metrics_csv(
     assert float(row["loss_at_2_mean"]) == 1.0
     report = (sweep / "report.md").read_text()
     assert "| algo | Rounds to 50% | Rounds to 72.3% | Test loss at round 2 |" in report
-    assert "| fedavg | 2.0 ± 0.0 | 3 (1/2) | 1.000 ± 0.000 |" in report
+    assert "| fedavg | 2.0 ± 0.0 | 1/2 reached (censored at 3) | 1.000 ± 0.000 |" in report
     assert Layout.from_config(layout).curves == ("test_accuracy", "test_loss")
     assert Layout.from_config({}).curves == ("test_accuracy",)
     assert (sweep / "curves.png").read_bytes()[:4] == b"\x89PNG"
