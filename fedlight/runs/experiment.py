@@ -26,6 +26,7 @@ from fedlight.data.base import DataError, TensorDataset
 from fedlight.data.validation import split_validation
 from fedlight.drivers.asynchronous import AsynchronousLoop
 from fedlight.drivers.base import Driver
+from fedlight.drivers.checkpoint_checks import check_server_weights, check_state
 from fedlight.drivers.history import STATE_KEYS
 from fedlight.drivers.preemption import Preempted
 from fedlight.drivers.synchronous import FederatedLoop
@@ -72,6 +73,8 @@ def resumed_checkpoint(
     checkpoint = resumable_checkpoint(settings.resume, CHECKPOINT_KEYS, mmap)
     try:
         saved = json.loads(checkpoint["config"])
+        if not isinstance(saved, dict):
+            raise TypeError(f"a {type(saved).__name__}, not a config")
     except (TypeError, ValueError):
         raise ConfigError(
             f"resume={settings.resume}: its {CHECKPOINT_NAME} holds no readable config; it cannot "
@@ -102,9 +105,17 @@ def resumed_checkpoint(
         f"fl.rounds={settings.fl.rounds} but resume={settings.resume} has completed {done} "
         f"rounds; give fl.rounds >= {done} (a run can be extended, not shortened)",
     )
+    check_state(checkpoint, settings.resume)
     if check_files:
         check_state_files(settings.resume, checkpoint)
     return checkpoint
+
+
+def restore(loop: Driver, checkpoint: dict[str, Any], resume: str) -> None:
+    """The loop continues from `checkpoint`, once its server weights are known to be the
+    model's (`check_server_weights`: the model is built only now, from the data)."""
+    check_server_weights(checkpoint, loop.server.weights, resume)
+    loop.load_state_dict(checkpoint, Path(resume))
 
 
 def run_job(job: Job, output_dir: Path) -> dict[str, Any]:
@@ -255,7 +266,7 @@ def run_rounds(
         progress,
     )
     if checkpoint is not None:
-        loop.load_state_dict(checkpoint, Path(str(settings.resume)))
+        restore(loop, checkpoint, str(settings.resume))
     workers.barrier()  # the main worker has linked a disk store's resumed files: now they are read
 
     environment = run_environment(workers, loop, checkpoint)
@@ -267,6 +278,7 @@ def run_rounds(
         job.sweep_group,
         settings.fl.rounds,
         job.name or default_run_name(output_dir),
+        None if checkpoint is None else Path(str(settings.resume)),
     )
     for logger in loggers:
         logger.start(run_info)

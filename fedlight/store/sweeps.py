@@ -71,6 +71,8 @@ def job_state(directory: Path) -> JobState:
     rows = logged_rounds(directory / "metrics.csv")
     preempted = (directory / PREEMPTED_NAME).is_file()
     holder = lock_holder(directory)
+    if holder == str(os.getpid()):  # its own job's process, deciding on it: not another run
+        holder = None
     summary = read_json(directory / SUMMARY_NAME)
     if holder is not None:
         status = JobStatus.RUNNING
