@@ -59,7 +59,7 @@ class FLSettings:
     client_state_memory_mb: float = 256.0  # auto: RAM while num_clients such states fit in it
     engine: str = "auto"  # how clients train locally: see fedlight.engines
     # The layout the client module trains and evaluates in (fedlight.core.layout): auto
-    # (channels_last for a model with 2-D convolutions on the CPU whose training step runs in it),
+    # (channels_last for a model with 2-D convolutions on the CPU whose steps run in it),
     # channels_last or contiguous.
     memory_format: str = "auto"
     # Processes that share each round's clients (see fedlight.drivers.workers): on this machine, or

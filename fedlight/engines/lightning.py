@@ -35,9 +35,10 @@ manual optimization (`automatic_optimization = False`) and overrides of `backwar
 `optimizer_step` and `optimizer_zero_grad`; a `ReduceLROnPlateau` (it needs a monitored value
 per epoch, which a client's local training does not produce).
 
-`self.log`/`self.log_dict` work in every hook above: `Logs` (fedlight.engines.module_logs) stands in
-for the Trainer's logging (`on_step`/`on_epoch` included) and, as it does, refuses a value that is
-not a number, a tensor of one element or a Metric; `configure_optimizers()` is read and its
+`self.log`/`self.log_dict` work in every hook above but `setup`, `configure_model` and
+`configure_optimizers`, where a Trainer refuses them too: `Logs` (fedlight.engines.module_logs)
+stands in for the Trainer's logging (`on_step`/`on_epoch` included) and, as it does, refuses a
+value that is not a number, a tensor of one element or a Metric; `configure_optimizers()` is read and its
 schedulers stepped as a Trainer would (fedlight.engines.module_optim). `self.trainer` is a stand-in
 with the fields modules commonly read (`fedlight.engines.trainer_standin`). A module is built as
 Lightning's CLI builds it (`ModelFactory`), and may come from either Lightning package
