@@ -66,6 +66,8 @@ class RunInfo:
     sweep_group: str | None
     total_rounds: int
     name: str = ""  # the run's name where a sink names runs (W&B, MLflow)
+    # the run directory whose checkpoint this run continues (a resume); None: a new run
+    resumed_from: Path | None = None
 
 
 class RoundLogger(Protocol):

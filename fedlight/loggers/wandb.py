@@ -9,6 +9,11 @@ run's figures (curves, label histogram, participation, local accuracies) are log
 with `logger.wandb.log_model` (the default), the final model.ckpt (model.pt where the module's
 hyperparameters could not be pickled) as a `model` artifact of the run, aliased `final`.
 
+A resumed run continues the W&B run of the run it resumes (`wandb.init(id=..., resume="allow")`),
+whose id each run keeps in its directory (RUN_ID_FILE); the rounds a resume replays are logged
+again where W&B does not hold them (online, below its `starting_step`; offline, every one: the
+killed session may have flushed none), so no round is missing from the run.
+
 Offline automatically when there is no API key or no network. An online run that W&B does not start
 within `logger.wandb.init_timeout` seconds (no network, server down) or cannot start (no API key,
 refused key) falls back to offline, said in one line on stderr; the user is never prompted for a
@@ -16,8 +21,10 @@ key. Any other W&B failure is reported once in one line and then ignored, so W&B
 fails or loses a run (metrics.csv has everything).
 """
 
+import json
 import math
 import os
+import re
 import socket
 import sys
 import time
@@ -30,6 +37,7 @@ from urllib.parse import urlparse
 from fedlight.core.errors import require
 from fedlight.loggers.base import MetricsRow, RunInfo, flat_config
 from fedlight.loggers.clients import CLIENT_COLUMNS
+from fedlight.store.files import write_text
 from fedlight.store.run_files import LIGHTNING_CHECKPOINT_NAME, MODEL_NAME, drawn_figures
 
 MODES = ("auto", "online", "offline", "disabled")  # logger.wandb.mode
@@ -38,6 +46,8 @@ CLIENTS_TABLE = "clients"  # the table's key
 ONLINE_MODES = ("online", "run")  # "run" is W&B's old name of online (WANDB_MODE=run)
 DEFAULT_WANDB_HOST = "api.wandb.ai"
 WAIT_FIX = "set logger.wandb.mode=offline to skip the wait, or a larger logger.wandb.init_timeout"
+RUN_ID_FILE = "wandb_run.json"  # in a run directory: {"id": the W&B run it logs to}
+RUN_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")  # what a W&B run id is; anything else is not used
 
 # Why an online start failed in this process, if one did: later jobs (a sweep) go offline at once.
 _online_failure: str | None = None
@@ -117,6 +127,17 @@ def say(message: str) -> None:
     print(f"fedlight: {message}", file=sys.stderr, flush=True)
 
 
+def kept_run_id(directory: Path) -> str | None:
+    """The id of the W&B run that the run in `directory` logged to (RUN_ID_FILE), if it kept a
+    readable one; the directory may be written by others, so only a W&B run id is taken."""
+    path = directory / RUN_ID_FILE
+    try:
+        run_id = None if path.is_symlink() else json.loads(path.read_text()).get("id")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return run_id if isinstance(run_id, str) and RUN_ID.fullmatch(run_id) else None
+
+
 @dataclass
 class WandbLogger:
     project: str = "fedlight"
@@ -130,6 +151,7 @@ class WandbLogger:
     _run: Any = field(default=None, init=False, repr=False)
     _output_dir: Path | None = field(default=None, init=False, repr=False)
     _table: Any = field(default=None, init=False, repr=False)  # the clients table, once begun
+    _first_step: int = field(default=0, init=False, repr=False)  # the first W&B does not hold
 
     def __post_init__(self) -> None:
         require(
@@ -157,21 +179,44 @@ class WandbLogger:
 
     def start(self, run: RunInfo) -> None:
         self._output_dir = run.output_dir
+        self._start(run)
+        if self._run is None:
+            return
+        self._first_step = int(getattr(self._run, "starting_step", 0) or 0)
+        try:
+            write_text(run.output_dir / RUN_ID_FILE, json.dumps({"id": self._run.id}) + "\n")
+        except Exception as failure:  # noqa: BLE001 - W&B must never fail a run
+            say(
+                f"{RUN_ID_FILE} could not be written ({first_line(failure)}); a resume of this "
+                "run will log to a new W&B run"
+            )
+
+    def init_args(self, run: RunInfo) -> dict[str, Any]:
+        """`wandb.init`'s arguments for `run`; a resumed run's continue the W&B run its
+        directory kept, if any (`kept_run_id`)."""
+        args: dict[str, Any] = dict(
+            project=self.project,
+            entity=self.entity,
+            name=self.name or run.name or None,
+            dir=os.environ.get("WANDB_DIR", str(run.output_dir)),
+            group=run.sweep_group,
+            job_type=run.choices.get("algo"),
+            config=flat_config(run.config, run.choices),
+            tags=[*self.tags, *(f"{group}={choice}" for group, choice in run.choices.items())],
+            reinit="finish_previous",
+        )
+        continued = None if run.resumed_from is None else kept_run_id(run.resumed_from)
+        if continued is not None:
+            args |= {"id": continued, "resume": "allow"}
+        return args
+
+    def _start(self, run: RunInfo) -> None:
+        """`wandb.init` in the mode chosen, falling back to offline (module docstring)."""
         try:
             import wandb
 
             mode = choose_mode(self.mode)
-            init_args = dict(
-                project=self.project,
-                entity=self.entity,
-                name=self.name or run.name or None,
-                dir=os.environ.get("WANDB_DIR", str(run.output_dir)),
-                group=run.sweep_group,
-                job_type=run.choices.get("algo"),
-                config=flat_config(run.config, run.choices),
-                tags=[*self.tags, *(f"{group}={choice}" for group, choice in run.choices.items())],
-                reinit="finish_previous",
-            )
+            init_args = self.init_args(run)
             if mode not in ONLINE_MODES:
                 self._run = wandb.init(mode=mode, **init_args)
                 return
@@ -214,7 +259,7 @@ class WandbLogger:
         say(f"{reason}; logging offline to {where} (upload later: wandb sync {where}; {fix})")
 
     def log_round(self, row: MetricsRow) -> None:
-        if self._run is None:
+        if self._run is None or int(row["round"]) < self._first_step:
             return
         try:
             self._run.log({k: v for k, v in row.items() if k != "round"}, step=int(row["round"]))
@@ -226,6 +271,8 @@ class WandbLogger:
         mode uploads the new rows only). Its columns are those of the first round's rows: a name
         that first appears later is left out of the table."""
         if self._run is None or self.clients == "off" or not clients:
+            return
+        if round_index < self._first_step:  # W&B holds the round (a resumed run)
             return
         try:
             import wandb

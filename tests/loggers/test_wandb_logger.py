@@ -2,8 +2,10 @@
 naming the setting, offline logging, and a run that goes on; logger.wandb.init_timeout refusals."""
 
 import csv
+import json
 import math
 import time
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -16,7 +18,8 @@ from fedlight.loggers import wandb as wandb_logger
 from fedlight.loggers.base import RunInfo
 from fedlight.loggers.wandb import WandbLogger
 from fedlight.runs.experiment import run_job
-from tests.conftest import TINY
+from tests.conftest import TINY, run_killed_in_round
+from tests.helpers.wandb_records import history_steps, run_ids
 
 
 @pytest.fixture(autouse=True)
@@ -187,3 +190,61 @@ def test_config_default_and_refusals(make_job) -> None:
         make_job(["logger=wandb", "logger.wandb.init_timeout=0"])
     with pytest.raises(ConfigError, match=r"logger\.wandb\.mode=bogus is not an option"):
         make_job(["logger=wandb", "logger.wandb.mode=bogus"])
+
+
+def test_a_killed_and_resumed_run_continues_its_wandb_run(
+    make_job: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Killed in round 3 and resumed: both sessions log to one W&B run, the id the run kept in its
+    directory (offline, two parts of it: `wandb sync` uploads them in order into that run); the
+    resumed part holds every round, as the killed session may have flushed none."""
+    monkeypatch.delenv("WANDB_DIR", raising=False)
+    monkeypatch.setenv("WANDB_DATA_DIR", str(tmp_path / "wandb-data"))
+    overrides = [*TINY, "logger=[csv,wandb]", "logger.wandb.mode=offline"]
+    overrides += ["logger.wandb.log_model=false", "logger.wandb.clients=off"]
+    run_dir = tmp_path / "run"
+    run_killed_in_round(make_job(overrides), run_dir, 3, monkeypatch)
+    [killed] = (run_dir / "wandb").glob("offline-run-*")
+    run_job(make_job([*overrides, f"resume={run_dir}"]), run_dir)
+    [resumed] = set((run_dir / "wandb").glob("offline-run-*")) - {killed}
+    [killed_log], [resumed_log] = (list(part.glob("run-*.wandb")) for part in (killed, resumed))
+    assert run_ids(killed_log) == run_ids(resumed_log)
+    [kept] = run_ids(resumed_log)
+    assert resumed.name.endswith(f"-{kept}") and resumed_log.name == f"run-{kept}.wandb"
+    assert history_steps(resumed_log) == [1, 2, 3, 4]
+    assert json.loads((run_dir / wandb_logger.RUN_ID_FILE).read_text()) == {"id": kept}
+
+
+def test_a_run_that_is_not_resumed_starts_a_new_wandb_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kept id is used only by a run that resumes its directory (`overwrite=true` or a new
+    run in it starts afresh); a planted id that is not a W&B run id is not used."""
+    calls, _ = fake_init(monkeypatch, tmp_path, RuntimeError("unused"))
+    kept = tmp_path / wandb_logger.RUN_ID_FILE
+    for text, resumed in [("abc123", False), ("abc123", True), ("../x y", True), ("", True)]:
+        kept.write_text(json.dumps({"id": text}))
+        run = run_info(tmp_path)
+        WandbLogger(mode="offline").start(replace(run, resumed_from=tmp_path) if resumed else run)
+        assert json.loads(kept.read_text()) == {"id": "fake"}  # the W&B run this one logs to
+    assert [(call.get("id"), call.get("resume")) for call in calls] == [
+        (None, None),
+        ("abc123", "allow"),
+        (None, None),
+        (None, None),
+    ]
+
+
+def test_online_a_resumed_run_logs_only_the_rounds_wandb_does_not_hold(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """W&B drops (with a warning each) a step below the one it continues from."""
+    run = FakeRun(tmp_path)
+    run.starting_step = 3
+    monkeypatch.setattr(wandb, "init", lambda **kwargs: run)
+    logger = WandbLogger(mode="offline")
+    logger.start(replace(run_info(tmp_path), resumed_from=tmp_path))
+    for round_index in (1, 2, 3, 4):
+        logger.log_round({"round": round_index, "train_loss": 1.0})
+        logger.log_clients(round_index, [{"client": 0, "train_loss": 1.0}])
+    assert sorted({step for step, _ in run.logged}) == [3, 4]
