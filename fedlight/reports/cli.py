@@ -28,6 +28,7 @@ from fedlight.reports.model import (
     Group,
     JobResult,
     ReportError,
+    Section,
     plural,
     reason,
 )
@@ -184,7 +185,9 @@ def main(argv: list[str]) -> int:
         "--where", action="append", default=[], metavar="KEY=VALUE", help="keep matching jobs"
     )
     parser.add_argument("--metrics", help="comma-separated metrics instead of the layout's")
-    parser.add_argument("--title", help="table title when the sweep has no preset layout")
+    parser.add_argument(
+        "--title", help="the tables' title (instead of the preset's, or 'Sweep <directory>')"
+    )
     parser.add_argument(
         "--curves", help="comma-separated metrics.csv columns drawn, one panel each (test_loss)"
     )
@@ -229,6 +232,19 @@ def add_statistics_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def report_sections(
+    args: argparse.Namespace, jobs: list[JobResult], metrics: tuple[str, ...] | None
+) -> list[Section]:
+    """The report's tables, one per layout; `--title` names them all (the run the user made),
+    else a preset's title does, else the sweeps' directories."""
+    title = args.title or "Sweep " + " + ".join(d.resolve().name for d in args.sweep_dirs)
+    curves = parse_names(args.curves, "--curves", "test_accuracy,test_loss")
+    sections = build_sections(group_jobs(jobs), title, metrics, args.x, curves)
+    if args.title:
+        sections = [replace(s, layout=replace(s.layout, title=args.title)) for s in sections]
+    return sections
+
+
 def report(args: argparse.Namespace) -> None:
     """The report of the parsed command line; every fault of the input is a ReportError."""
     metrics = parse_metrics(args.metrics)
@@ -242,9 +258,7 @@ def report(args: argparse.Namespace) -> None:
             for d, name in zip(args.sweep_dirs, shown, strict=True)
         ]
     display_name = " + ".join(shown)
-    title = args.title or "Sweep " + " + ".join(d.resolve().name for d in args.sweep_dirs)
-    curves = parse_names(args.curves, "--curves", "test_accuracy,test_loss")
-    sections = build_sections(group_jobs(jobs), title, metrics, args.x, curves)
+    sections = report_sections(args, jobs, metrics)
     unclocked = [
         job.directory
         for section in sections
