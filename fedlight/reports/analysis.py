@@ -6,8 +6,6 @@ of an A-versus-B table), and the verdicts against published numbers (`--publishe
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fedlight.reports.cells import metric_values, observations
-from fedlight.reports.computed import is_censored
 from fedlight.reports.model import Group, ReportError, Section
 from fedlight.reports.paired import Comparison, Paired, default_comparisons, paired, pairings
 from fedlight.reports.per_seed import paired_markdown, write_paired_csv, write_seeds_csv
@@ -18,6 +16,7 @@ from fedlight.reports.published import (
     Undecided,
     decide_cells,
     decide_claims,
+    has_data,
     undecided,
 )
 from fedlight.reports.stats import CI_METHODS
@@ -78,13 +77,6 @@ def comparisons_of(given: list[str], sections: list[Section]) -> list[Comparison
     if named:
         return [Comparison.parse(text, "report.compare") for text in named]
     return default_comparisons(sections)
-
-
-def has_data(groups: list[Group], metric: str) -> bool:
-    """Whether any seed of the groups has the metric (a time to a target: reached or not)."""
-    if is_censored(metric):
-        return any(observations(group, metric) for group in groups)
-    return any(metric_values(group, metric) for group in groups)
 
 
 def analyse(

@@ -169,14 +169,35 @@ def decide_cell(group: Group, metric: str, value: float, tolerance: float, metho
 
 def decide_cells(published: Published, groups: list[Group], method: str) -> list[CellDecision]:
     """Each cell with a published value, decided."""
-    found = []
-    for group in groups:
-        key = published.key(group)
-        if key in published.cells:
-            value = published.cells[key]
-            verdict = decide_cell(group, published.metric, value, published.tolerance, method)
-            found.append(CellDecision(key, group, value, verdict))
-    return found
+    matched = [(published.key(g), g) for g in groups if published.key(g) in published.cells]
+    if published.cells and not matched:
+        keys = ", ".join(dict.fromkeys(published.key(g) for g in groups))
+        raise ReportError(
+            f"{published.source}: none of its cells is one of the report's, which are {keys} "
+            f"(by {'/'.join(published.keys) or 'no keys'}); name its cells so, or give its keys"
+        )
+    metric = published.metric
+    if matched and not any(has_data([g], metric) for _, g in matched):
+        raise ReportError(
+            f"{published.source}: metric {metric}: no seed of its cells has it; give a metric the "
+            "jobs have (see `fedlight report --metrics` for the names)"
+        )
+    return [
+        CellDecision(
+            key,
+            group,
+            published.cells[key],
+            decide_cell(group, metric, published.cells[key], published.tolerance, method),
+        )
+        for key, group in matched
+    ]
+
+
+def has_data(groups: list[Group], metric: str) -> bool:
+    """Whether any seed of the groups has the metric (a time to a target: reached or not)."""
+    if is_censored(metric):
+        return any(observations(group, metric) for group in groups)
+    return any(metric_values(group, metric) for group in groups)
 
 
 def decide_claim(claim: Claim, pairing: Pairing, method: str) -> ClaimDecision:

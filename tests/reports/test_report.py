@@ -1045,8 +1045,8 @@ def test_rounds_to_a_percentage_and_the_loss_at_a_round_come_from_metrics_csv(
     tmp_path: Path,
 ) -> None:
     """rounds_to_<N>: the first evaluated round whose test accuracy reaches N percent (where some
-    seed does not, how many did and what the others ran to); loss_at_<R>: the test loss at round R; the layout's `curves`
-    draw one panel per metrics.csv column."""
+    seed does not, how many did and what the others ran to); loss_at_<R>: the test loss at
+    round R; the layout's `curves` draw one panel per metrics.csv column."""
     sweep = tmp_path / "sweep"
     layout = {
         "rows": ["algo"],
