@@ -690,3 +690,30 @@ def test_fednova_under_dp_fedavg_with_equal_steps_is_dp_fedavg(
     fedavg, fednova = (read_rows(tmp_path / name) for name in ("fedavg", "fednova"))
     for avg, nova in zip(fedavg, fednova, strict=True):
         assert float(nova["test_loss"]) == pytest.approx(float(avg["test_loss"]), rel=1e-4)
+
+
+@pytest.mark.parametrize(
+    "privacy",
+    [["selection=poisson", "privacy=dp_fedavg"], ["privacy=dp_sgd"]],
+    ids=["dp_fedavg", "dp_sgd"],
+)
+def test_a_run_without_noise_says_it_guarantees_no_privacy(
+    privacy: list[str], tmp_path: Path
+) -> None:
+    """Probe DP1/DP11: privacy.noise_multiplier=0 (clipping alone, an ablation) runs, and its
+    first line says that it guarantees nothing, as its ε column (inf) does."""
+    run_dir = tmp_path / "run"
+    ran = run_cli(
+        *TINY,
+        "fl.rounds=1",
+        *privacy,
+        "privacy.noise_multiplier=0",
+        f"hydra.run.dir={run_dir}",
+        cwd=tmp_path,
+    )
+    said = (
+        "NO NOISE (privacy.noise_multiplier=0: clipping only, no privacy guarantee, epsilon = inf)"
+    )
+    assert said in ran.stdout + ran.stderr
+    [row] = rows_without_timings(run_dir)
+    assert math.isinf(float(row["epsilon"]))

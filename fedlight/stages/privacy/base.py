@@ -175,6 +175,16 @@ class GaussianMechanism(Privacy):
         """The noise source, for `describe`."""
         return f"noise seeded from {NOISE_SOURCES[self.noise_source]}"
 
+    def described_multiplier(self, noise: float, how: str) -> str:
+        """The noise multiplier and where it came from (`how`), for `describe`; 0 said as what it
+        is: clipping without noise, which guarantees no privacy at all (ε = ∞)."""
+        if noise == 0:
+            return (
+                "NO NOISE (privacy.noise_multiplier=0: clipping only, no privacy guarantee, "
+                "epsilon = inf)"
+            )
+        return f"noise multiplier {noise:.4g} ({how})"
+
     def spent_after(self, state: StateDict, rounds: int) -> Spent:
         """ε(δ) after `rounds` rounds, and the accountant that computed it."""
         raise NotImplementedError

@@ -262,7 +262,7 @@ class DPFedAvg(GaussianMechanism):
         default = f" ({self.default_delta})" if self.delta is None else ""
         return (
             f"privacy={self.option}: user-level DP, q={scalar(state, 'sampling_rate'):.4g}, "
-            f"noise multiplier {noise:.4g} ({how}), clip {scalar(state, 'clip'):.4g}, "
+            f"{self.described_multiplier(noise, how)}, clip {scalar(state, 'clip'):.4g}, "
             f"delta={scalar(state, 'delta'):.3g}{default}, epsilon by the {self.accountant} "
             f"accountant, {self.described_noise()}"
         )

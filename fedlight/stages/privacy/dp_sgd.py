@@ -105,6 +105,12 @@ class DPSGDEngine(SequentialEngine):
         self.per_example.to_standard_module()
 
     def train_one(self, task: LocalTask, round_index: int, lrs: Sequence[float]) -> LocalResult:
+        if task.callbacks:
+            raise ConfigError(
+                "privacy=dp_sgd trains with Opacus's optimizer, which replaces the gradients an "
+                "algorithm's local corrections act on; use an algorithm without them (e.g. "
+                "algo=fedavg)"
+            )
         self.per_example.enable_hooks()
         try:
             return self.train_privately(task, round_index, lrs)
@@ -139,23 +145,16 @@ class DPSGDEngine(SequentialEngine):
     def train_privately(
         self, task: LocalTask, round_index: int, lrs: Sequence[float]
     ) -> LocalResult:
-        """DP-SGD's local epochs: Poisson-sampled batches, per-example clipping, noise."""
-        if task.callbacks:
-            raise ConfigError(
-                "privacy=dp_sgd trains with Opacus's optimizer, which replaces the gradients an "
-                "algorithm's local corrections act on; use an algorithm without them (e.g. "
-                "algo=fedavg)"
-            )
-        module, data, local = self.module, self.data, self.settings.local
+        """DP-SGD's local epochs (Abadi et al., CCS 2016, Algorithm 1 with Poisson sampling):
+        Poisson-sampled batches, per-example clipping, noise on their sum."""
+        module, local = self.module, self.settings.local
         module.load_state_dict(task.start)
         module.train()
         n = len(task.indices)
         rate = min(1.0, (local.batch_size or n) / n)
-        device = task.indices.device
         seed = self.seed_of(round_index, task.client)
         generator = torch.Generator().manual_seed(seed)
         torch.manual_seed(seed)
-        params = [p for p in module.parameters() if p.requires_grad]
         losses: list[torch.Tensor] = []
         steps = num_local_steps(n, local.epochs, local.batch_size)
         per_epoch = steps // local.epochs
@@ -172,22 +171,10 @@ class DPSGDEngine(SequentialEngine):
                 epoch, batch_idx = divmod(step, per_epoch)
                 standin.current_epoch = epoch
                 taken = torch.rand(n, generator=generator) < rate
-                indices = task.indices[taken.nonzero().squeeze(1).to(device)]
                 optimizer.zero_grad(set_to_none=True)
-                if len(indices) == 0:  # the step adds noise only
-                    for p in params:
-                        p.grad_sample = torch.zeros((0, *p.shape), device=p.device, dtype=p.dtype)
-                else:
-                    x, y = data.prepare(data.train_x[indices]), data.train_y[indices]
-                    if task.label_map is not None:
-                        y = task.label_map[y]
-                    if data.augment is not None:
-                        x = data.augment(x, generator)
-                    loss = training_loss(module.training_step((x, y), batch_idx))
-                    loss.backward()
-                    losses.append(loss.detach())
-                    logs.examples += len(indices)
-                    logs.collect(len(indices))
+                loss = self.private_batch(task, taken, batch_idx, generator, logs)
+                if loss is not None:
+                    losses.append(loss)
                 optimizer.step()
                 standin.global_step += 1
                 optimization.after_step(module, batch_idx, epoch, batch_idx == per_epoch - 1)
@@ -203,6 +190,35 @@ class DPSGDEngine(SequentialEngine):
             examples=logs.examples,
             logged=logged,
         )
+
+    def private_batch(
+        self,
+        task: LocalTask,
+        taken: torch.Tensor,
+        batch_idx: int,
+        generator: torch.Generator,
+        logs: TrainingLogs,
+    ) -> torch.Tensor | None:
+        """The loss of one Poisson-sampled batch (`taken`: each example's draw), its per-example
+        gradients computed; None for an empty batch, whose step adds noise only (Opacus then
+        takes empty per-example gradients)."""
+        module, data = self.module, self.data
+        indices = task.indices[taken.nonzero().squeeze(1).to(task.indices.device)]
+        if len(indices) == 0:
+            for p in module.parameters():
+                if p.requires_grad:
+                    p.grad_sample = torch.zeros((0, *p.shape), device=p.device, dtype=p.dtype)
+            return None
+        x, y = data.prepare(data.train_x[indices]), data.train_y[indices]
+        if task.label_map is not None:
+            y = task.label_map[y]
+        if data.augment is not None:
+            x = data.augment(x, generator)
+        loss = training_loss(module.training_step((x, y), batch_idx))
+        loss.backward()
+        logs.examples += len(indices)
+        logs.collect(len(indices))
+        return loss.detach()
 
 
 @dataclass
@@ -279,10 +295,10 @@ class DPSGD(GaussianMechanism):
         )
         default = f" ({self.default_delta})" if self.delta is None else ""
         return (
-            f"privacy=dp_sgd: example-level DP-SGD, noise multiplier "
-            f"{scalar(state, 'noise_multiplier'):.4g} ({how}), clip {self.clip:.4g} per "
-            f"example, delta={scalar(state, 'delta'):.3g}{default}, epsilon by the "
-            f"{self.accountant} accountant, {self.described_noise()}"
+            "privacy=dp_sgd: example-level DP-SGD, "
+            f"{self.described_multiplier(scalar(state, 'noise_multiplier'), how)}, clip "
+            f"{self.clip:.4g} per example, delta={scalar(state, 'delta'):.3g}{default}, epsilon "
+            f"by the {self.accountant} accountant, {self.described_noise()}"
         )
 
     def engine(
