@@ -40,8 +40,8 @@ control, S the sampled clients, N the federation size, η_g the server learning 
   x₀ and a new client's c_i at the x it receives (Flower). `paper` is gradient + steps, which
   diverges under momentum and is refused there unless `algo.force=true`; `niid_bench` is weights
   + steps with Δy by samples; `flower` adds Δc by samples and control_init=model.
-  `tutorial` is the SCAFFOLD tutorial's code (../shared/seeds/000_…, §2.1–2.2) as written, line by
-  line against the paper (the tutorial's names; Algorithm 1's lines 10–13 and 16–17):
+  `tutorial` is the SCAFFOLD tutorial's code (its §2.1–2.2; docs/results/references/) as written,
+  line by line against the paper (the tutorial's names; Algorithm 1's lines 10–13 and 16–17):
   `param.data -= lr * (grad - c + gc)`, c the client's `self.control`, gc the global control: the
   paper's y ← y − η_l (g − c_i + c) (`correction=gradient`; a plain SGD step, so the preset's run
   of it has no momentum). `self.control` is built as zeros and never assigned again, so the c_i
@@ -133,7 +133,7 @@ VARIANTS: VariantTable = {
         "control_init": "model",
         "control_scaling": "participation",
     },
-    # The SCAFFOLD tutorial's code as written (../shared/seeds/000_…, §2.1–2.2; TUTORIAL_NOTES):
+    # The SCAFFOLD tutorial's code as written (its §2.1–2.2; TUTORIAL_NOTES):
     # its stored c_i is never updated, its Δc_i lacks the paper's c_i − c, and its server adds the
     # plain mean of Δc_i to c without the |S|/N factor.
     "tutorial": {

@@ -1,6 +1,6 @@
 """CIFAR-10 (Krizhevsky 2009) from torchvision's python batches or an ImageFolder tree.
 
-An ImageFolder tree (`train/<class>/*`, `test/<class>/*`, e.g. the JPEG copy in ../shared/data) is
+An ImageFolder tree (`train/<class>/*`, `test/<class>/*`, e.g. a JPEG copy of the images) is
 used when `data.root` holds `train/` and `test/`; otherwise torchvision's `cifar-10-batches-py`.
 Decoding the tree's 60,000 images takes about 20 s on two cores, so the decoded uint8 tensors are
 cached (`data.cache_dir`) under a name derived from the tree's path and checked against its files'

@@ -2,9 +2,9 @@
 classes in sorted order), with k = `classes_per_client`.
 
 This is the split the SCAFFOLD tutorial writes out (`client_0`: digits 0 and 1, `client_1`: 2 and
-3, …, `client_9`: 8 and 9; ../shared/seeds/000_…, §1.1), and the "pathological non-IID" split of
-McMahan et al. 2017 without its randomness in which labels go where. Where N·k ≤ L no two clients
-share a label; otherwise (the tutorial's 10 clients × 2 labels of a 10-class dataset) the blocks
+3, …, `client_9`: 8 and 9; its §1.1), and the "pathological non-IID" split of McMahan et al. 2017
+without its randomness in which labels go where. Where N·k ≤ L no two clients share a label;
+otherwise (the tutorial's 10 clients × 2 labels of a 10-class dataset) the blocks
 wrap around and each label is split evenly, at random, among the clients holding it (clients i and
 i + L/k then hold the same two labels, each about half of their examples). Only the split of a
 label among its holders is drawn; which labels a client holds does not depend on the seed. A label

@@ -1,4 +1,4 @@
-"""Score-weighted selection: the FedAvg tutorial's dynamic selector (§2.2), done properly.
+"""Score-weighted selection: the FedAvg tutorial's dynamic selector (its §2.2), done properly.
 
 Every client's score starts at 1. A participant reports the accuracy a of its trained model on its
 own training data with its upload (a number on the wire, a forward pass of client compute), and
