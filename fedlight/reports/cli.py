@@ -273,24 +273,7 @@ def report(args: argparse.Namespace) -> None:
             "draw its curves against rounds (--x round)"
         )
     analysis = analyse(sections, csv_metrics(sections), args.ci, args.compare, args.published)
-    shown_metrics = tuple(dict.fromkeys(m for s in sections for m in s.layout.metrics))
-    try:
-        path = write_markdown(
-            output_dir,
-            display_name,
-            args.sweep_dirs,
-            jobs,
-            sections,
-            analysis.method,
-            analysis.markdown(shown_metrics),
-        )
-        write_csv(output_dir, sections, analysis.method)
-        if sections:
-            analysis.write(output_dir, sections, csv_metrics(sections))
-            write_curves(output_dir, args.title or display_name, sections)
-    except OSError as error:
-        written = error.filename or output_dir
-        raise ReportError(f"cannot write {written} ({reason(error)}); pass -o DIR") from error
+    path = write_report(args, output_dir, display_name, jobs, sections, analysis)
     finished = sum(job.finished for job in jobs)
     groups = [g for s in sections for g in s.groups]
     marked = [(sum(len(g.diverged) for g in groups), "diverged")]
@@ -310,6 +293,32 @@ def report(args: argparse.Namespace) -> None:
                 file=sys.stderr,
             )
     print_undecided(analysis, args.sweep_dirs[0], args.more_seeds, groups)
+
+
+def write_report(
+    args: argparse.Namespace,
+    output_dir: Path,
+    display_name: str,
+    jobs: list[JobResult],
+    sections: list[Section],
+    analysis: Analysis,
+) -> Path:
+    """report.md, report.csv, seeds.csv (paired.csv, verdicts.csv) and curves.png; a file that
+    cannot be written is a ReportError naming it."""
+    shown_metrics = tuple(dict.fromkeys(m for s in sections for m in s.layout.metrics))
+    statistics = analysis.markdown(shown_metrics)
+    try:
+        path = write_markdown(
+            output_dir, display_name, args.sweep_dirs, jobs, sections, analysis.method, statistics
+        )
+        write_csv(output_dir, sections, analysis.method)
+        if sections:
+            analysis.write(output_dir, sections, csv_metrics(sections))
+            write_curves(output_dir, args.title or display_name, sections)
+    except OSError as error:
+        written = error.filename or output_dir
+        raise ReportError(f"cannot write {written} ({reason(error)}); pass -o DIR") from error
+    return path
 
 
 def print_undecided(analysis: Analysis, base: Path, commands: bool, groups: list[Group]) -> None:

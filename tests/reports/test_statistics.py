@@ -18,6 +18,7 @@ from fedlight.reports.stats import (
     kaplan_meier_median,
     t_interval,
 )
+from fedlight.reports.verdict_tables import beside_table
 from fedlight.reports.verdicts import Outcome, decide, decide_rounds, seeds_to_decide
 from tests.conftest import REPO, TINY, run_cli
 from tests.reports.test_report import read_report_csv, summary_of, write_job, write_multirun
@@ -308,3 +309,26 @@ def test_more_seeds_go_to_the_inconclusive_cells_only_and_resume(tmp_path: Path)
     assert read_report_csv(tmp_path / "all")["algo=fedavg"]["n"] == str(needed)
     again = run_cli(*arguments, cwd=REPO)
     assert f"{needed - 2} finished (not run again)" in again.stdout + again.stderr
+
+
+def test_a_presets_layout_can_carry_the_published_numbers_and_the_interval(tmp_path: Path) -> None:
+    """`report: published:` and `ci: bootstrap` in the jobs' layout need no flag; the results
+    pages' `beside` block decides the same cells by the same rule."""
+    published = {"metric": "final_accuracy", "keys": ["algo"], "cells": {"fedavg": 70.0}}
+    layout = {"rows": ["algo"], "metrics": ["final_accuracy"], "ci": "bootstrap"}
+    sweep = tmp_path / "sweep"
+    for seed, final in enumerate([0.69, 0.70, 0.71]):
+        summary = summary_of(final, seed=seed)
+        overrides = ["algo=fedavg", f"seed={seed}"]
+        write_job(sweep, str(seed), overrides, layout | {"published": published}, summary, [final])
+    write_multirun(sweep, ["algo=fedavg", "seed=0,1,2"])
+    assert main([str(sweep)]) == 0
+    assert read_report_csv(sweep)["algo=fedavg"]["ci"] == "bootstrap"
+    (row,) = read_csv(sweep / "verdicts.csv")
+    assert (row["key"], row["metric"], row["verdict"]) == ("fedavg", "final_accuracy", "reproduced")
+    file = tmp_path / "published.yaml"
+    file.write_text("beside:\n  metric: final_accuracy\n  keys: [algo]\n  cells: {fedavg: 80}\n")
+    lines = beside_table(file, [sweep], "beside")
+    assert lines[0].startswith("Verdicts on final_accuracy against ")
+    assert lines[-1].startswith("| fedavg | 3 | 70.0 ± 1.0 | [67.5, 72.5] | 80 | [78.0, 82.0] |")
+    assert "| refuted |" in lines[-1]
