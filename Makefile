@@ -29,8 +29,10 @@ test: $(VENV)/.installed
 docs: $(VENV)/.installed
 	$(MKDOCS)
 
+# DATA_ROOT: the folder holding MNIST (MNIST/raw/*-ubyte; torchvision's download)
+DATA_ROOT ?= data
 bench: $(VENV)/.installed
-	$(PY) benchmarks/w1.py --data-root ../shared/data
+	$(PY) benchmarks/w1.py --data-root $(DATA_ROOT)
 
 # Every results page again from its committed run records (docs/results/pages.yaml)
 results: $(VENV)/.installed

@@ -120,7 +120,7 @@ def run(args: argparse.Namespace, output_dir: Path) -> None:
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data-root", default="../shared/data", help="holds MNIST/raw/*-ubyte")
+    parser.add_argument("--data-root", default="data", help="holds MNIST/raw/*-ubyte")
     parser.add_argument("--client-state", choices=("memory", "disk"), required=True)
     parser.add_argument("--rounds", type=int, default=100)
     parser.add_argument("--clients", type=int, default=1000)

@@ -15,7 +15,7 @@ one torch thread, in a plain loop, each lever alternating with the default after
 Reported per lever: the default's seconds over the lever's, per repeat (above 1 means faster),
 and whether the trained parameters equal the default's bit for bit.
 
-    python benchmarks/cpu_levers.py --data-root ../shared/data
+    python benchmarks/cpu_levers.py --data-root data
 """
 
 import argparse

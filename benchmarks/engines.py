@@ -16,16 +16,16 @@ their ratio vectorized / sequential, and the largest difference between the two 
 global weights (they train the same batches, so it is float rounding). `fl.engine=auto` should
 pick the vectorized engine on a device type only where this ratio is clearly above 1.
 
-GPU (the measurement the README asks for; data as in ../shared/data, the CIFAR-10 archive is
-extracted into a temporary folder):
+GPU (the measurement the README asks for; `--data-root` holds MNIST, `--cifar` is a tar.gz of
+CIFAR-10 as an ImageFolder tree, extracted into a temporary folder):
 
-    python benchmarks/engines.py --data-root ../shared/data \
-        --cifar ../shared/data/cifar10-jpeg/cifar10-jpeg.tar.gz --device cuda
+    python benchmarks/engines.py --data-root data \
+        --cifar cifar10-jpeg.tar.gz --device cuda
 
 CPU, small sizes (a few minutes on 2 cores):
 
-    OMP_NUM_THREADS=1 python benchmarks/engines.py --data-root ../shared/data \
-        --cifar ../shared/data/cifar10-jpeg/cifar10-jpeg.tar.gz --device cpu --threads 1 \
+    OMP_NUM_THREADS=1 python benchmarks/engines.py --data-root data \
+        --cifar cifar10-jpeg.tar.gz --device cpu --threads 1 \
         --w1-rounds 2 --cifar-clients 1000 --cifar-per-round 100
 
 `--synthetic` replaces the datasets by random tensors of their shapes (speed does not depend on

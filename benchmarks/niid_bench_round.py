@@ -27,8 +27,8 @@ and the ratios, measured in this run; the evaluation's seconds and share of a ro
 the 50-round job estimated from each contender's round (50 times the round as metrics.csv times it,
 plus once what the one-round job spent outside it: start, summary, figures).
 
-    python benchmarks/niid_bench_round.py --data-root ../shared/data               # ~11 minutes
-    python benchmarks/niid_bench_round.py --data-root ../shared/data --repeats 1 --epochs 2
+    python benchmarks/niid_bench_round.py --data-root data               # ~11 minutes
+    python benchmarks/niid_bench_round.py --data-root data --repeats 1 --epochs 2
 """
 
 import argparse

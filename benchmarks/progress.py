@@ -7,8 +7,8 @@ process after an untimed warm-up of each; the whole `run_job` is timed. Reported
 of each (noise on a shared machine only adds time), their ratio, and the median of the
 per-pair ratios.
 
-    python benchmarks/progress.py --data-root ../shared/data
-    python benchmarks/progress.py --data-root ../shared/data --models mlp --rounds 5 --repeats 6
+    python benchmarks/progress.py --data-root data
+    python benchmarks/progress.py --data-root data --models mlp --rounds 5 --repeats 6
 """
 
 import argparse

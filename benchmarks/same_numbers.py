@@ -405,7 +405,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sub.add_argument(
             "--data-root",
             type=Path,
-            default=Path("../shared/data"),
+            default=Path("data"),
             help="data.root; relative: to the repository holding this script",
         )
         sub.add_argument("--only", nargs="+", metavar="NAME", help="case names (shell patterns)")

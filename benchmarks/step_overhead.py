@@ -14,7 +14,7 @@ Reported per batch size: microseconds per step of each (best of the repeats), th
 (fedlight's overhead), and where fedlight's own Python time goes (cProfile of one more epoch,
 the functions of fedlight and Lightning by their own time per step).
 
-    python benchmarks/step_overhead.py --data-root ../shared/data
+    python benchmarks/step_overhead.py --data-root data
 """
 
 import argparse

@@ -23,8 +23,8 @@ the fastest repeat is the steadiest estimate), and their ratio fedlight / hand-w
 
 Run (about 16 minutes on 2 CPU cores, the cnn dominating):
 
-    python benchmarks/w1.py --data-root ../shared/data
-    python benchmarks/w1.py --data-root ../shared/data --models mlp --rounds 2 --repeats 1
+    python benchmarks/w1.py --data-root data
+    python benchmarks/w1.py --data-root data --models mlp --rounds 2 --repeats 1
 """
 
 import argparse

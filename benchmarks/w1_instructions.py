@@ -6,7 +6,7 @@ rounds is the difference of two whole-process counts (start-up, data loading and
 evaluation cancel out, as `eval.every` and `checkpoint.every` equal the rounds):
 
     PYTHONHASHSEED=0 OMP_NUM_THREADS=1 valgrind --tool=callgrind --callgrind-out-file=/tmp/r1.cg \
-        python benchmarks/w1_instructions.py <checkout> 1 --data-root ../shared/data
+        python benchmarks/w1_instructions.py <checkout> 1 --data-root data
     (the same with 3 rounds; then compare "Collected" of R = 3 minus R = 1 between checkouts)
 """
 
@@ -14,9 +14,7 @@ import sys
 from pathlib import Path
 
 src, rounds = Path(sys.argv[1]), int(sys.argv[2])
-data_root = (
-    sys.argv[sys.argv.index("--data-root") + 1] if "--data-root" in sys.argv else "../shared/data"
-)
+data_root = sys.argv[sys.argv.index("--data-root") + 1] if "--data-root" in sys.argv else "data"
 sys.path.insert(0, str(src / "benchmarks"))
 sys.path.insert(0, str(src))
 import torch  # noqa: E402

@@ -28,12 +28,12 @@ with two threads: 1.79 and 1.23).
 
 Run on an otherwise idle 2-core machine (about 15 minutes, the cnn dominating):
 
-    python benchmarks/workers.py --data-root ../shared/data
+    python benchmarks/workers.py --data-root data
 
 A smoke run that only checks that it works (its numbers mean nothing; one thread for the single
 worker, since 2 threads on a machine busy with other jobs slow down many times over):
 
-    python benchmarks/workers.py --data-root ../shared/data --models mlp --rounds 1 --repeats 1 \
+    python benchmarks/workers.py --data-root data --models mlp --rounds 1 --repeats 1 \
         --threads 1
 """
 

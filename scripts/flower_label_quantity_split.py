@@ -11,7 +11,7 @@ difference in accuracy can be told apart from a difference in the draw (fedlight
 root:
 
     python -m scripts.flower_label_quantity_split \
-        ../shared/data/FashionMNIST/raw/train-labels-idx1-ubyte flower_c2.json
+        data/FashionMNIST/raw/train-labels-idx1-ubyte flower_c2.json
 """
 
 import argparse

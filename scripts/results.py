@@ -100,7 +100,7 @@ def sanitized(value: Any, cwd: str, sweep_dir: str, renames: dict[str, str] | No
     given name (a file the sweep read from elsewhere, e.g. a split the page's command writes
     first), one under the sweep directory relative to it (as `<sweep>/...` names it in the
     records), any other relative to the command's directory `cwd` (what its user typed there,
-    `../shared/data`)."""
+    e.g. `../datasets`)."""
     renames = renames or {}
     if isinstance(value, dict):
         return {k: sanitized(v, cwd, sweep_dir, renames) for k, v in value.items()}
