@@ -109,6 +109,7 @@ class JobCompositionError(Exception):
 class ComposedJob:
     overrides: list[str]
     config: DictConfig  # with its `hydra` node (runtime choices, sweep and run directories)
+    refused: str | None = None  # why the job cannot run (listed by `--list-jobs`, not run)
 
     def directory(self, multirun: bool) -> Path:
         """Where the job writes: the run directory, or its folder of the sweep directory."""
@@ -262,15 +263,35 @@ def listed_values(override: Override) -> list[str]:
 
 
 def job_lines(jobs: Jobs, sweep_dir: str | None) -> list[str]:
-    """`--list-jobs`: one line per job, its number and overrides (a sweeper that chooses its jobs
-    as it runs says so instead)."""
+    """`--list-jobs`: one line per job, its number and overrides, and a refused job's reason
+    (a sweeper that chooses its jobs as it runs says so instead, and names each refused
+    probe)."""
+    refused = [job for job in jobs.jobs if job.refused]
     if not jobs.complete:
+        passed = (
+            "were composed and passed" if not refused else f"were composed, {len(refused)} refused"
+        )
         return [
             f"{jobs.sweeper} chooses each job from the results of earlier ones: its jobs cannot "
             f"be listed before it runs; {len(jobs.jobs)} jobs checking each parameter's values "
-            "were composed and passed"
+            f"{passed}",
+            *(f"refused: {' '.join(job.overrides)}: {job.refused}" for job in refused),
         ]
     where = f" into {sweep_dir}" if sweep_dir else ""
     lines = [f"{len(jobs.jobs)} jobs{where}:"]
-    lines += [f"{index}: {' '.join(job.overrides)}" for index, job in enumerate(jobs.jobs)]
+    for index, job in enumerate(jobs.jobs):
+        mark = f"  [refused: {job.refused}]" if job.refused else ""
+        lines.append(f"{index}: {' '.join(job.overrides)}{mark}")
     return lines
+
+
+def refused_line(jobs: Jobs) -> str | None:
+    """What `--list-jobs` ends with where jobs are refused (None where every job can run)."""
+    refused = sum(job.refused is not None for job in jobs.jobs)
+    if not refused:
+        return None
+    some = "is" if refused == 1 else "are"
+    return (
+        f"{refused} of the command's {len(jobs.jobs)} jobs {some} refused (marked above): it runs "
+        "none until each is fixed, or left out of the sweep (glob(..., exclude=[...]))"
+    )

@@ -19,7 +19,7 @@ from omegaconf import DictConfig
 
 from fedlight import STARTED, STARTED_VARIABLE
 from fedlight.cli.job import build_job, group_choices, settle_progress
-from fedlight.cli.jobs import given_value, job_lines, parse_command
+from fedlight.cli.jobs import given_value, job_lines, parse_command, refused_line
 from fedlight.cli.output import (
     JobFailedError,
     cannot_write,
@@ -34,6 +34,7 @@ from fedlight.cli.output import (
 )
 from fedlight.cli.resume import decided, decisions_line, resume_decision, with_saved_overrides
 from fedlight.cli.schema import CONF_DIR, register_configs, stage_kinds_registered
+from fedlight.cli.study_trial import with_trial_reporter
 from fedlight.cli.validate import checked_jobs
 from fedlight.core.errors import ConfigError, fail
 from fedlight.data.base import DataError
@@ -98,7 +99,7 @@ def run_hydra_job(cfg: DictConfig, hydra_cfg: DictConfig, sweep: Path | None) ->
             print(f"fedlight: {output_dir}: {decision.said}", flush=True)
         if decision.summary is not None:  # its files are left as they are
             return decision.summary.get(job.settings.objective)
-        job = decided(job, decision)
+        job = with_trial_reporter(decided(job, decision), hydra_cfg)
         with writing(output_dir, setting, job.settings), console_saved(output_dir):
             if writes_run_dir():
                 print(f"fedlight: run directory {output_dir}", flush=True)
@@ -184,7 +185,9 @@ def main() -> None:
                 jobs, checked = checked_jobs(command)
                 if command.list_jobs:
                     sweep_dir = given_value(command.overrides, "hydra.sweep.dir")
-                    print("\n".join(job_lines(jobs, sweep_dir)))
+                    print("\n".join(job_lines(jobs, sweep_dir)), flush=True)
+                    if (refused := refused_line(jobs)) is not None:
+                        fail(refused, 2)
                     sys.exit(0)
                 decisions = [decision for _, _, decision in checked]
                 if not command.multirun and decisions and all(d.skips for d in decisions):

@@ -196,25 +196,37 @@ def checked_jobs(
         except JobCompositionError as failed:
             raise ConfigError(composition_message(failed)) from None
         for job in jobs.jobs:
-            cfg = job.config
-            choices = group_choices(cfg, cfg.hydra.runtime.choices)
-            directory = job.directory(command.multirun)
-            with open_dict(cfg):
-                del cfg["hydra"]
             try:
-                built = build_job(cfg, choices)
-                decision = Decision(built.settings.resume)
-                if jobs.complete:
-                    decision = resume_decision(built, directory)
-                    built = decided(built, decision)
-                if built.settings.resume != "auto":  # else each job decides as it runs
-                    resumed_checkpoint(built, mmap=True)
-            except ConfigError:
-                raise
-            except Exception as error:  # noqa: BLE001 - OmegaConf validation errors
-                raise ConfigError(one_line(error)) from None
-            checked.append((job, built.settings, decision))
+                checked.append((job, *checked_job(job, command.multirun, jobs.complete)))
+            except ConfigError as error:
+                if not command.list_jobs:
+                    raise
+                job.refused = str(error)  # `--list-jobs` lists it with its reason
     return jobs, checked
+
+
+def checked_job(job: ComposedJob, multirun: bool, listed: bool) -> tuple[RunSettings, Decision]:
+    """One job built from its composed config (its `hydra` node dropped): its settings and what
+    it does with its directory (decided now where the sweeper `listed` every job); a bad
+    setting is one line."""
+    cfg = job.config
+    choices = group_choices(cfg, cfg.hydra.runtime.choices)
+    directory = job.directory(multirun)
+    with open_dict(cfg):
+        del cfg["hydra"]
+    try:
+        built = build_job(cfg, choices)
+        decision = Decision(built.settings.resume)
+        if listed:
+            decision = resume_decision(built, directory)
+            built = decided(built, decision)
+        if built.settings.resume != "auto":  # else each job decides as it runs
+            resumed_checkpoint(built, mmap=True)
+    except ConfigError:
+        raise
+    except Exception as error:  # noqa: BLE001 - OmegaConf validation errors
+        raise ConfigError(one_line(error)) from None
+    return built.settings, decision
 
 
 # The configs of Hydra plugins that an extra of fedlight installs, by the extra
@@ -238,6 +250,8 @@ def composition_message(failed: JobCompositionError) -> str:
             f"{plugin.group(1)} is the config of a Hydra plugin that is not installed: "
             f"pip install 'fedlight[{extra}]' ({one_line(error)})"
         )
+    if "BasicSweeper does not support sweep type" in text:
+        return basic_sweep_message(failed.overrides, one_line(error))
     missing = re.search(r"Could not override '([^']+)'", text)
     if missing and (kind := missing.group(1)) in PLUGIN_STAGE_DEFAULTS:
         given = [o for o in failed.overrides if o.split("=")[0] == kind] or [f"{kind}=<option>"]
@@ -249,6 +263,22 @@ def composition_message(failed: JobCompositionError) -> str:
         groups = [o for o in failed.overrides if o.split("=")[0] in CONFIG_GROUPS]
         return unknown_key_message(missing.group(1), groups)
     return one_line(error)
+
+
+def basic_sweep_message(overrides: list[str], said: str) -> str:
+    """Hydra's basic sweeper (the default) refusing `interval()`, a range only an optimizing
+    sweeper searches: one line naming it and both ways on."""
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    found = [o for o in parsed if o.is_sweep_override() and o.is_interval_sweep()]
+    if not found:  # a preset's own hydra.sweeper.params
+        return f"{said}; interval() is searched by hydra/sweeper=optuna: add it to the command"
+    value = found[0].value()
+    key = found[0].get_key_element()
+    return (
+        f"{found[0].input_line}: interval() is a range for an optimizing sweeper to search, and "
+        "Hydra's basic sweeper (the default) runs listed values: add hydra/sweeper=optuna (and "
+        f"hydra.sweeper.n_trials=20), or list the values: {key}={value.start:g},{value.end:g}"
+    )
 
 
 def check_overrides(args: list[str]) -> None:

@@ -45,7 +45,13 @@ from fedlight.drivers.workers import OneWorker, Workers
 from fedlight.engines import make_engine
 from fedlight.engines.base import Engine
 from fedlight.engines.module_optim import Optimization, configured_optimization
-from fedlight.loggers.base import RoundLogger, RoundProgress, SilentProgress, evaluated
+from fedlight.loggers.base import (
+    RoundLogger,
+    RoundProgress,
+    SilentProgress,
+    evaluated,
+    judged_stop,
+)
 from fedlight.round.client import ClientPipeline
 from fedlight.round.stages import Stages
 from fedlight.stages.base import StageSetup, UploadStage
@@ -278,10 +284,11 @@ class Driver(ABC):
                 for logger in loggers:
                     logger.log_round(row)
                     logger.log_clients(round_index, stats.clients)
-            if self.workers.count > 1:
-                diverged = self.workers.broadcast(diverged)  # the test loss is the main worker's
+            judged = judged_stop(loggers)  # an Optuna trial's pruner (the main worker's loggers)
+            if self.workers.count > 1:  # the test loss and the loggers are the main worker's
+                diverged, judged = self.workers.broadcast((diverged, judged))
             if not last:
-                history.stopped = self.target_stop()
+                history.stopped = self.target_stop() or judged
                 last = history.stopped is not None
             if diverged:
                 history.diverged_at_round, history.divergence = round_index, diverged

@@ -5,7 +5,7 @@ import importlib.util
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from fedlight.core.errors import require
 
@@ -79,6 +79,21 @@ class RoundLogger(Protocol):
         """The round's per-client rows (`fedlight.loggers.clients`), after its `log_round`."""
 
     def finish(self, summary: dict[str, Any]) -> None: ...
+
+
+@runtime_checkable
+class RoundJudge(Protocol):
+    """A round logger that may end the run after a round it logged (an Optuna trial's pruner:
+    `fedlight.runs.trial_report`)."""
+
+    def stop_reason(self) -> str | None:
+        """Why the run ends after the round just logged; None: it goes on."""
+
+
+def judged_stop(loggers: Sequence[RoundLogger]) -> str | None:
+    """The first reason a judging logger among `loggers` gives to end the run now, if any."""
+    judges = [logger for logger in loggers if isinstance(logger, RoundJudge)]
+    return next((reason for judge in judges if (reason := judge.stop_reason())), None)
 
 
 class RoundProgress(Protocol):

@@ -23,6 +23,8 @@ AFRESH = "move it away to begin the study afresh (its trials' directories stay)"
 WITHOUT = "move it away to report the sweep without its study"
 # A trial's user attribute: what happened to it, as fedlight's sweeper told it
 NOTE_ATTR = "fedlight.note"
+# A trial's user attribute: the round at which the study's pruner stopped its run
+PRUNED_ATTR = "fedlight.pruned_at_round"
 
 
 def has_study(sweep_dir: Path) -> bool:
@@ -125,43 +127,13 @@ def study_markdown(
     `plot_name` beside it."""
     from optuna.trial import TrialState
 
-    trials = study.trials
-    completed = [t for t in trials if t.state == TrialState.COMPLETE]
+    completed = [t for t in study.trials if t.state == TrialState.COMPLETE]
     objectives = aims(study)
-    directions = [d.name.lower() for d in study.directions]
-    counts = {s: sum(t.state == s for t in trials) for s in TrialState}
-    lines = [
-        f"## Study {label}: "
-        + "; ".join(
-            f"{o}{',' if len(objectives) == 1 else ''} {d}d"
-            for o, d in zip(objectives, directions, strict=True)
-        ),
-        "",
-        f"{len(trials)} trials: {counts[TrialState.COMPLETE]} completed, "
-        f"{counts[TrialState.FAIL]} failed, {counts[TrialState.RUNNING]} interrupted "
-        f"(Optuna study `{study.study_name}` in `{label}/{file_name}`).",
-        "",
-    ]
+    lines = study_heading(study, label, file_name, objectives)
     if not completed:
         return [*lines, "No trial has completed yet.", ""]
-    names = list(dict.fromkeys(n for t in trials for n in t.params))
     front = {t.number for t in study.best_trials} if len(objectives) > 1 else set()
-    if len(objectives) == 1:
-        best = study.best_trial
-        lines += [
-            f"Best: **{best.value:.4f}** in trial {best.number} (job {best.number}): "
-            + ", ".join(f"`{n}={v}`" for n, v in best.params.items()),
-            "",
-        ]
-    else:
-        lines += [
-            f"Pareto front ({', '.join(objectives)}): {len(front)} of {len(completed)} completed "
-            f"trials, those no other trial beats in every objective: trial"
-            f"{'s' if len(front) > 1 else ''} "
-            + ", ".join(str(n) for n in sorted(front))
-            + " (marked ◆ below).",
-            "",
-        ]
+    lines += best_lines(study, objectives, front, len(completed))
     for index, objective in enumerate(objectives):
         shares = importance(study, completed, index)
         if shares:
@@ -171,10 +143,59 @@ def study_markdown(
                 + ", ".join(f"{n} {s:.2f}" for n, s in shares.items()),
                 "",
             ]
+    return [*lines, *trial_table(study, objectives, front), "", f"![trials]({plot_name})", ""]
+
+
+def study_heading(study: Any, label: str, file_name: str, objectives: list[str]) -> list[str]:
+    """The section's title (each objective and its direction) and its count of trials by what
+    happened to them (pruned: stopped early by the study's pruner, `hydra/sweeper/pruner`)."""
+    from optuna.trial import TrialState
+
+    directions = [d.name.lower() for d in study.directions]
+    counts = {s: sum(t.state == s for t in study.trials) for s in TrialState}
+    pruned = counts[TrialState.PRUNED]
+    aimed = "; ".join(
+        f"{o}{',' if len(objectives) == 1 else ''} {d}d"
+        for o, d in zip(objectives, directions, strict=True)
+    )
+    return [
+        f"## Study {label}: {aimed}",
+        "",
+        f"{len(study.trials)} trials: {counts[TrialState.COMPLETE]} completed, "
+        + (f"{pruned} pruned, " if pruned else "")
+        + f"{counts[TrialState.FAIL]} failed, {counts[TrialState.RUNNING]} interrupted "
+        f"(Optuna study `{study.study_name}` in `{label}/{file_name}`).",
+        "",
+    ]
+
+
+def best_lines(study: Any, objectives: list[str], front: set[int], completed: int) -> list[str]:
+    """The best trial and its parameters (one objective), or the Pareto front (several)."""
+    if len(objectives) == 1:
+        best = study.best_trial
+        return [
+            f"Best: **{best.value:.4f}** in trial {best.number} (job {best.number}): "
+            + ", ".join(f"`{n}={v}`" for n, v in best.params.items()),
+            "",
+        ]
+    return [
+        f"Pareto front ({', '.join(objectives)}): {len(front)} of {completed} completed "
+        f"trials, those no other trial beats in every objective: trial"
+        f"{'s' if len(front) > 1 else ''} "
+        + ", ".join(str(n) for n in sorted(front))
+        + " (marked ◆ below).",
+        "",
+    ]
+
+
+def trial_table(study: Any, objectives: list[str], front: set[int]) -> list[str]:
+    """Every trial: its parameters, its values (a pruned trial's: its last round's), and what
+    happened to it where that is more than its values; the front's trials marked ◆."""
+    names = list(dict.fromkeys(n for t in study.trials for n in t.params))
     marked = ["front"] if front else []
     header = ["trial", *marked, *names, *objectives, "note"]
-    lines += ["| " + " | ".join(header) + " |", "| " + " | ".join(["---:"] * len(header)) + " |"]
-    for trial in trials:
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(["---:"] * len(header)) + " |"]
+    for trial in study.trials:
         values = trial.values or [None] * len(objectives)
         shown = ["—" if v is None else f"{v:.4f}" for v in values]
         said = note(study, trial)
@@ -187,7 +208,7 @@ def study_markdown(
         cells = [str(trial.number), *on_front, *(str(trial.params.get(n, "")) for n in names)]
         cells += [*shown, said]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
-    return [*lines, "", f"![trials]({plot_name})", ""]
+    return lines
 
 
 def write_study_plot(study: Any, path: Path, label: str) -> None:

@@ -21,6 +21,11 @@ fedlight's plugin (`hydra_plugins.fedlight_optuna`) the study:
   uninterrupted one would have (one trial at a time; with `n_jobs` > 1 the batches after a kill
   may differ); no pickle: the file is read as JSON numbers into a sampler built from the
   configuration, so one planted in the sweep directory runs no code;
+- may be shared by several sweep directories (a journal file or a URL): each trial is marked with
+  the sweep directory that runs it, and a sweep runs again only its own interrupted trials;
+- has each evaluated round's value reported to its trial by the job (`trial_report.py`: learning
+  curves) and, with `hydra/sweeper/pruner`, hopeless trials stopped after a round and told
+  pruned;
 - gives a trial whose job diverged, or has no value for an objective, the worst value the
   objective can take (0 for an accuracy: the sampler ranks it last), or records it as failed where
   an objective has no worst (bytes, seconds), and goes on; only a job that ended in an error counts
@@ -32,8 +37,8 @@ fedlight's plugin (`hydra_plugins.fedlight_optuna`) the study:
   space or other objectives in the same storage, or of other `fl.rounds`.
 
 Beside it: `study_space.py` (the searched space and the fixed settings), `study_settings.py` (the
-sweeper's settings: sampler, objectives, directions, storage), `sampler_state.py` (the sampler's
-state as numbers).
+sweeper's settings: sampler, pruner, objectives, directions, storage), `sampler_state.py` (the
+sampler's state as numbers), `trial_report.py` (what a trial's job tells its trial).
 """
 
 import json
@@ -59,10 +64,24 @@ from optuna.trial import FrozenTrial, Trial, TrialState
 
 from fedlight.core.errors import one_line, require
 from fedlight.core.objectives import OBJECTIVES
-from fedlight.reports.study_report import AFRESH, NOTE_ATTR, journal_storage, study_read
+from fedlight.reports.study_report import (
+    AFRESH,
+    NOTE_ATTR,
+    PRUNED_ATTR,
+    journal_storage,
+    study_read,
+)
 from fedlight.runs.sampler_state import keep_sampler, restore_sampler
-from fedlight.runs.study_settings import built_sampler, directions, objectives, study_storage, typed
+from fedlight.runs.study_settings import (
+    built_pruner,
+    built_sampler,
+    directions,
+    objectives,
+    study_storage,
+    typed,
+)
 from fedlight.runs.study_space import legacy_record, search_record, search_space, trial_overrides
+from fedlight.runs.trial_report import numbered, round_value
 from fedlight.runs.tuned import RESULTS_FILE
 from fedlight.store.files import write_text
 from fedlight.store.run_files import SAMPLER_FILE, STUDY_NAME
@@ -96,6 +115,7 @@ class StudySweep:
             "hydra.sweeper.params.optim.lr='tag(log,interval(0.01,0.3))'",
         )
         self.sampler = built_sampler(settings["sampler"])
+        self.pruner = built_pruner(settings.get("pruner"))
         self.n_trials = typed(settings, "n_trials", int)
         self.n_jobs = typed(settings, "n_jobs", int)
         self.max_failure_rate = float(typed(settings, "max_failure_rate", float))
@@ -116,6 +136,7 @@ class StudySweep:
         self.objectives = objectives(settings.get("objectives"), self.objective)
         self.multi = settings.get("objectives") is not None
         self.directions = directions(settings["direction"], self.objectives)
+        judged_rounds(self.pruner, self.objectives, str(config.eval.split))
         self.storage, self.where = study_storage(settings["storage"], self.sweep_dir)
         self.study_name = settings["study_name"] or STUDY_NAME
 
@@ -159,6 +180,7 @@ class StudySweep:
                 study_name=self.study_name,
                 storage=journal_storage(storage) if isinstance(storage, Path) else storage,
                 sampler=self.sampler,
+                pruner=self.pruner,
                 directions=self.directions,
                 load_if_exists=True,
             )
@@ -251,8 +273,10 @@ class StudySweep:
         returns = self.launcher.launch(overrides, initial_job_idx=numbers[0])
         failed = [ret for ret in returns if ret.status == HydraJobStatus.FAILED]
         for number, ret in zip(numbers, returns, strict=True):
-            state, values, note = self.outcome(ret)
-            told = tell(study, number, state, values, note)
+            trial = numbered(study, number)
+            ended = ret.status != HydraJobStatus.FAILED
+            state, values, note = (ended and pruned(trial, self.objective)) or self.outcome(ret)
+            told = tell(study, trial, state, values, note)
             best = best_line(study)
             say(f"optuna: trial {number}: {told}{f'; {best}' if best else ''}")
         if failed and len(failed) / len(returns) > self.max_failure_rate:
@@ -284,25 +308,51 @@ class StudySweep:
         return TrialState.COMPLETE, worst, f"{why}: given the worst {given}"  # type: ignore[return-value]
 
 
-def tell(study: Any, number: int, state: TrialState, values: list[float] | None, note: str) -> str:
-    """Tell the study trial `number`'s outcome, noted on the trial (what `fedlight report`
-    says of it), and what to say of it: a trial that is finished already (told by another
-    process sharing the storage) keeps what it was told, said in one line."""
-    trial = numbered(study, number)
+def pruned(trial: FrozenTrial, objective: str) -> tuple[TrialState, None, str] | None:
+    """A trial whose run the study's pruner stopped (`fedlight.runs.trial_report` marked it):
+    pruned (Optuna gives it its last reported value); None for any other."""
+    at_round = trial.user_attrs.get(PRUNED_ATTR)
+    if at_round is None:
+        return None
+    value = trial.intermediate_values.get(at_round)
+    said = "" if value is None else f" ({objective} {value:.4g})"
+    return TrialState.PRUNED, None, f"pruned at round {at_round}{said}"
+
+
+def judged_rounds(pruner: optuna.pruners.BasePruner, aims: list[str], split: str) -> None:
+    """A pruner judges a trial by each evaluated round's value of the study's one objective:
+    refused in one line for several objectives, or one without a value per round."""
+    if isinstance(pruner, optuna.pruners.NopPruner):
+        return
+    name = f"hydra/sweeper/pruner ({type(pruner).__name__})"
+    drop = "or drop the pruner (hydra/sweeper/pruner=none)"
+    require(
+        len(aims) == 1,
+        f"{name} judges a trial by each round's value of one objective; a study of several "
+        f"(hydra.sweeper.objectives={aims}) has none: study one objective, {drop}",
+    )
+    require(
+        round_value(aims[0], split) is not None,
+        f"{name} judges a trial by each round's value of its objective; objective={aims[0]} "
+        f"is a run's total, with none per round: prune on an accuracy (objective=best_accuracy), "
+        f"{drop}",
+    )
+
+
+def tell(
+    study: Any, trial: FrozenTrial, state: TrialState, values: list[float] | None, note: str
+) -> str:
+    """Tell the study `trial`'s outcome, noted on the trial (what `fedlight report` says of
+    it), and what to say of it: a trial that is finished already (told by another process
+    sharing the storage) keeps what it was told, said in one line."""
     if trial.state.is_finished():
         return (
             f"{note}; not told: the study has it {trial.state.name.lower()} already (another "
             "process sharing its storage told it)"
         )
-    optuna.trial.Trial(study, trial._trial_id).set_user_attr(NOTE_ATTR, note)
-    study.tell(number, values, state=state, skip_if_finished=True)  # a race lost: as above
+    optuna.trial.Trial(study, trial._trial_id).set_user_attr(NOTE_ATTR, note)  # opened by id
+    study.tell(trial.number, values, state=state, skip_if_finished=True)  # a race lost: as above
     return note
-
-
-def numbered(study: Any, number: int) -> FrozenTrial:
-    """The study's trial `number` as its storage has it now (a job writes to it while it runs;
-    Optuna's public API opens a live trial by the id a FrozenTrial keeps as `_trial_id`)."""
-    return next(t for t in study.get_trials(deepcopy=False) if t.number == number)
 
 
 def plain(value: Any) -> Any:
@@ -378,6 +428,7 @@ def write_results(study: Any, aims: list[str], path: Path) -> None:
         "trials": len(states),
         "completed": states.count(TrialState.COMPLETE),
         "failed": states.count(TrialState.FAIL),
+        "pruned": states.count(TrialState.PRUNED),
     }
     if results["completed"] and len(aims) == 1:
         best = study.best_trial

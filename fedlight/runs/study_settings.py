@@ -13,8 +13,12 @@ from fedlight.core.errors import ConfigError, one_line, require
 from fedlight.core.objectives import OBJECTIVES
 from fedlight.store.run_files import JOURNAL_FILE, STUDY_FILE
 
-# The settings of the samplers' YAMLs (fedlight/conf/hydra/sweeper/sampler) that take text
-SAMPLER_TEXT_SETTINGS = {"_target_", "qmc_type"}
+# The settings of the samplers' and pruners' YAMLs (fedlight/conf/hydra/sweeper/<kind>) that
+# take text
+TEXT_SETTINGS = {
+    "sampler": {"_target_", "qmc_type"},
+    "pruner": {"_target_", "min_resource", "max_resource"},  # a number of rounds, or "auto"
+}
 
 
 def built_sampler(config: dict[str, Any]) -> optuna.samplers.BaseSampler:
@@ -25,15 +29,27 @@ def built_sampler(config: dict[str, Any]) -> optuna.samplers.BaseSampler:
             "hydra/sweeper=optuna with sampler=grid: a grid is Hydra's basic sweeper; drop "
             "hydra/sweeper=optuna and list the values (optim.lr=0.01,0.03,0.1)"
         )
+    return built("sampler", config)
+
+
+def built_pruner(config: dict[str, Any] | None) -> optuna.pruners.BasePruner:
+    """The pruner of `hydra/sweeper/pruner=<name>` with its settings (none where a study's
+    config has no pruner: one begun before fedlight pruned)."""
+    return optuna.pruners.NopPruner() if config is None else built("pruner", config)
+
+
+def built(kind: str, config: dict[str, Any]) -> Any:
+    """`hydra.sweeper.<kind>` built from its YAML, its settings' types checked (YAML types
+    nothing); a setting its constructor refuses is one line."""
     for key, value in config.items():
         require(
-            not isinstance(value, str) or key in SAMPLER_TEXT_SETTINGS,
-            f"hydra.sweeper.sampler.{key}={value!r} must be a number, a boolean or null",
+            not isinstance(value, str) or key in TEXT_SETTINGS[kind],
+            f"hydra.sweeper.{kind}.{key}={value!r} must be a number, a boolean or null",
         )
     try:
         return instantiate(config)
-    except Exception as error:  # noqa: BLE001 - the sampler's own refusal, whatever its type
-        raise ConfigError(f"hydra.sweeper.sampler: {one_line(error)}") from None
+    except Exception as error:  # noqa: BLE001 - the constructor's own refusal, whatever its type
+        raise ConfigError(f"hydra.sweeper.{kind}: {one_line(error)}") from None
 
 
 def typed(settings: dict[str, Any], key: str, kind: type) -> Any:

@@ -85,6 +85,43 @@ def test_list_jobs_lists_the_basic_sweep_and_runs_nothing(tmp_path: Path) -> Non
     assert len(preset) == 12
 
 
+def test_list_jobs_lists_every_job_and_marks_each_refused_one_with_its_reason(
+    tmp_path: Path,
+) -> None:
+    """One job that cannot run (fedasync without a system model) does not hide the others: each
+    job is listed, the refused one marked with its one-line reason, and the listing ends with
+    one error line (exit 2: the command as given runs none of them)."""
+    listed = run_cli(
+        "-m", "algo=fedavg,fedasync,fedprox", *SMALL, "--list-jobs", cwd=tmp_path, check=False
+    )
+    assert listed.returncode == 2
+    assert listed.stdout.strip().splitlines() == [
+        "3 jobs:",
+        f"0: algo=fedavg {' '.join(SMALL)}",
+        f"1: algo=fedasync {' '.join(SMALL)}  [refused: algo=fedasync runs on the system's "
+        "virtual clock; choose a system model, e.g. system=tiers or system=homogeneous]",
+        f"2: algo=fedprox {' '.join(SMALL)}",
+    ]
+    assert listed.stderr.strip().splitlines()[-1] == (
+        "fedlight: error: 1 of the command's 3 jobs is refused (marked above): it runs none "
+        "until each is fixed, or left out of the sweep (glob(..., exclude=[...]))"
+    )
+    assert not (tmp_path / "multirun").exists()
+
+
+def test_an_interval_for_the_basic_sweeper_points_to_optuna_in_one_line(tmp_path: Path) -> None:
+    refused = run_cli(
+        "-m", "optim.lr=tag(log,interval(0.01,0.1))", "seed=0,1", *SMALL, cwd=tmp_path, check=False
+    )
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert refused.stderr.strip().splitlines()[-1] == (
+        "fedlight: error: optim.lr=tag(log,interval(0.01,0.1)): interval() is a range for an "
+        "optimizing sweeper to search, and Hydra's basic sweeper (the default) runs listed "
+        "values: add hydra/sweeper=optuna (and hydra.sweeper.n_trials=20), or list the values: "
+        "optim.lr=0.01,0.1"
+    )
+
+
 def test_version_is_fedlights() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "fedlight", "--version"],

@@ -114,7 +114,7 @@ def test_a_trial_told_already_by_another_process_is_one_line_not_an_error() -> N
     keeps its value; telling it again says so in one line instead of Optuna's ValueError."""
     study = optuna.create_study(direction="maximize")
     study.tell(study.ask(), 0.3)
-    said = tell(study, 0, TrialState.COMPLETE, [0.7], "final_accuracy 0.7")
+    said = tell(study, study.trials[0], TrialState.COMPLETE, [0.7], "final_accuracy 0.7")
     assert said == (
         "final_accuracy 0.7; not told: the study has it complete already (another process "
         "sharing its storage told it)"

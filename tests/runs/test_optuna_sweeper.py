@@ -4,6 +4,7 @@ again, with its sampler's state; a diverged trial given the worst value while th
 studies of several objectives with their Pareto front; Optuna's journal storage; optuna-dashboard
 on a study; and the refusals."""
 
+import csv
 import json
 import os
 import pickle
@@ -66,6 +67,13 @@ def study_of(sweep: Path) -> optuna.Study:
     return optuna.load_study(study_name="fedlight", storage=f"sqlite:///{sweep / STUDY_FILE}")
 
 
+def best_so_far(job: Path) -> dict[int, float]:
+    """`best_accuracy` round by round, from the job's metrics.csv (its validation accuracy)."""
+    with (job / "metrics.csv").open() as rows:
+        accuracies = [(int(r["round"]), float(r["val_accuracy"])) for r in csv.DictReader(rows)]
+    return {n: max(a for _, a in accuracies[: i + 1]) for i, (n, _) in enumerate(accuracies)}
+
+
 def kill_half_way(study: list[str], sweep: Path, tmp_path: Path) -> None:
     """Start a 16-round study into `sweep` and kill its process group (SIGKILL) with trial 0
     finished and trial 1 half-way."""
@@ -103,6 +111,8 @@ def test_a_killed_study_continues_where_it_stopped(tmp_path: Path) -> None:
     assert [s.directory.name for s in states] == ["0", "1", "2"]
     assert [s.summary["resumes"] for s in states] == [0, 1, 0]
     assert [t.value for t in after] == [s.summary["best_accuracy"] for s in states]
+    # each round's value reported once to its trial, the resumed trial's replayed rounds too
+    assert [t.intermediate_values for t in after] == [best_so_far(s.directory) for s in states]
     overrides = yaml.safe_load((sweep / "1" / ".hydra" / "overrides.yaml").read_text())
     assert f"optim.lr={before[1].params['optim.lr']}" in overrides
     results = yaml.safe_load((sweep / "optimization_results.yaml").read_text())
@@ -640,10 +650,10 @@ def test_a_killed_multi_objective_study_continues_and_reports_its_pareto_front(
     dashboard_serves(storage, tmp_path, trials=3, names=["best_accuracy", "comm_mb"])
 
 
-def dashboard_serves(storage: str, cwd: Path, trials: int, names: list[str]) -> None:
+def dashboard_serves(storage: str, cwd: Path, trials: int, names: list[str]) -> dict:
     """`optuna-dashboard <storage>` (the command the study prints at its end, docs/tuning.md)
     serves the study: its trials, its objectives' names; skipped where optuna-dashboard is not
-    installed (it is in the `optuna` extra)."""
+    installed (it is in the `optuna` extra). The study as the dashboard serves it."""
     command = Path(sys.executable).with_name("optuna-dashboard")
     if not command.is_file():
         pytest.skip("optuna-dashboard is not installed (pip install 'fedlight[optuna]')")
@@ -675,6 +685,7 @@ def dashboard_serves(storage: str, cwd: Path, trials: int, names: list[str]) -> 
             detail = json.load(answer)
         assert len(detail["trials"]) == trials
         assert detail["objective_names"] == names
+        return detail
     finally:
         if server.poll() is None:
             os.killpg(server.pid, signal.SIGTERM)
