@@ -106,7 +106,8 @@ def test_secure_aggregation_leaves_no_clients_numbers_in_any_file(
     refused = [row for row in rows if row["aggregation_refused"] == "1.0"]
     assert any(row["participants"] == "1.0" for row in refused)  # one client trained, and ...
     assert any(row["train_loss"] != "nan" for row in rows)  # ... rounds that were unmasked
-    assert len(masked) >= 3 * len(rows)  # a loss and a norm per participant, logged values
+    trained = sum(int(float(row["participants"])) for row in rows)
+    assert len(masked) >= 2 * trained  # a loss and a norm per participant, logged values
     assert found_in(masked_dir, masked) == {}
     assert not list(masked_dir.rglob("clients_*.table.json"))
     assert events(masked_dir).Tags()["histograms"] == []
