@@ -396,7 +396,8 @@ class Driver(ABC):
         why = self.evaluation.evaluator.no_classifier
         if why is not None:
             name = type(self.module).__name__
-            self.tell_once("scoring", f"{name} is scored by its training_step loss ({why})")
+            said = f"{name} is no classifier: it is scored by its training_step loss, with no "
+            self.tell_once("scoring", f"{said}accuracy; {why}")
         self.history.wall_seconds = time.perf_counter() - started
         return evaluated
 

@@ -153,7 +153,8 @@ class Evaluator:
         try:
             output = self.module(inputs)
         except Exception as error:  # noqa: BLE001 - a forward for other inputs: no classifier
-            self.no_classifier = f"its forward fails on a batch of inputs ({one_line(error)})"
+            failure = f"{type(error).__name__}: {one_line(error, limit=200)}"
+            self.no_classifier = f"its forward fails on a batch of inputs ({failure})"
         else:
             self.no_classifier = classifier_refusal(output, count, self.num_classes)
         self.classifier = self.no_classifier is None

@@ -72,6 +72,10 @@ def test_the_readme_autoencoder_verbatim_trains_and_is_scored_by_its_loss(tmp_pa
     args += ["fl.clients_per_round=2", "fl.rounds=2", "local.batch_size=16"]
     result = run_cli(*args, f"hydra.run.dir={tmp_path / 'run'}", cwd=REPO, check=False)
     assert result.returncode == 0, result.stderr
+    said = "fedlight: LitAutoEncoder is no classifier: it is scored by its training_step loss, "
+    assert said + "with no accuracy; its forward fails on a batch of inputs (RuntimeError" in (
+        result.stderr
+    )
     (first, last) = read_rows(tmp_path / "run")
     assert math.isnan(float(last["test_accuracy"]))
     module = lightning_api.LitAutoEncoder()
