@@ -151,7 +151,7 @@ def is_finite_json(value: Any) -> bool:
 
 def portable(override: str, cwd: str | None) -> str:
     """`key=/abs/path` (or a path alone) relative to the directory the command ran in (`cwd`,
-    Hydra's hydra.runtime.cwd), which is what its user typed there (`data.root=../shared/data`):
+    Hydra's hydra.runtime.cwd), which is what its user typed there (`data.root=../datasets`):
     a report names no machine's absolute paths."""
     key, sep, value = override.partition("=") if "=" in override else ("", "", override)
     if not cwd or not value.startswith("/") or not Path(cwd).is_absolute():
