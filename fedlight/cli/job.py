@@ -4,9 +4,11 @@ partition's own number of clients, `console.progress=auto`) settled.
 """
 
 import copy
+import functools
 import logging
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -14,7 +16,13 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from fedlight.algorithms.base import Algorithm
 from fedlight.cli.build import build_stages, instantiate_group
-from fedlight.cli.schema import CONFIG_GROUPS, DATA_SETTING_KEYS, SETTING_KEYS, require_finite
+from fedlight.cli.schema import (
+    CONF_DIR,
+    CONFIG_GROUPS,
+    DATA_SETTING_KEYS,
+    SETTING_KEYS,
+    require_finite,
+)
 from fedlight.core.errors import require
 from fedlight.core.moved import check_targets
 from fedlight.core.settings import RunSettings
@@ -62,7 +70,7 @@ def build_job(
         partition=partition,
         stages=stages,
         loggers=[instantiate_group(cfg, f"logger.{name}") for name in cfg.logger],
-        choices=choices,
+        choices=ran_choices(cfg, choices),
         config=config,  # type: ignore[arg-type]
         sweep_group=sweep_group,
         name=name,
@@ -174,3 +182,30 @@ def group_choices(cfg: DictConfig, runtime_choices: DictConfig) -> dict[str, str
         else "+".join(cfg[group] or []) or "none"
         for group in CONFIG_GROUPS
     }
+
+
+def ran_choices(cfg: DictConfig, choices: dict[str, str]) -> dict[str, str]:
+    """`choices` as what ran, for the run's records (summary.json, W&B's tags, TensorBoard's
+    hparams, reports): a group whose node names another `_target_` than its option's own YAML
+    (`model._target_=mypkg.MyModule` with data=mnist, whose option is cnn) by that target."""
+    return {
+        group: replaced_target(cfg, group, choice) or choice for group, choice in choices.items()
+    }
+
+
+def replaced_target(cfg: DictConfig, group: str, choice: str) -> str | None:
+    """The `_target_` of the group's node where it is not its option's (None where it is, or
+    where the option's own is not known: another package's option, or one that takes its
+    target from its defaults)."""
+    node = cfg.get(group)
+    target = node.get("_target_") if isinstance(node, DictConfig) else None
+    own = option_target(group, choice)
+    return None if target is None or own is None or str(target) == own else str(target)
+
+
+@functools.cache
+def option_target(group: str, choice: str) -> str | None:
+    """The `_target_` that fedlight's YAML of the option names, if it names one."""
+    path = Path(CONF_DIR) / group / f"{choice}.yaml"
+    target = OmegaConf.load(path).get("_target_") if path.is_file() else None
+    return None if target is None else str(target)

@@ -106,9 +106,7 @@ def run_hydra_job(cfg: DictConfig, hydra_cfg: DictConfig, sweep: Path | None) ->
                 search_path = [
                     o for o in hydra_cfg.overrides.hydra if o.startswith("hydra.searchpath=")
                 ]
-                changed = non_default_settings(
-                    cfg, job.config, choices, hydra_cfg.job.config_name, search_path
-                )
+                changed = non_default_settings(cfg, job.config, choices, search_path)
                 print(f"fedlight: settings {' '.join(changed) or '(all defaults)'}", flush=True)
             if sweep is not None:
                 print(sweep_line(sweep, expected_jobs()), file=sys.stderr, flush=True)

@@ -13,7 +13,7 @@ from typing import Any, NoReturn
 
 import hydra
 from hydra.errors import CompactHydraException
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from fedlight.cli.job import group_choices, interpolated_keys
 from fedlight.cli.jobs import given_value
@@ -28,6 +28,8 @@ from fedlight.store.checkpoint import CHECKPOINT_NAME
 from fedlight.store.files import open_to_append, write_text
 from fedlight.store.run_files import ERROR_NAME, lock_holder
 
+FEDLIGHT_CONFIG = "config"  # fedlight's primary config: what the settings line says changes
+
 
 def continue_command(output_dir: Path, sweep_group: str | None) -> str:
     """The shell command that continues a preempted run: `fedlight resume` of its sweep, or the
@@ -39,31 +41,31 @@ def continue_command(output_dir: Path, sweep_group: str | None) -> str:
 
 
 def non_default_settings(
-    cfg: DictConfig,
-    ran: dict[str, Any],
-    choices: dict[str, str],
-    config_name: str,
-    search_path: list[str],
+    cfg: DictConfig, ran: dict[str, Any], choices: dict[str, str], search_path: list[str]
 ) -> list[str]:
-    """What the run sets otherwise than `config_name` alone: each group whose option differs,
-    then each setting that differs from those options' defaults (presets' included); `ran`: the
-    composed config as given (`fl.workers=auto`, not what it chose), resolved. The `report`
-    node, which only `fedlight report` reads, is left out."""
-    default = hydra.compose(config_name, overrides=search_path, return_hydra_config=True)
-    default_choices = group_choices(default, default.hydra.runtime.choices)
-    changed = {g: c for g, c in choices.items() if default_choices.get(g) != c}
-    listed = {*default.hydra.runtime.choices, *LIST_GROUPS}  # the defaults list's groups
-    options = [
-        f"{g}={list_text([] if c == 'none' else c.split('+'))}"
-        if g in LIST_GROUPS or "+" in c  # several options (logger=[csv,wandb]): a list
-        else f"{'' if g in listed else '+'}{g}={c}"  # `+`: a plugged-in kind's option
-        for g, c in changed.items()
-    ]
-    chosen = OmegaConf.to_container(
-        hydra.compose(config_name, overrides=[*search_path, *options]), resolve=True
-    )
+    """What the run sets otherwise than fedlight's own config (a primary config of one's own,
+    `--config-name`, sets it too): each group whose option differs from the one the other
+    options leave it (`model=mlp` with `data=mnist`, whose model is cnn), then each setting that
+    differs from those options' defaults (presets' included); `ran`: the composed config as
+    given (`fl.workers=auto`, not what it chose), resolved. The `report` node, which only
+    `fedlight report` reads, is left out."""
+    options: dict[str, str] = {}  # by group
+    while True:  # each pass adds the groups that the options so far leave at another option
+        default = hydra.compose(
+            FEDLIGHT_CONFIG, overrides=[*search_path, *options.values()], return_hydra_config=True
+        )
+        default_choices = group_choices(default, default.hydra.runtime.choices)
+        changed = {
+            g: c for g, c in choices.items() if default_choices.get(g) != c and g not in options
+        }
+        if not changed:
+            break
+        listed = {*default.hydra.runtime.choices, *LIST_GROUPS}  # the defaults list's groups
+        options |= {g: option_override(g, c, listed) for g, c in changed.items()}
+    with open_dict(default):
+        del default["hydra"]
     derived = set(interpolated_keys(OmegaConf.to_container(cfg, resolve=False)))
-    defaults = flattened(chosen)
+    defaults = flattened(OmegaConf.to_container(default, resolve=True))
     differing = [
         f"{key}={value}"
         for key, value in flattened(ran).items()
@@ -71,7 +73,15 @@ def non_default_settings(
         and not key.startswith("report.")
         and defaults.get(key, object()) != value
     ]
-    return [*options, *differing]
+    return [*options.values(), *differing]
+
+
+def option_override(group: str, choice: str, listed: set[str]) -> str:
+    """The override that chooses `choice` of `group`: a list for several options
+    (`logger=[csv,wandb]`), `+` for a plugged-in kind's group, absent from the defaults list."""
+    if group in LIST_GROUPS or "+" in choice:
+        return f"{group}={list_text([] if choice == 'none' else choice.split('+'))}"
+    return f"{'' if group in listed else '+'}{group}={choice}"
 
 
 def flattened(config: Any, path: str = "") -> dict[str, Any]:

@@ -52,6 +52,8 @@ RUN_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")  # what a W&B run id is; anything e
 # Why an online start failed in this process, if one did: later jobs (a sweep) go offline at once.
 _online_failure: str | None = None
 
+WANDB_TAG_LIMIT = 64  # W&B refuses a longer tag, and with it the run
+
 
 def wandb_base_url() -> str:
     """The W&B server `wandb.init` talks to: WANDB_BASE_URL or the installed wandb's default."""
@@ -202,7 +204,10 @@ class WandbLogger:
             group=run.sweep_group,
             job_type=run.choices.get("algo"),
             config=flat_config(run.config, run.choices),
-            tags=[*self.tags, *(f"{group}={choice}" for group, choice in run.choices.items())],
+            tags=[
+                *self.tags,
+                *(choice_tag(group, choice) for group, choice in run.choices.items()),
+            ],
             reinit="finish_previous",
         )
         continued = None if run.resumed_from is None else kept_run_id(run.resumed_from)
@@ -320,3 +325,12 @@ class WandbLogger:
     def _disable(self, failure: Exception, context: str = "W&B") -> None:
         say(f"{context} failed ({first_line(failure)}); W&B logging disabled (metrics.csv has all)")
         self._run = None
+
+
+def choice_tag(group: str, choice: str) -> str:
+    """`group=choice` as a W&B tag: a choice too long for one (a class path of one's own,
+    `model._target_=...`, which the run records as its choice) keeps its end, the class."""
+    tag = f"{group}={choice}"
+    if len(tag) <= WANDB_TAG_LIMIT:
+        return tag
+    return f"{group}=…{choice[len(tag) - WANDB_TAG_LIMIT + 1 :]}"

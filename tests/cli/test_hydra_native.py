@@ -13,7 +13,9 @@ import yaml
 
 import fedlight
 from fedlight.core.errors import ConfigError
+from fedlight.loggers.wandb import choice_tag
 from tests.conftest import REPO, TINY, rows_without_timings, run_cli
+from tests.data.test_data import write_mnist_tree
 from tests.helpers.commands import validate_command_line
 
 SMALL = [o for o in TINY if not o.startswith("fl.rounds=")]
@@ -180,6 +182,46 @@ def test_a_run_says_where_it_is_and_resume_alone_continues_it(tmp_path: Path) ->
     with (run / "metrics.csv").open() as f:
         assert [row["round"] for row in csv.DictReader(f)] == ["1", "2", "3", "4"]
     assert (run / "console.log").read_text().startswith(console)  # appended to
+
+
+def test_the_records_and_the_settings_line_say_what_ran(tmp_path: Path) -> None:
+    """A model class of one's own over a group's option (`model._target_=...`) is recorded as that
+    class in summary.json and TensorBoard's hparams (W&B's tags take the same choices), not as the
+    option it replaced; the settings line names an option typed over the one another option
+    chose (`model=mlp` with data=mnist, whose model is cnn) instead of its keys, and says what a
+    primary config of one's own (`--config-name`) sets."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    own = tmp_path / "own"
+    args = ["model=cnn", "model._target_=fedlight.models.mlp.MLP", "logger=[csv,tensorboard]"]
+    ran = run_cli(*SMALL, *args, "fl.rounds=1", f"hydra.run.dir={own}", cwd=tmp_path)
+    line = next(x for x in ran.stdout.splitlines() if x.startswith("fedlight: settings "))
+    assert {"model=cnn", "model._target_=fedlight.models.mlp.MLP"} <= set(line.split())
+    assert json.loads((own / "summary.json").read_text())["model"] == "fedlight.models.mlp.MLP"
+    events = EventAccumulator(str(own / "tensorboard"))
+    events.Reload()
+    session = plugin_data_pb2.HParamsPluginData.FromString(
+        events.PluginTagToContent("hparams")["_hparams_/session_start_info"]
+    ).session_start_info
+    assert session.hparams["model"].string_value == "fedlight.models.mlp.MLP"
+    long = "my_package.federated.models." + "deep_" * 8 + ".ResNet"
+    assert choice_tag("model", long).endswith(".ResNet") and len(choice_tag("model", long)) == 64
+
+    write_mnist_tree(tmp_path / "data", "MNIST")
+    mnist = ["data=mnist", f"data.root={tmp_path / 'data'}", "model=mlp", "local.batch_size=8"]
+    clients = ["fl.num_clients=4", "fl.clients_per_round=2", "fl.rounds=1"]
+    typed = run_cli(*mnist, *clients, f"hydra.run.dir={tmp_path / 'm'}", cwd=tmp_path)
+    line = next(x for x in typed.stdout.splitlines() if x.startswith("fedlight: settings "))
+    assert line.startswith("fedlight: settings data=mnist model=mlp ") and "_target_" not in line
+
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    (configs / "mine.yaml").write_text("defaults:\n  - config\n  - _self_\n\nseed: 3\n")
+    mine = ["--config-dir", str(configs), "--config-name", "mine", *SMALL, "fl.rounds=1"]
+    primary = run_cli(*mine, f"hydra.run.dir={tmp_path / 'p'}", cwd=tmp_path)
+    line = next(x for x in primary.stdout.splitlines() if x.startswith("fedlight: settings "))
+    assert " seed=3" in line and "(all defaults)" not in line
 
 
 def test_an_objective_that_cannot_name_a_number_is_refused() -> None:
