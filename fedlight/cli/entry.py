@@ -26,6 +26,15 @@ ANSWERING_FLAGS = (
 )
 
 
+def shadowing_folder() -> str | None:
+    """The folder that `import fedlight` found instead of the package, as a namespace package: a
+    folder named fedlight without `__init__.py` (the clone, seen from the folder above it) earlier
+    on Python's path than an editable install's finder; None where fedlight is the package."""
+    if getattr(fedlight, "__file__", None) is not None:
+        return None
+    return ", ".join(fedlight.__path__)
+
+
 def version_line() -> str:
     """fedlight's version and those of the packages that decide what a run does."""
     found = []
@@ -110,6 +119,16 @@ def main() -> None:
     """`fedlight [overrides]` runs (Hydra); `fedlight report <sweep dir>` summarizes a sweep;
     `fedlight resume <dir>` continues a sweep or run; `fedlight tuned <study dir>` tests a
     study's best configuration."""
+    shadow = shadowing_folder()
+    if shadow is not None:
+        print(
+            f"fedlight: error: Python took the folder {shadow} for the fedlight package (a folder "
+            "named fedlight in the directory you run from, e.g. a clone of fedlight, hides the "
+            f"installed one); run from another directory (cd {shadow}) or use the fedlight "
+            "command",
+            file=sys.stderr,
+        )
+        sys.exit(2)
     args = sys.argv[1:]
     if args[:1] == ["report"]:
         from fedlight.reports.cli import main as report_main

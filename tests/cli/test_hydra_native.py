@@ -3,6 +3,7 @@ name, and runs that say where they are (run directory, settings, console.log, re
 
 import csv
 import json
+import os
 import subprocess
 import sys
 import time
@@ -122,6 +123,35 @@ def test_an_interval_for_the_basic_sweeper_points_to_optuna_in_one_line(tmp_path
         "values: add hydra/sweeper=optuna (and hydra.sweeper.n_trials=20), or list the values: "
         "optim.lr=0.01,0.1"
     )
+
+
+def test_run_from_the_folder_above_a_clone_named_fedlight_is_one_line(tmp_path: Path) -> None:
+    """`python -m fedlight` where a folder named fedlight (a clone, seen from the folder above it)
+    hides the package installed in editable mode: one line naming the folder and the fix, not
+    `ImportError: cannot import name 'STARTED'`."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    where = [sys.executable, "-c", "import fedlight.cli.entry as e; print(e.__file__)"]
+    installed = subprocess.run(where, cwd=tmp_path, env=env, capture_output=True, text=True)
+    if installed.stdout.strip() != str(REPO / "fedlight" / "cli" / "entry.py"):
+        pytest.skip("fedlight is not installed in editable mode from this checkout")
+    clone = tmp_path / "fedlight"
+    clone.mkdir()
+    (clone / "README.md").write_text("a clone's top folder: no __init__.py\n")
+    for args in (["--version"], ["fl.rounds=1"]):
+        ran = subprocess.run(
+            [sys.executable, "-m", "fedlight", *args],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        assert (ran.returncode, ran.stdout) == (2, "")
+        assert ran.stderr == (
+            f"fedlight: error: Python took the folder {clone} for the fedlight package (a folder "
+            "named fedlight in the directory you run from, e.g. a clone of fedlight, hides the "
+            f"installed one); run from another directory (cd {clone}) or use the fedlight "
+            "command\n"
+        )
 
 
 def test_version_is_fedlights() -> None:

@@ -293,6 +293,32 @@ def test_idx_download_failure_is_one_line(tmp_path, network, source, setting):
     assert message.startswith(f"{setting}: download failed")
     assert str(tmp_path.resolve()) in message
     assert network, "download=True should have tried the network"
+    assert list(tmp_path.iterdir()) == []  # no empty <ClassName>/raw/ folders left behind
+    with pytest.raises(DataError):  # nor a data.root that was not there, or the folders above it
+        source(root=str(tmp_path / "new" / "data"), download=True).load()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_failed_download_leaves_the_files_that_were_there(tmp_path):
+    """What a failed download began is removed, what was there before is left as it was."""
+    kept = tmp_path / "MNIST" / "raw" / "kept"
+    kept.parent.mkdir(parents=True)
+    kept.write_text("mine")
+
+    def begins_then_fails(root: str, train: bool, download: bool = False) -> None:
+        if download:
+            (kept.parent / "train-images-idx3-ubyte.gz").write_bytes(b"half")
+            (tmp_path / "MNIST" / "processed").mkdir()
+            raise ConnectionError("the network is down")
+        raise RuntimeError("Dataset not found")
+
+    with pytest.raises(DataError):
+        open_torchvision(begins_then_fails, str(tmp_path), True, "MNIST/raw/{...}", "data=mnist")
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == [
+        "MNIST",
+        "MNIST/raw",
+        "MNIST/raw/kept",
+    ]
 
 
 def load_idx_fault(tmp_path, monkeypatch, download: bool = False) -> str:
