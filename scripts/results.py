@@ -24,9 +24,14 @@ FORMAT is `pct1` (× 100, one decimal), `f2` (two decimals), `d` (an integer), w
 for a sign. A FILE with `*` is a glob of JSON or YAML files (`runs/*/*/summary.json`),
 `@key=value` keeping the files whose dotted keys hold those values; `min(...)`, `max(...)`,
 `mean(...)` or `count(...)` reads such a reference
-(`max({runs/*/*/summary.json@resumes=0#wall_seconds}) / 60`). `<!-- let NAME = FILE -->` in a
-document lets its references say `{NAME@...}` or `{NAME#...}` for FILE. Blocks:
-`<!-- block NAME -->...<!-- /block -->`, NAME one of the page's `blocks`. A value never starts a
+(`max({runs/*/*/summary.json@resumes=0#wall_seconds}) / 60`). The statistics of
+scripts/verdict_blocks.py are functions too: `ci_low(MEAN, STD, N)`, `ci_high`, `diff_low`,
+`diff_high`, `seeds(...)`. The FORMAT `text` gives words, not a number: a reference's value as it
+stands (`{verdicts.csv@kind=difference,metric=final_accuracy#verdict} text`), or the one rule's
+verdict, `verdict(LOW, HIGH, BAND_LOW, BAND_HIGH) text` or `order(LOW, HIGH) text`.
+`<!-- let NAME = FILE -->` in a document lets its references say `{NAME@...}` or `{NAME#...}` for
+FILE. Blocks: `<!-- block NAME -->...<!-- /block -->`, NAME one of the page's `blocks` (of a page
+that lists the document: the README is several pages' document). A value never starts a
 line (Markdown would end the paragraph there: an HTML comment
 at a line's start opens an HTML block); a word of its sentence goes before it.
 
@@ -420,13 +425,20 @@ def reference(
     name = match["file"].strip()
     if "*" in (aliases or {}).get(name, name):
         return many_values(root, (aliases or {}).get(name, name), match, where)
+    return number(raw_reference(root, match, where, aliases), where)
+
+
+def raw_reference(
+    root: Path, match: re.Match[str], where: str, aliases: dict[str, str] | None = None
+) -> Any:
+    """The value one reference names (a CSV cell, a JSON or YAML value) as it stands."""
+    name = match["file"].strip()
     path = root / (aliases or {}).get(name, name)
     if not path.is_file():
         raise ResultsError(f"{where}: {match['file']} does not exist")
     if match["row"] is not None:
-        return number(csv_value(path, match["row"], match["key"], where), where)
-    shown = (aliases or {}).get(name, name)
-    return number(tree_value(path, match["key"], where, shown), where)
+        return csv_value(path, match["row"], match["key"], where)
+    return tree_value(path, match["key"], where, (aliases or {}).get(name, name))
 
 
 OPERATORS: dict[type, Callable[[float, float], float]] = {
@@ -446,12 +458,32 @@ AGGREGATES: dict[str, Callable[[list[float]], float]] = {
 }
 
 
+def call(node: ast.Call, values: list[float | list[float]], where: str) -> float | str:
+    """An aggregate of a reference to many files, or a statistic of scripts/verdict_blocks.py
+    (a verdict's word only where `text` formats it)."""
+    from scripts.verdict_blocks import NUMBERS, WORDS, StatisticsError, statistic
+
+    function = node.func.id if isinstance(node.func, ast.Name) else ""
+    if function not in NUMBERS and function not in WORDS:
+        return aggregate(node, values, where)
+    if node.keywords:
+        raise ResultsError(f"{where}: {function}() takes its arguments in order, unnamed")
+    arguments = [arithmetic(argument, values, where) for argument in node.args]
+    try:
+        return statistic(function, arguments)
+    except StatisticsError as error:
+        raise ResultsError(f"{where}: {function}(): {error}") from None
+
+
 def aggregate(node: ast.Call, values: list[float | list[float]], where: str) -> float:
     """`min(REF)`, `max(REF)`, `mean(REF)` or `count(REF)` of a reference to many files."""
     function = node.func.id if isinstance(node.func, ast.Name) else ""
     argument = node.args[0] if len(node.args) == 1 and not node.keywords else None
     if function not in AGGREGATES or not isinstance(argument, ast.Name):
-        raise ResultsError(f"{where}: an aggregate is min, max, mean or count of one reference")
+        raise ResultsError(
+            f"{where}: {function or 'a call'}() is none of the aggregates (min, max, mean or "
+            "count of one reference) or statistics (scripts/verdict_blocks.py)"
+        )
     many = values[int(argument.id[1:])]
     if not isinstance(many, list):
         raise ResultsError(f"{where}: {function}() reads a reference to many files (a glob)")
@@ -466,7 +498,10 @@ def arithmetic(node: ast.AST, values: list[float | list[float]], where: str) -> 
     if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
         return float(node.value)
     if isinstance(node, ast.Call):
-        return aggregate(node, values, where)
+        found = call(node, values, where)
+        if isinstance(found, str):
+            raise ResultsError(f"{where}: a verdict is words: give it the format text")
+        return found
     if isinstance(node, ast.Name) and node.id.startswith("_"):
         value = values[int(node.id[1:])]
         if isinstance(value, list):
@@ -483,7 +518,9 @@ def arithmetic(node: ast.AST, values: list[float | list[float]], where: str) -> 
 def formatted(value: float, spec: str, where: str) -> str:
     match = FORMAT.fullmatch(spec.strip())
     if match is None:
-        raise ResultsError(f"{where}: format {spec!r} is none of pct1, f2, d (with + for a sign)")
+        raise ResultsError(
+            f"{where}: format {spec!r} is none of pct1, f2, d (with + for a sign), text"
+        )
     sign = "+" if match["sign"] else ""
     if match["pct"] is not None:
         return f"{100 * value:{sign}.{match['pct']}f}"
@@ -497,8 +534,10 @@ def evaluate(root: Path, expression: str, where: str, aliases: dict[str, str] | 
     for files), its arithmetic done, formatted."""
     parts = expression.rsplit(None, 1)
     if len(parts) != 2 or "}" in parts[1]:
-        raise ResultsError(f"{where}: {expression!r} ends in no FORMAT (pct1, f2, d)")
+        raise ResultsError(f"{where}: {expression!r} ends in no FORMAT (pct1, f2, d, text)")
     body, spec = parts
+    if spec == "text":
+        return words(root, body.strip(), where, aliases)
     values: list[float | list[float]] = []
 
     def name(match: re.Match[str]) -> str:
@@ -510,6 +549,31 @@ def evaluate(root: Path, expression: str, where: str, aliases: dict[str, str] | 
     except SyntaxError:
         raise ResultsError(f"{where}: {body.strip()!r} is not arithmetic") from None
     return formatted(arithmetic(tree, values, where), spec, where)
+
+
+def words(root: Path, body: str, where: str, aliases: dict[str, str] | None = None) -> str:
+    """A value of the format `text`: one reference's value as it stands (a verdict of
+    verdicts.csv), or a verdict function's word over arithmetic arguments."""
+    whole = REFERENCE.fullmatch(body)
+    if whole is not None:
+        value = raw_reference(root, whole, where, aliases)
+        if value in ("", None):
+            raise ResultsError(f"{where}: {body} is empty")
+        return str(value)
+    values: list[float | list[float]] = []
+
+    def name(match: re.Match[str]) -> str:
+        values.append(reference(root, match, where, aliases))
+        return f"_{len(values) - 1}"
+
+    try:
+        tree = ast.parse(REFERENCE.sub(name, body).strip(), mode="eval").body
+    except SyntaxError:
+        raise ResultsError(f"{where}: {body!r} is not a reference or a verdict") from None
+    found = call(tree, values, where) if isinstance(tree, ast.Call) else None
+    if not isinstance(found, str):
+        raise ResultsError(f"{where}: text is one reference, or verdict(...) or order(...)")
+    return found
 
 
 def check_placement(document: str, text: str) -> None:
@@ -540,9 +604,16 @@ def fill_values(root: Path, document: str, text: str) -> str:
     return VALUE.sub(replace, text)
 
 
-def fill_blocks(root: Path, page: Page, document: str, text: str) -> str:
+def fill_blocks(
+    root: Path, page: Page, document: str, text: str, others: frozenset[str] = frozenset()
+) -> str:
+    """`text` with the page's blocks filled; `others`: the blocks of the other pages that list
+    the document, left for them to fill."""
+
     def replace(match: re.Match[str]) -> str:
         name = match["name"]
+        if name in others and name not in page.blocks:
+            return match[0]
         if name not in page.blocks:
             raise ResultsError(f"{document}: block {name} is not one of {page.directory}'s")
         lines = block_lines(root, page, page.blocks[name], f"{document}: block {name}")
@@ -558,23 +629,32 @@ def record_dirs(root: Path, page: Page, sweeps: list[str] | None = None) -> list
     ]
 
 
+BLOCK_KINDS = "beside, paired, more_seeds, setting, claims"
+
+
 def block_lines(root: Path, page: Page, spec: dict[str, Any], where: str) -> list[str]:
-    """A block's generated lines: `beside` (fedlight's cells beside a reference file's) or
-    `setting` (the reference's setting beside the records')."""
-    from scripts.beside_published import beside_table
+    """A block's generated lines: `beside` (the records' cells and claimed differences decided
+    against a reference file's by the one rule, fedlight.reports.verdict_tables), `paired` (per
+    seed differences, their CI and the claims' verdicts), `more_seeds` (the seeds that would
+    decide the undecided ones), `setting` (the reference's setting beside the records') or
+    `claims` (a reference file's figures)."""
+    from fedlight.reports.verdict_tables import beside_table
+    from scripts.verdict_blocks import more_seeds_lines, paired_lines
 
     kind = spec.get("kind")
-    if kind == "beside":
-        return beside_table(
-            root / spec["reference"],
-            record_dirs(root, page, spec.get("records")),
-            spec.get("section"),
-        )
+    sweeps = record_dirs(root, page, spec.get("records"))
+    reference = root / spec["reference"] if spec.get("reference") else None
+    if kind == "beside" and reference is not None:
+        return beside_table(reference, sweeps, spec.get("section"))
+    if kind == "paired":
+        return paired_lines(sweeps, spec, reference)
+    if kind == "more_seeds" and reference is not None:
+        return more_seeds_lines(sweeps, spec, reference)
     if kind == "setting":
         return setting_table(root, page, spec)
-    if kind == "claims":
-        return claims_lines(read_yaml(root / spec["reference"]))
-    raise ResultsError(f"{where}: kind {kind!r} is none of beside, setting, claims")
+    if kind == "claims" and reference is not None:
+        return claims_lines(read_yaml(reference))
+    raise ResultsError(f"{where}: kind {kind!r} is none of {BLOCK_KINDS} (with its reference)")
 
 
 def citation(source: dict[str, Any]) -> str:
@@ -704,7 +784,8 @@ def regenerate(root: Path, only: list[str] | None = None) -> list[Path]:
     from fedlight.reports.model import ReportError
 
     written: list[Path] = []
-    for page in read_pages(root):
+    pages = read_pages(root)
+    for page in pages:
         if only is not None and page.directory.name not in only:
             continue
         for sweep in record_dirs(root, page):
@@ -712,8 +793,11 @@ def regenerate(root: Path, only: list[str] | None = None) -> list[Path]:
         try:
             written += make_reports(root, page)
             for document in page.documents:
-                written.append(fill_document(root, page, document))
-        except ReportError as error:  # a record a block reads (scripts.beside_published)
+                others = frozenset(
+                    name for p in pages if document in p.documents for name in p.blocks
+                )
+                written.append(fill_document(root, page, document, others))
+        except ReportError as error:  # a record a block reads (fedlight.reports)
             raise ResultsError(f"{page.directory}: {error}") from None
     return written
 
@@ -727,9 +811,10 @@ def make_reports(root: Path, page: Page) -> list[Path]:
     for out, sweeps in page.reports.items():
         directory = root / page.directory / out
         argv = [str(root / page.directory / sweep) for sweep in sweeps]
+        flags = rooted_flags(root, page.report_args.get(out, ()))
         said = io.StringIO()
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(said):
-            code = report_main([*argv, *page.report_args.get(out, ()), "-o", str(directory)])
+            code = report_main([*argv, *flags, "-o", str(directory)])
         if code != 0:
             reason = (said.getvalue().strip().splitlines() or ["no reason given"])[-1]
             reason = reason.replace(f"{root}{os.sep}", "")  # --check's copy: the repository's
@@ -738,13 +823,26 @@ def make_reports(root: Path, page: Page) -> list[Path]:
     return written
 
 
-def fill_document(root: Path, page: Page, document: str) -> Path:
-    """`document` with its blocks and inline values filled from the records."""
+def rooted_flags(root: Path, flags: tuple[str, ...]) -> list[str]:
+    """A report's flags with `--published FILE[#SECTION]` (relative to the repository) read
+    under `root` (a check's copy reads its own)."""
+    shown = list(flags)
+    for index, flag in enumerate(shown[:-1]):
+        if flag == "--published":
+            shown[index + 1] = str(root / shown[index + 1])
+    return shown
+
+
+def fill_document(
+    root: Path, page: Page, document: str, others: frozenset[str] = frozenset()
+) -> Path:
+    """`document` with its blocks and inline values filled from the records (`others`: blocks
+    another page that lists it fills)."""
     path = root / document
     if not path.is_file():
         raise ResultsError(f"{REGISTRY}: {document} (a document of {page.directory}) is missing")
     text = path.read_text(encoding="utf-8")
-    filled = fill_values(root, document, fill_blocks(root, page, document, text))
+    filled = fill_values(root, document, fill_blocks(root, page, document, text, others))
     if filled != text:
         path.write_text(filled, encoding="utf-8")
     return path

@@ -29,7 +29,8 @@ NUMBER = rf"(?<![\w.,]){ONE}(?:\s*(?:–|-|to)\s*{ONE})?"
 MEASURED = re.compile(
     "|".join(
         (
-            rf"(?P<percent>{NUMBER}\s?%)",
+            # (a confidence level, `95% CI`, is the statistics' setting, not a measurement)
+            rf"(?P<percent>{NUMBER}\s?%(?!\s?(?:CI|confidence|interval)\b))",
             rf"(?P<points>{NUMBER}\s(?:points?|pp)\b)",
             rf"(?P<size>{NUMBER}\s?(?:[KMG]i?B|kB)\b(?!/s))",  # (`4 bytes` an entry: a format)
             rf"(?P<time>{NUMBER}\s(?:ms|s|seconds?|min|minutes?|h|hours?)\b(?!/))",

@@ -116,7 +116,7 @@ def test_a_setting_row_has_a_verdict() -> None:
         ("{gone.csv@a=b#c} pct1", r"^doc.md:3: gone.csv does not exist$"),
         ("{r.csv@algo=a#m} ** 2  pct1", r"^doc.md:3: only \+ - \* / over references"),
         ("{r.csv@algo=a#m} pct", r"^doc.md:3: format 'pct' is none of pct1, f2, d"),
-        ("{r.csv@algo=a#m}", r"^doc.md:3: .* ends in no FORMAT \(pct1, f2, d\)$"),
+        ("{r.csv@algo=a#m}", r"^doc.md:3: .* ends in no FORMAT \(pct1, f2, d, text\)$"),
     ],
 )
 def test_a_bad_value_is_one_line_naming_its_place(
