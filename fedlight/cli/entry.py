@@ -97,10 +97,32 @@ def answer_flag() -> None:
     from fedlight.core.errors import ConfigError, fail
 
     try:
-        register_configs()
-    except ConfigError as error:  # an installed package's stage kind fedlight refuses
+        register_configs()  # an installed package's stage kind fedlight may refuse
+        check_flag_overrides(sys.argv[1:])
+    except ConfigError as error:
         fail(str(error), 2)
     hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")(no_job)()
+
+
+def check_flag_overrides(args: list[str]) -> None:
+    """The overrides beside `--help`, `--cfg` or `--info` compose, or the one line a run gives
+    instead of Hydra's traceback (tab completion's query is Hydra's to read)."""
+    from hydra._internal.utils import get_args_parser
+    from hydra.types import RunMode
+
+    from fedlight.cli.jobs import Command, command_hydra
+    from fedlight.core.errors import ConfigError, one_line
+
+    given = get_args_parser().parse_args(args)
+    if not given.overrides or given.shell_completion:
+        return
+    name, mode = given.config_name or "config", RunMode.MULTIRUN if given.multirun else RunMode.RUN
+    command = Command(given.overrides, given.multirun, name, given.config_dir)
+    with command_hydra(command) as loader:
+        try:
+            loader.load_configuration(name, given.overrides, mode)
+        except Exception as error:  # noqa: BLE001 - Hydra's composition errors, in one line
+            raise ConfigError(one_line(error)) from None
 
 
 def no_job(cfg: object) -> None:

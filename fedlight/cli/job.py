@@ -25,7 +25,7 @@ from fedlight.cli.schema import (
 )
 from fedlight.core.errors import require
 from fedlight.core.moved import check_targets
-from fedlight.core.settings import RunSettings
+from fedlight.core.settings import RunSettings, check_device_name
 from fedlight.data.base import DataSource
 from fedlight.data.source import check_data_target
 from fedlight.engines.lightning import ModelFactory
@@ -107,6 +107,7 @@ def data_source(cfg: DictConfig) -> DataSource:
 def settle_workers(cfg: DictConfig, choices: dict[str, str], algorithm: Algorithm) -> Parallelism:
     """`fl.workers` and `fl.threads_per_worker` as numbers: what `fl.workers=auto` chooses for
     this run on the torch threads of this process (`fedlight.runs.launch.auto_parallelism`)."""
+    check_device_name(str(cfg.device))  # before `fl.workers=auto` asks torch about it
     one_process = None
     if algorithm.asynchronous:
         one_process = f"algo={choices['algo']} runs its event queue in one process"

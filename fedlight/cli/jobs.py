@@ -33,6 +33,7 @@ from hydra.types import HydraContext, RunMode, TaskFunction
 from omegaconf import DictConfig, open_dict, read_write
 
 from fedlight.cli.schema import CONF_DIR
+from fedlight.core.errors import require
 
 MULTIRUN_FLAGS = ("-m", "--multirun")
 LIST_JOBS_FLAG = "--list-jobs"
@@ -257,9 +258,12 @@ def listed_values(override: Override) -> list[str]:
         return [override.input_line]
     key = override.get_key_element()
     value = override.value()
-    if isinstance(value, IntervalSweep):
-        return [f"{key}={value.start}", f"{key}={value.end}"]
-    return [f"{key}={v}" for v in override.sweep_string_iterator()]
+    if isinstance(value, IntervalSweep):  # tag(int, ...): whole numbers
+        ends = [int(e) if "int" in value.tags else e for e in (value.start, value.end)]
+        return [f"{key}={end}" for end in ends]
+    listed = [f"{key}={v}" for v in override.sweep_string_iterator()]
+    require(bool(listed), f"{override.input_line} lists no value; give a sweep of at least one")
+    return listed
 
 
 def job_lines(jobs: Jobs, sweep_dir: str | None) -> list[str]:

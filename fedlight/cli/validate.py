@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import hydra
+from hydra.core.config_loader import ConfigLoader
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override
 from hydra.types import RunMode
@@ -24,7 +25,7 @@ from fedlight.cli.jobs import (
 )
 from fedlight.cli.resume import decided, resume_decision
 from fedlight.cli.schema import CONF_DIR, CONFIG_GROUPS, PLUGIN_STAGE_DEFAULTS
-from fedlight.core.errors import ConfigError, error_chain, one_line
+from fedlight.core.errors import ConfigError, error_chain, one_line, require
 from fedlight.core.settings import RunSettings
 from fedlight.runs.experiment import resumed_checkpoint
 from fedlight.runs.resume import Decision
@@ -137,8 +138,14 @@ def check_group_choices(
         if (renamed := renamed_setting(override, parsed)) is not None:
             raise ConfigError(renamed)
         group = override.key_or_group
-        if group not in CONFIG_GROUPS or override.is_delete():
+        if group not in CONFIG_GROUPS:
             continue
+        if override.is_delete():
+            raise ConfigError(
+                f"{override.input_line} removes the {group} group, which a run reads; choose an "
+                f"option instead ({group}=<option>, or {group}=[] where it takes a list): "
+                f"{', '.join(options_of(group))}"
+            )
         value = override.value()
         # A list selects several options of the group (logger=[csv,wandb]), a sweep may go over
         # lists (upload=[topk],[qsgd]).
@@ -185,6 +192,7 @@ def checked_jobs(
                 )
             )
 
+        check_primary_config(command.config_name, search_path, loader)
         parser = OverridesParser.create(config_loader=loader)
         check_group_choices(command.overrides, options, parser)
 
@@ -229,6 +237,26 @@ def checked_job(job: ComposedJob, multirun: bool, listed: bool) -> tuple[RunSett
     return built.settings, decision
 
 
+def check_primary_config(name: str, search_path: list[str], loader: ConfigLoader) -> None:
+    """A primary config of one's own (`--config-name`) holds every node of fedlight's (it starts
+    from fedlight's config), or it is refused in one line naming what it lacks."""
+    if name == "config":
+        return
+    try:
+        own = loader.load_configuration(name, search_path, RunMode.RUN)
+    except Exception:  # noqa: BLE001 - composing the command's jobs says why, in one line
+        return
+    missing = [
+        key for key in loader.load_configuration("config", [], RunMode.RUN) if key not in own
+    ]
+    require(
+        not missing,
+        f"--config-name {name}: it lacks fedlight's {', '.join(missing[:4])}"
+        f"{', ...' if len(missing) > 4 else ''}; start its defaults list with fedlight's "
+        "config (defaults: [config, _self_])",
+    )
+
+
 # The configs of Hydra plugins that an extra of fedlight installs, by the extra
 PLUGIN_EXTRAS = {
     "hydra/launcher/ray": "ray",
@@ -249,6 +277,11 @@ def composition_message(failed: JobCompositionError) -> str:
         return (
             f"{plugin.group(1)} is the config of a Hydra plugin that is not installed: "
             f"pip install 'fedlight[{extra}]' ({one_line(error)})"
+        )
+    if "of type 'float' could not be converted to Integer" in text:
+        return (
+            f"{one_line(error)}; an integer setting takes a whole number (searched by "
+            "hydra/sweeper=optuna: tag(int,interval(a,b)))"
         )
     if "BasicSweeper does not support sweep type" in text:
         return basic_sweep_message(failed.overrides, one_line(error))
@@ -288,7 +321,7 @@ def check_overrides(args: list[str]) -> None:
     parser = OverridesParser.create()
     for arg in args:
         try:
-            parser.parse_overrides([arg])
+            (parsed,) = parser.parse_overrides([arg])
         except Exception as error:  # noqa: BLE001 - the grammar's errors become one line
             key, _, value = arg.partition("=")
             quote = '"' if "'" in value else "'"
@@ -296,3 +329,10 @@ def check_overrides(args: list[str]) -> None:
                 f"{arg}: Hydra cannot parse it ({one_line(error, separator=' ', limit=80)}); "
                 f"quote the value: {key}={quote}{value}{quote} (in a shell, quote it all again)"
             ) from None
+        if parsed.get_key_element() == "hydra.job.name" and not parsed.is_delete():
+            name = parsed.get_value_element_as_str()
+            require(
+                Path(name).name == name and name not in ("", ".", ".."),
+                f"{arg}: Hydra names the run directory's log file after the job "
+                "(<hydra.job.name>.log), so the name cannot hold a folder; give a plain name",
+            )

@@ -352,10 +352,7 @@ class RunSettings:
             f"({', '.join(OBJECTIVES)}) or a metrics.csv column",
         )
         require(self.seed >= 0, f"seed={self.seed} must be >= 0")
-        require(
-            re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", self.device) is not None,
-            f"device={self.device} is not a torch device; use auto, cpu, cuda or cuda:N",
-        )
+        check_device_name(self.device)
         check_nccl(
             self.fl.backend, self.device.split(":")[0] in {"auto", "cuda"}, f"device={self.device}"
         )
@@ -387,6 +384,14 @@ class RunSettings:
             "objective=val_accuracy needs a validation set; set data.validation_fraction, e.g. "
             "0.1 (or objective=best_accuracy with eval.split=validation)",
         )
+
+
+def check_device_name(device: str) -> None:
+    """`device` names a device fedlight runs on (checked before anything asks torch about it)."""
+    require(
+        re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", device) is not None,
+        f"device={device} is not a torch device; use auto, cpu, cuda or cuda:N",
+    )
 
 
 def check_device_available(device: str) -> None:

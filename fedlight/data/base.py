@@ -28,6 +28,16 @@ FILE_KINDS = (
 )
 
 
+def data_root(root: str | None, setting: str) -> Path:
+    """`data.root` as an absolute path; null is a one-line DataError (not a TypeError)."""
+    if root is None:
+        raise DataError(
+            f"{setting} with data.root=null: give the folder that holds the data, or that its "
+            "download goes to (e.g. data.root=../shared/data)"
+        )
+    return Path(root).resolve()
+
+
 def require_regular_files(paths: Iterable[Path], setting: str) -> None:
     """Each of `paths` that exists is a regular file (through any links), else a one-line
     DataError: reading a FIFO blocks forever and a device such as /dev/zero never ends, and

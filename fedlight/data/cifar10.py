@@ -24,6 +24,7 @@ from fedlight.data.augment import CropFlip
 from fedlight.data.base import (
     DataError,
     TensorDataset,
+    data_root,
     image_normalization,
     require_regular_files,
 )
@@ -172,7 +173,7 @@ class CIFAR10:
     cache_dir: str | None = None  # decoded ImageFolder images; None: the user's cache folder
 
     def load(self) -> TensorDataset:
-        root = Path(self.root).resolve()
+        root = data_root(self.root, "data=cifar10")
         if (root / "train").is_dir() and (root / "test").is_dir():
             cache_dir = default_cache_dir() if self.cache_dir is None else Path(self.cache_dir)
             decoded = load_image_folder(root, cache_dir)

@@ -2,7 +2,6 @@
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from torchvision import datasets
@@ -10,6 +9,7 @@ from torchvision import datasets
 from fedlight.data.base import (
     Normalization,
     TensorDataset,
+    data_root,
     image_normalization,
     require_regular_files,
 )
@@ -31,7 +31,7 @@ def load_idx_dataset(
     Files that are present are read and checked by our own reader; torchvision only downloads
     missing ones (md5-checked) or reads its legacy `processed/` copy.
     """
-    raw = Path(root).resolve() / dataset_class.__name__ / "raw"
+    raw = data_root(root, setting) / dataset_class.__name__ / "raw"
     files = [path for split in SPLITS for path in split_files(raw, split)]
     require_regular_files(files, setting)
     if all(path.is_file() for path in files):

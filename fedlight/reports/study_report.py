@@ -9,6 +9,8 @@ The study is the sweep directory's `optuna.db` (SQLite) or `optuna_journal.log` 
 file, `hydra.sweeper.storage=journal`).
 """
 
+import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -80,11 +82,29 @@ def load_study(sweep_dir: Path) -> Any:
 
 
 def journal_storage(path: Path) -> Any:
-    """Optuna's journal file at `path` (made if it is not there)."""
+    """Optuna's journal file at `path` (made if it is not there). One whose last record is cut
+    short (the file truncated or overwritten) is a ValueError: Optuna would take the records
+    before it for the study and break at its next write."""
     from optuna.storages.journal import JournalFileBackend, JournalStorage
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    return JournalStorage(JournalFileBackend(str(path)))
+    for _ in range(JOURNAL_CHECKS):
+        if not path.is_file() or last_byte(path) in (b"", b"\n"):
+            return JournalStorage(JournalFileBackend(str(path)))
+        time.sleep(0.1)  # another process sharing the file may be writing a record now
+    raise ValueError("its last record is cut short: the file was truncated or overwritten")
+
+
+JOURNAL_CHECKS = 5  # looks at a journal's end, 0.1 s apart, before it is taken for cut short
+
+
+def last_byte(path: Path) -> bytes:
+    with path.open("rb") as file:
+        file.seek(0, os.SEEK_END)
+        if file.tell() == 0:
+            return b""
+        file.seek(-1, os.SEEK_END)
+        return file.read(1)
 
 
 def aims(study: Any) -> list[str]:

@@ -3,9 +3,9 @@ a study that survives its process, for tuning on the validation set (Akiba et al
 2019; TPE: Bergstra et al., NeurIPS 2011).
 
 It reads the settings of Hydra's Optuna sweeper (hydra-optuna-sweeper) as users type them:
-`hydra.sweeper.params` (and the command's own sweep overrides) with `choice()` (a categorical
-parameter), `interval(a,b)` (a float, or an int where both ends are ints; `tag(log, ...)` log
-scale) and `range(a,b,step)` (the values Hydra lists: `b` excluded). Unlike Hydra's sweeper, which
+`hydra.sweeper.params` (and the command's own sweep overrides) with `choice()` and `glob()` (a
+categorical parameter), `interval(a,b)` (a float; `tag(log, ...)` log scale, `tag(int, ...)` whole
+numbers) and `range(a,b,step)` (the values Hydra lists: `b` excluded). Unlike Hydra's sweeper, which
 asks Optuna for `n_trials` more trials each time it runs and numbers its jobs from 0 (so a killed
 study run again writes over its first jobs' directories and runs too many trials), and for which
 a job that returns no number (a fedlight run that diverged) is an error that ends the study, run by
@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import optuna
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.plugins import Plugins
 from hydra.core.utils import JobReturn
 from hydra.core.utils import JobStatus as HydraJobStatus
@@ -130,6 +131,7 @@ class StudySweep:
         self.launcher = Plugins.instance().instantiate_launcher(
             config=config, hydra_context=hydra_context, task_function=task_function
         )
+        self.parser = OverridesParser.create(config_loader=hydra_context.config_loader)
         self.config = config
         self.sweep_dir = Path(config.hydra.sweep.dir)
         self.objective = str(config.objective)
@@ -142,7 +144,7 @@ class StudySweep:
 
     def sweep(self, arguments: list[str]) -> None:
         declared = [f"{name}={value}" for name, value in self.params.items()]
-        space, fixed = search_space([*declared, *arguments])
+        space, fixed = search_space([*declared, *arguments], self.parser)
         study = self.open_study(space, fixed)
         self.run_interrupted(study, fixed)
         while (left := self.n_trials - len(study.trials)) > 0:
@@ -174,6 +176,11 @@ class StudySweep:
         anything is written (`check_record`). The sweep's record, multirun.yaml as Hydra's basic
         sweeper keeps it (`fedlight resume` reads it), is written once the study is opened."""
         self.sweep_dir.mkdir(parents=True, exist_ok=True)
+        kept = self.sweep_dir / SAMPLER_FILE
+        require(
+            kept.is_file() or not kept.exists() or kept.is_fifo(),
+            f"{kept} is a directory, where the study keeps its sampler's state; move it away",
+        )
         with study_read(self.where, f"{AFRESH}, or give another hydra.sweep.dir"):
             storage = self.storage
             study = optuna.create_study(

@@ -95,7 +95,31 @@ def restore_sampler(sampler: Any, kept: Any) -> None:
     )
     for path, rng in generators.items():
         state = from_json(states[path])
+        require(isinstance(state, dict), f"{path or 'its generator'} is not a generator's state")
+        STATE_CHECKS.get(str(state.get("bit_generator")), lambda state: None)(state)
         if isinstance(rng, np.random.RandomState):
             rng.set_state(state)
         else:
             rng.bit_generator.state = state
+
+
+def check_mt19937(state: dict[str, Any]) -> None:
+    """An MT19937 state (numpy's RandomState, what Optuna's samplers draw with) as numpy keeps
+    it: 624 unsigned 32-bit words, not all zero (a degenerate state, from which every draw
+    repeats), and a position among them. numpy itself takes floats and zeros without a word."""
+    inner = state.get("state")
+    key = inner.get("key") if isinstance(inner, dict) else None
+    pos = inner.get("pos") if isinstance(inner, dict) else None
+    require(
+        isinstance(key, np.ndarray) and key.dtype == np.uint32 and key.shape == (624,),
+        "its MT19937 key is not 624 unsigned 32-bit integers",
+    )
+    require(bool(key.any()), "its MT19937 key is all zeros (every draw from it repeats)")
+    require(
+        isinstance(pos, int) and not isinstance(pos, bool) and 0 <= pos <= 624,
+        f"its MT19937 position {pos!r} is not from 0 to 624",
+    )
+
+
+# The checks of a bit generator's kept state, by its name (those numpy itself checks: none)
+STATE_CHECKS = {"MT19937": check_mt19937}

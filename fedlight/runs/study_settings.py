@@ -2,6 +2,7 @@
 types checked (YAML types nothing), the study's objectives and their directions, and its storage
 (an SQLite file in the sweep directory, Optuna's journal file, or a URL)."""
 
+import difflib
 import re
 from pathlib import Path
 from typing import Any
@@ -84,10 +85,13 @@ def directions(given: Any, aims: list[str]) -> list[str]:
     each objective's own."""
     if given is None:
         unknown = [o for o in aims if o not in OBJECTIVES]
+        near = difflib.get_close_matches(unknown[0], OBJECTIVES, n=1) if unknown else []
         require(
             not unknown,
-            f"objective={', '.join(unknown)} is a column of the run's rows, whose better way "
-            "fedlight does not know; give hydra.sweeper.direction=minimize (or maximize)",
+            f"objective={', '.join(unknown)} is not a summary.json number"
+            + (f" (did you mean {near[0]}?)" if near else "")
+            + "; a column the run logs is studied with its way given: "
+            "hydra.sweeper.direction=minimize (or maximize)",
         )
         return [OBJECTIVES[o].direction for o in aims]
     named = [str(getattr(d, "name", d)) for d in (given if isinstance(given, list) else [given])]

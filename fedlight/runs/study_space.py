@@ -14,16 +14,19 @@ from optuna.distributions import (
     IntDistribution,
 )
 
-from fedlight.core.errors import ConfigError, require
+from fedlight.core.errors import require
 from fedlight.runs.same_config import RESUME_FREE_KEYS
 
 
-def search_space(overrides: list[str]) -> tuple[dict[str, BaseDistribution], dict[str, Any]]:
+def search_space(
+    overrides: list[str], parser: OverridesParser | None = None
+) -> tuple[dict[str, BaseDistribution], dict[str, Any]]:
     """Each sweep override as an Optuna distribution, the others as fixed settings; a parameter
-    both searched and fixed is fixed (the command's value over the preset's search)."""
+    both searched and fixed is fixed (the command's value over the preset's search). `parser`:
+    one with Hydra's config loader, which lists a group's options for `glob()`."""
     space: dict[str, BaseDistribution] = {}
     fixed: dict[str, Any] = {}
-    for override in OverridesParser.create().parse_overrides(overrides):
+    for override in (parser or OverridesParser.create()).parse_overrides(overrides):
         name = override.get_key_element()
         if override.is_sweep_override():
             space[name] = distribution(override)
@@ -35,28 +38,47 @@ def search_space(overrides: list[str]) -> tuple[dict[str, BaseDistribution], dic
 
 
 def distribution(override: Override) -> BaseDistribution:
-    """`choice(...)`: categorical; `interval(a,b)`: a float uniform over [a, b] (`tag(log, ...)`
-    log-uniform), as Hydra's Optuna sweeper draws it; `range(a,b,step)`: the values Hydra lists
-    for it (ints where they are; `b` excluded; shuffled: categorical)."""
+    """A sweep override as Optuna searches it: `interval(a,b)`, see `interval_distribution`;
+    `range(a,b,step)`, the values Hydra lists for it (ints where they are; `b` excluded;
+    shuffled: categorical); `choice(...)` and `glob(...)` (a group's options), categorical."""
     value = override.value()
     listed = lambda: list(override.sweep_iterator(transformer=Transformer.encode))  # noqa: E731
-    if override.is_choice_sweep():
+    if override.is_interval_sweep():
+        return interval_distribution(override)
+    if not override.is_range_sweep():  # choice(), glob()
         return CategoricalDistribution(listed())
-    if override.is_range_sweep():
-        values = listed()
-        require(bool(values), f"{override.input_line} lists no value")
-        if value.shuffle:
-            return CategoricalDistribution(values)
-        step = value.step
-        if all(isinstance(v, int) for v in values) and isinstance(step, int):
-            return IntDistribution(values[0], values[-1], step=step)
-        low = float(values[0])
-        return FloatDistribution(low, low + float(step) * (len(values) - 1), step=float(step))
-    if override.is_interval_sweep():  # Hydra reads its ends as floats, interval(1,5) too
-        return FloatDistribution(float(value.start), float(value.end), log="log" in value.tags)
-    raise ConfigError(
-        f"{override.input_line}: hydra/sweeper=optuna searches choice(), interval() and range()"
-    )
+    values = listed()
+    require(bool(values), f"{override.input_line} lists no value")
+    if value.shuffle:
+        return CategoricalDistribution(values)
+    step = value.step
+    if all(isinstance(v, int) for v in values) and isinstance(step, int):
+        return IntDistribution(values[0], values[-1], step=step)
+    low = float(values[0])
+    return FloatDistribution(low, low + float(step) * (len(values) - 1), step=float(step))
+
+
+# The tags of an interval() that hydra/sweeper=optuna reads, as Hydra's Optuna sweeper does
+INTERVAL_TAGS = {"log": "a log scale", "int": "whole numbers"}
+
+
+def interval_distribution(override: Override) -> BaseDistribution:
+    """`interval(a,b)`: a float uniform over [a, b] (Hydra reads its ends as floats,
+    interval(1,5) too); `tag(log, ...)` log-uniform, `tag(int, ...)` the whole numbers from a to
+    b, as Hydra's Optuna sweeper draws them. A tag it does not know, or ends out of order, is
+    one line."""
+    value = override.value()
+    line, tags = override.input_line, set(value.tags)
+    known = ", ".join(f"{tag} ({what})" for tag, what in INTERVAL_TAGS.items())
+    unknown = ", ".join(sorted(tags - set(INTERVAL_TAGS)))
+    require(not unknown, f"{line}: hydra/sweeper=optuna reads the tags {known}, not {unknown}")
+    low, high, log = float(value.start), float(value.end), "log" in tags
+    require(low <= high, f"{line}: its low end is above its high end; give them low first")
+    require(not log or low > 0, f"{line}: a log scale needs a low end above 0")
+    if "int" in tags:
+        require(low.is_integer() and high.is_integer(), f"{line}: tag int needs whole ends")
+        return IntDistribution(int(low), int(high), log=log)
+    return FloatDistribution(low, high, log=log)
 
 
 def search_record(space: dict[str, BaseDistribution], fixed: dict[str, Any]) -> list[str]:
