@@ -8,6 +8,11 @@ figure is a value generated from there). This finds the others: in the prose out
 values and blocks, code and comments, a number with a measurement's unit (`%`, points, MB,
 seconds to hours, `×` or times, `ε =`, rounds reached: `at round 12`, `in 40 rounds`).
 
+Nor a verdict typed by hand: the one rule's words (reproduced, refuted, inconclusive) state a
+decision of a 95% CI over seeds, so in prose each is generated (`<!-- v {verdicts.csv@...#verdict}
+text -->`, a `verdict(...)` or `order(...)` value, or a block); only its emphasized form
+(`*reproduced*`) may be typed, where a page defines the rule's words.
+
 A page names its settings once, in a comment: `<!-- settings: 80%; top-k 10%; ε = 10 -->` (a
 target accuracy, a compression ratio, a privacy budget the runs were given, a tolerance), each
 as the prose writes it; those are not measurements and may be typed anywhere on the page.
@@ -41,6 +46,8 @@ MEASURED = re.compile(
         )
     )
 )
+# the one rule's words, typed outside a generated value; `*reproduced*` defines the word
+VERDICT = re.compile(r"(?<![\w*])(?:not\s+)?(?:reproduced|refuted|inconclusive)(?![\w*])", re.I)
 SETTINGS = re.compile(r"<!-- settings: (?P<names>.*?) -->", re.S)
 # what is not prose: generated values and blocks, comments, fenced and inline code, link targets
 NOT_PROSE = (
@@ -82,6 +89,13 @@ def typed_numbers(text: str) -> Iterator[tuple[int, str]]:
                 yield number, found.strip()
 
 
+def typed_verdicts(text: str) -> Iterator[tuple[int, str]]:
+    """Each verdict word typed in `text`'s prose: its line (1-based) and the words."""
+    for number, line in enumerate(blanked(text).splitlines(), 1):
+        for match in VERDICT.finditer(line):
+            yield number, f"verdict {match[0]!r}"
+
+
 def blank(text: str) -> str:
     return re.sub(r"[^\n]", " ", text)
 
@@ -113,6 +127,7 @@ def findings(repo: Path = REPO) -> list[str]:
             text = readme_section(text)
         name = page.relative_to(repo).as_posix()
         found += [f"{name}:{line}: {number}" for line, number in typed_numbers(text)]
+        found += [f"{name}:{line}: {words}" for line, words in typed_verdicts(text)]
     return found
 
 

@@ -19,7 +19,9 @@ has no per-seed rows); `t_low(X1, X2, ...)` and `t_high(...)`, the same interval
 the values given (per-seed numbers of seeds.csv or paired.csv); `diff_low(M1, S1, N1, M2, S2,
 N2)` and `diff_high(...)`, Welch's 95% interval of M1 − M2 for two cells without per-seed rows
 to pair; `seeds(MEAN, STD, TARGET, TOLERANCE)`, the seeds whose interval would decide it at that
-spread; and with the format `text`,
+spread, and `diff_seeds(M1, S1, N1, M2, S2, N2[, CLAIMED, TOLERANCE])` the seeds per cell whose
+Welch interval would decide a claimed gap (without one, the ordering: the interval clear of 0);
+and with the format `text`,
 `verdict(LOW, HIGH, BAND_LOW, BAND_HIGH)` (reproduced, refuted or inconclusive) and
 `order(LOW, HIGH)`, the same rule for a claimed ordering (A above B: the interval of A − B above
 0 reproduces it, below 0 refutes it).
@@ -73,6 +75,22 @@ def welch(m1: float, s1: float, n1: float, m2: float, s2: float, n2: float) -> t
     return m1 - m2, t_quantile(df) * math.sqrt(v1 + v2)
 
 
+def diff_seeds(
+    m1: float, s1: float, n1: float, m2: float, s2: float, n2: float, *claim: float
+) -> float:
+    """The fewest seeds per cell whose Welch interval of M1 − M2, at these means and stds, would
+    lie inside CLAIMED ± TOLERANCE or outside it (no claim: clear of 0, an ordering decided)."""
+    target, tolerance = claim if claim else (0.0, 0.0)
+    distance = abs(m1 - m2 - target)
+    inside = distance <= tolerance and claim
+    room = tolerance - distance if inside else distance - tolerance
+    for n in range(2, MAX_SEEDS + 1):
+        _, half = welch(m1, s1, n, m2, s2, n)
+        if (inside and half <= room) or (not inside and half < room):
+            return float(n)
+    raise StatisticsError(f"no number of seeds up to {MAX_SEEDS} would decide it")
+
+
 def seeds(mean: float, std: float, target: float, tolerance: float) -> float:
     needed = seeds_to_decide(mean, std, target, tolerance)
     if needed is None:
@@ -89,6 +107,7 @@ NUMBERS: dict[str, Callable[..., float]] = {
     "diff_low": lambda *cells: welch(*cells)[0] - welch(*cells)[1],
     "diff_high": lambda *cells: welch(*cells)[0] + welch(*cells)[1],
     "seeds": seeds,
+    "diff_seeds": diff_seeds,
 }
 # Words an inline value (format `text`) may compute: the one rule's verdict.
 WORDS: dict[str, Callable[..., str]] = {

@@ -1,6 +1,7 @@
 """The results pages' verdicts are generated (scripts/results.py, scripts/verdict_blocks.py): a
 verdict word read from verdicts.csv or computed by the one rule from an interval, intervals from a
-report's mean, std and n, and the `paired` and `more_seeds` blocks on constructed records."""
+report's mean, std and n, the `paired` and `more_seeds` blocks on constructed records, and the
+check that finds a verdict typed by hand (scripts/typed_numbers.py)."""
 
 import json
 from pathlib import Path
@@ -9,6 +10,7 @@ import pytest
 import yaml
 
 from scripts.results import Page, ResultsError, block_lines, evaluate, fill_blocks
+from scripts.typed_numbers import typed_verdicts
 
 VERDICTS = (
     "kind,key,metric,n,ci_low,ci_high,verdict,more_seeds\n"
@@ -123,3 +125,16 @@ def test_a_block_of_another_page_that_lists_the_document_is_left_to_it(tmp_path:
     assert fill_blocks(tmp_path, page, "README.md", text, frozenset({"claims"})) == text
     with pytest.raises(ResultsError, match="block claims is not one of docs/results/x's"):
         fill_blocks(tmp_path, page, "README.md", text)
+
+
+def test_a_verdict_typed_in_prose_is_found_and_a_generated_or_defined_one_is_not() -> None:
+    typed = "The claim is not reproduced at seed 0,\nand FedAvg's cell is refuted.\n"
+    assert list(typed_verdicts(typed)) == [
+        (1, "verdict 'not reproduced'"),
+        (2, "verdict 'refuted'"),
+    ]
+    generated = (
+        "The claim is <!-- v {V@kind=cell#verdict} text -->inconclusive<!-- /v -->; *reproduced*\n"
+        "when the CI lies inside the band.\n<!-- block beside -->\n| refuted |\n<!-- /block -->\n"
+    )
+    assert list(typed_verdicts(generated)) == []
