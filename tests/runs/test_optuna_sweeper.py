@@ -199,7 +199,10 @@ def test_the_direction_is_the_objectives_unless_given() -> None:
         directions("upwards", ["best_accuracy"])
     # a logged column (`objective=test_loss`): its way is the study's to be told
     assert directions("minimize", ["test_loss"]) == ["minimize"]
-    with pytest.raises(ConfigError, match=r"objective=test_loss is a column .*direction=minimize"):
+    with pytest.raises(
+        ConfigError,
+        match=r"objective=test_loss is not a summary\.json number; a column .*direction=minimize",
+    ):
         directions(None, ["test_loss"])
     assert objectives(None, "best_accuracy") == ["best_accuracy"]
     assert objectives(["final_accuracy", "comm_mb"], "x") == ["final_accuracy", "comm_mb"]
