@@ -59,6 +59,10 @@ HYDRA_GROUPS = {
         "the Optuna sampler of `hydra/sweeper=optuna` (Optuna's samplers under "
         "hydra-optuna-sweeper's names); its settings as `hydra.sweeper.sampler.<setting>`"
     ),
+    "hydra/sweeper/pruner": (
+        "the Optuna pruner of `hydra/sweeper=optuna`: stops a trial whose rounds so far trail "
+        "the others' (`none` by default); its settings as `hydra.sweeper.pruner.<setting>`"
+    ),
 }
 # The top-level keys of conf/config.yaml that are neither run settings nor config groups.
 NOT_SETTINGS = ("defaults", "hydra")

@@ -38,10 +38,10 @@ per epoch, which a client's local training does not produce).
 `self.log`/`self.log_dict` work in every hook above but `setup`, `configure_model` and
 `configure_optimizers`, where a Trainer refuses them too: `Logs` (fedlight.engines.module_logs)
 stands in for the Trainer's logging (`on_step`/`on_epoch` included) and, as it does, refuses a
-value that is not a number, a tensor of one element or a Metric; `configure_optimizers()` is read and its
-schedulers stepped as a Trainer would (fedlight.engines.module_optim). `self.trainer` is a stand-in
-with the fields modules commonly read (`fedlight.engines.trainer_standin`). A module is built as
-Lightning's CLI builds it (`ModelFactory`), and may come from either Lightning package
+value that is not a number, a tensor of one element or a Metric; `configure_optimizers()` is read
+and its schedulers stepped as a Trainer would (fedlight.engines.module_optim). `self.trainer` is a
+stand-in with the fields modules commonly read (`fedlight.engines.trainer_standin`). A module is
+built as Lightning's CLI builds it (`ModelFactory`), and may come from either Lightning package
 (`lightning.pytorch` or `pytorch_lightning`, `overrides`).
 """
 
