@@ -60,7 +60,7 @@ def decide(given: str | None, directory: Path, difference: Difference, rounds: i
     another run is writing is decided by its files: taking its lock then refuses the job."""
     if given is not None and given != AUTO:
         return given_run(Path(given), rounds)
-    state = job_state(directory)
+    state = job_state(directory, mine=True)
     if given is None and not state.preempted:
         return Decision(None)
     saved = saved_config(state)
@@ -94,7 +94,7 @@ def decide(given: str | None, directory: Path, difference: Difference, rounds: i
 def given_run(directory: Path, rounds: int) -> Decision:
     """`resume=<run dir>`: the run continues, unless it is finished and `fl.rounds` asks for no
     more rounds than it ran: then there is nothing to do, and nothing is written."""
-    state = job_state(directory)
+    state = job_state(directory, mine=True)
     summary = state.summary or {}
     if state.done and not ended_early(summary) and state.rounds_logged >= rounds:
         ran = summary.get("rounds", rounds)

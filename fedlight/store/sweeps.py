@@ -66,12 +66,14 @@ class JobState:
         return self.status in (JobStatus.FINISHED, JobStatus.DIVERGED)
 
 
-def job_state(directory: Path) -> JobState:
-    """What `directory` holds (see the module docstring)."""
+def job_state(directory: Path, mine: bool = False) -> JobState:
+    """What `directory` holds (see the module docstring). `mine`: the caller is the job's own
+    process deciding on it, so a lock this process holds is not another run's (a sweep's
+    progress, counted in the same process, does see its running job)."""
     rows = logged_rounds(directory / "metrics.csv")
     preempted = (directory / PREEMPTED_NAME).is_file()
     holder = lock_holder(directory)
-    if holder == str(os.getpid()):  # its own job's process, deciding on it: not another run
+    if mine and holder == str(os.getpid()):
         holder = None
     summary = read_json(directory / SUMMARY_NAME)
     if holder is not None:
