@@ -73,7 +73,7 @@ def test_every_option_and_key_is_on_its_page() -> None:
     )
     assert "| `upload.topk.ratio` | `0.1` | float | share of entries sent" in pages["upload.md"]
     # A @package _global_ option's keys at their global paths, typed by the run settings.
-    assert "| `eval.batch_size` | `100` | int | 1000 CIFAR images" in pages["data.md"]
+    assert "| `eval.batch_size` | `100` | int | images per evaluation batch" in pages["data.md"]
     assert "| `algo.momentum` | `${optim.momentum}` | float |" in algo
     settings = pages["settings.md"]
     assert (
