@@ -237,23 +237,7 @@ def run_rounds(
     """Load the data, build the loop (resumed from `checkpoint`, if any) and run its rounds,
     telling `progress` how each goes."""
     settings, device = job.settings, workers.device
-    fraction = settings.data.validation_fraction
-    data = split_validation(job.data.load(), fraction, settings.seed).to(device)
-    check_federation_size(settings.fl.num_clients, len(data.train_y), job.choices, workers.main)
-    if workers.main and data.batch_size not in (None, settings.local.batch_size):
-        print(
-            f"fedlight: the data's own loaders batch {data.batch_size} examples; fedlight forms "
-            f"each client's batches of local.batch_size={settings.local.batch_size} (set "
-            f"local.batch_size={data.batch_size} to train in the data's batches)",
-            flush=True,
-        )
-    chance = Chance.of(split_labels(data, settings.eval.split).cpu().numpy())
-    module = build_module(job, data, device)
-    chosen = chosen_layout(settings.fl.memory_format, module, data, settings.local.batch_size)
-    if workers.main and settings.fl.memory_format == "auto":
-        said = f"{chosen.layout.name} ({chosen.reason})"
-        print(f"fedlight: fl.memory_format=auto: {said}", flush=True)
-    module, data = chosen.layout.apply(module), replace(data, layout=chosen.layout)
+    data, module, chance = prepared(job, workers)
     clients = federation(job.settings, job.partition, data, output_dir, workers)
     driver = AsynchronousLoop if job.stages.algorithm.asynchronous else FederatedLoop
     loop = driver(
@@ -296,6 +280,31 @@ def run_rounds(
         write_model(output_dir, module, loop.final_model())
     privacy = job.stages.privacy.summary(loop.privacy_state(), history.completed_rounds)
     return Ran(history, chance, environment, resumes, privacy)
+
+
+def prepared(job: Job, workers: Workers) -> tuple[TensorDataset, pl.LightningModule, Chance]:
+    """The run's data (its validation part split off) and client module, both in the memory
+    layout `fl.memory_format` chose, on the workers' device; and the chance level of the split
+    that decides the run."""
+    settings, device = job.settings, workers.device
+    fraction = settings.data.validation_fraction
+    data = split_validation(job.data.load(), fraction, settings.seed).to(device)
+    check_federation_size(settings.fl.num_clients, len(data.train_y), job.choices, workers.main)
+    if workers.main and data.batch_size not in (None, settings.local.batch_size):
+        print(
+            f"fedlight: the data's own loaders batch {data.batch_size} examples; fedlight forms "
+            f"each client's batches of local.batch_size={settings.local.batch_size} (set "
+            f"local.batch_size={data.batch_size} to train in the data's batches)",
+            flush=True,
+        )
+    chance = Chance.of(split_labels(data, settings.eval.split).cpu().numpy())
+    module = build_module(job, data, device)
+    chosen = chosen_layout(settings.fl.memory_format, module, data, settings.local.batch_size)
+    if workers.main and settings.fl.memory_format == "auto":
+        said = f"{chosen.layout.name} ({chosen.reason})"
+        print(f"fedlight: fl.memory_format=auto: {said}", flush=True)
+    module, data = chosen.layout.apply(module), replace(data, layout=chosen.layout)
+    return data, module, chance
 
 
 def chosen_layout(
