@@ -6,7 +6,6 @@ runs; the same override typed by the user is theirs. And a run recorded before f
 moved resumes (its saved `_target_`s compare by their current paths)."""
 
 import json
-import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +16,6 @@ import yaml
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from fedlight.cli import entry
-from fedlight.cli import main as cli
 from fedlight.core.errors import ConfigError
 from fedlight.core.moved import MOVED
 from fedlight.runs.recorded_code import code_named
@@ -25,6 +23,7 @@ from fedlight.runs.resume import resume_command
 from fedlight.store.checkpoint import load_checkpoint, save_checkpoint
 from fedlight.store.run_files import CHECKPOINT_NAME
 from tests.conftest import TINY, rows_without_timings, run_cli
+from tests.helpers.finished_runs import copy_of, finished_run, one_thread
 from tests.runs.test_hardening import RunsCode, assert_one_line, cli_exit
 
 RUN = [*TINY, "fl.rounds=2", "attack=sign_flip", "attack.fraction=0.2"]
@@ -33,28 +32,13 @@ ONE_ROUND = [*TINY, "fl.rounds=1"]
 
 @pytest.fixture(autouse=True, scope="module")
 def one_torch_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+    yield from one_thread()
 
 
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A finished 2-round run, made through the CLI."""
-    directory = tmp_path_factory.mktemp("recorded") / "run"
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("WANDB_MODE", "disabled")
-        patch.setattr(sys, "argv", ["fedlight", *RUN, f"hydra.run.dir={directory}"])
-        cli.main()
-    return directory
-
-
-def copy_of(finished: Path, tmp_path: Path) -> Path:
-    run = tmp_path / "copy"
-    shutil.copytree(finished, run)
-    (run / ".fedlight.lock").unlink(missing_ok=True)
-    return run
+    return finished_run(tmp_path_factory, "recorded", RUN)
 
 
 def planted(directory: Path, marker: Path) -> str:

@@ -4,18 +4,16 @@ a module edited since the run started, a weight missing or not finite, a random 
 a format of a newer fedlight, rows that do not reach its completed rounds, a config that is no
 config. And `fedlight resume` of a stopped run says it stopped, not that it is running."""
 
-import shutil
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 import torch
 
-from fedlight.cli import main as cli
 from fedlight.store.checkpoint import load_checkpoint, save_checkpoint
 from fedlight.store.run_files import CHECKPOINT_NAME
 from tests.conftest import TINY, rows_without_timings, run_cli
+from tests.helpers.finished_runs import copy_of, finished_run, one_thread
 from tests.runs.test_hardening import assert_one_line, cli_exit
 
 MODULE = "tests.helpers.user_module.RecordingModule"
@@ -24,30 +22,13 @@ RUN = [*TINY, "fl.rounds=2", f"model._target_={MODULE}"]
 
 @pytest.fixture(autouse=True, scope="module")
 def one_torch_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+    yield from one_thread()
 
 
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A finished 2-round run of a user's module, made through the CLI."""
-    directory = tmp_path_factory.mktemp("faults") / "run"
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("WANDB_MODE", "disabled")
-        patch.setattr(sys, "argv", ["fedlight", *RUN, f"hydra.run.dir={directory}"])
-        cli.main()
-    return directory
-
-
-def stopped_copy(finished: Path, tmp_path: Path) -> Path:
-    """The finished run as a killed one leaves it: its checkpoint, no summary."""
-    run = tmp_path / "copy"
-    shutil.copytree(finished, run)
-    (run / ".fedlight.lock").unlink(missing_ok=True)
-    (run / "summary.json").unlink()
-    return run
+    return finished_run(tmp_path_factory, "faults", RUN)
 
 
 def first_weight(state: dict) -> str:
@@ -92,7 +73,7 @@ FAULTS: dict[str, tuple[Callable[[dict], None], str]] = {
 def test_a_checkpoint_that_cannot_continue_its_run_is_one_line(
     finished: Path, tmp_path: Path, fault: str, monkeypatch: pytest.MonkeyPatch, capsys
 ) -> None:
-    run = stopped_copy(finished, tmp_path)
+    run = copy_of(finished, tmp_path, stopped=True)
     damage, said = FAULTS[fault]
     state = load_checkpoint(run / CHECKPOINT_NAME)
     damage(state)
@@ -106,7 +87,7 @@ def test_a_checkpoint_that_cannot_continue_its_run_is_one_line(
 
 
 def test_fedlight_resume_of_a_stopped_run_says_it_stopped(finished: Path, tmp_path: Path) -> None:
-    run = stopped_copy(finished, tmp_path)
+    run = copy_of(finished, tmp_path, stopped=True)
     own = f"model._target_={MODULE}"  # the user's word for the record's (runs/recorded_code.py)
     result = run_cli("resume", str(run), own, "fl.rounds=3", cwd=tmp_path)
     said = result.stdout + result.stderr

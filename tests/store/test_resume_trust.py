@@ -7,7 +7,6 @@ import hashlib
 import math
 import os
 import re
-import shutil
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,6 +20,7 @@ from fedlight.store.checkpoint import load_checkpoint, save_checkpoint
 from fedlight.store.client_states import CLIENT_STATES_DIR
 from fedlight.store.run_files import CHECKPOINT_NAME
 from tests.conftest import TINY, rows_without_timings
+from tests.helpers.finished_runs import copy_of, finished_run, one_thread
 from tests.runs.test_hardening import RunsCode, assert_one_line, cli_exit
 
 RUN = [*TINY, "algo=scaffold", "fl.client_state=disk", "fl.rounds=2"]
@@ -28,21 +28,13 @@ RUN = [*TINY, "algo=scaffold", "fl.client_state=disk", "fl.rounds=2"]
 
 @pytest.fixture(autouse=True, scope="module")
 def one_torch_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+    yield from one_thread()
 
 
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A 2-round SCAFFOLD run with its client states on disk, run through the CLI."""
-    directory = tmp_path_factory.mktemp("trust") / "run"
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("WANDB_MODE", "disabled")
-        patch.setattr(sys, "argv", ["fedlight", *RUN, f"hydra.run.dir={directory}"])
-        cli.main()
-    return directory
+    return finished_run(tmp_path_factory, "trust", RUN)
 
 
 def state_file(run: Path) -> tuple[str, Path]:
@@ -59,13 +51,6 @@ def resume(run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -
     )
     assert not out.exists()  # refused before Hydra made the run directory
     return code, err
-
-
-def copy_of(finished: Path, tmp_path: Path) -> Path:
-    run = tmp_path / "copy"
-    shutil.copytree(finished, run)
-    (run / ".fedlight.lock").unlink(missing_ok=True)
-    return run
 
 
 def flip_first(state: dict[str, torch.Tensor], value: float) -> dict[str, torch.Tensor]:
