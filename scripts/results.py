@@ -629,7 +629,7 @@ def record_dirs(root: Path, page: Page, sweeps: list[str] | None = None) -> list
     ]
 
 
-BLOCK_KINDS = "beside, paired, more_seeds, setting, claims"
+BLOCK_KINDS = "beside, paired, more_seeds, setting, claims, rounds, rates"
 
 
 def block_lines(root: Path, page: Page, spec: dict[str, Any], where: str) -> list[str]:
@@ -637,8 +637,10 @@ def block_lines(root: Path, page: Page, spec: dict[str, Any], where: str) -> lis
     against a reference file's by the one rule, fedlight.reports.verdict_tables), `paired` (per
     seed differences, their CI and the claims' verdicts), `more_seeds` (the seeds that would
     decide the undecided ones), `setting` (the reference's setting beside the records') or
-    `claims` (a reference file's figures)."""
+    `claims` (a reference file's figures), `rounds` or `rates` (rounds to a target per cell at
+    the rate its grid chose, and the grid: scripts.rounds_blocks)."""
     from fedlight.reports.verdict_tables import beside_table
+    from scripts.rounds_blocks import rates_lines, rounds_lines
     from scripts.verdict_blocks import more_seeds_lines, paired_lines
 
     kind = spec.get("kind")
@@ -654,6 +656,10 @@ def block_lines(root: Path, page: Page, spec: dict[str, Any], where: str) -> lis
         return setting_table(root, page, spec)
     if kind == "claims" and reference is not None:
         return claims_lines(read_yaml(reference))
+    if kind == "rounds" and reference is not None:
+        return rounds_lines(sweeps, spec, reference)
+    if kind == "rates" and reference is not None:
+        return rates_lines(sweeps, spec, reference)
     raise ResultsError(f"{where}: kind {kind!r} is none of {BLOCK_KINDS} (with its reference)")
 
 

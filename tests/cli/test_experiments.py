@@ -5,6 +5,7 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from fedlight.cli.validate import group_options
 from fedlight.core.errors import ConfigError
@@ -275,25 +276,15 @@ def test_a_preset_runs_as_a_sweep_and_reports_its_table(tmp_path: Path) -> None:
     assert "python -m fedlight -m +experiment=fed_vs_central data=digits" in report
 
 
-# McMahan et al. 2017 (arXiv 1602.05629), Table 1, as read from the paper: (model, split, B) →
-# {C in percent: rounds}; the paper's "—" entries have no cell
-MCMAHAN_TABLE1 = {
-    ("2nn", "iid", "binf"): {0: 1455, 10: 1474, 20: 1658},
-    ("2nn", "iid", "b10"): {0: 316, 10: 87, 20: 77, 50: 75, 100: 70},
-    ("2nn", "noniid", "binf"): {0: 4278, 10: 1796, 20: 1528},
-    ("2nn", "noniid", "b10"): {0: 3275, 10: 664, 20: 619, 50: 443, 100: 380},
-    ("cnn", "iid", "binf"): {0: 387, 10: 339, 20: 337, 50: 164, 100: 246},
-    ("cnn", "iid", "b10"): {0: 50, 10: 18, 20: 18, 50: 18, 100: 16},
-    ("cnn", "noniid", "binf"): {0: 1181, 10: 1100, 20: 978, 50: 1067},
-    ("cnn", "noniid", "b10"): {0: 956, 10: 206, 20: 200, 50: 261, 100: 97},
-}
+# McMahan et al. 2017, Table 1, as read from the paper: cell -> published rounds
+MCMAHAN_TABLE1 = REPO / "docs/results/references/mcmahan2017.yaml"
 
 
 def test_each_mcmahan_cell_is_its_table_entry_and_stops_at_its_target_or_twice_its_rounds() -> None:
+    published = yaml.safe_load(MCMAHAN_TABLE1.read_text())["table"]["cells"]
     expected = {
-        f"{model}_{split}_{b}_c{c}": (model, split, b, c, rounds)
-        for (model, split, b), row in MCMAHAN_TABLE1.items()
-        for c, rounds in row.items()
+        cell: (*cell.split("_")[:3], int(cell.split("_c")[-1]), rounds)
+        for cell, rounds in published.items()
     }
     assert set(group_options("experiment/mcmahan2017_table1")) == set(expected)
     # each job as the preset's own sweep composes it (the cell before the preset)

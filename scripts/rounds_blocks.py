@@ -1,0 +1,220 @@
+"""Results-page blocks of rounds to a target per cell, as McMahan et al. 2017 tabulate them
+(Table 1): `kind: rounds`, each cell's seeds at the learning rate its grid chose beside the
+published rounds, with the speedup over the row's baseline column and the one rule's verdict on
+log rounds (`fedlight.reports.verdicts.decide_rounds`); and `kind: rates`, the grid itself.
+
+A reference file's `table` section (docs/results/references/mcmahan2017.yaml):
+
+    table:
+      metric: rounds_to_target_interpolated   # each seed's reading (censored: never got there)
+      factor: 1.5                             # published rounds within a factor either way
+      key: experiment/mcmahan2017_table1      # the setting whose value names a cell
+      rows: {2nn_iid_b10: "2NN, IID, B = 10"} # a cell is <row>_<column>
+      columns: {c0: "0.0", c10: "0.1"}        # the first is the row's baseline (speedups)
+      cells: {2nn_iid_b10_c0: 316}            # published rounds; a cell without one is not shown
+
+A block (docs/results/pages.yaml):
+
+    table1:
+      kind: rounds
+      reference: docs/results/references/mcmahan2017.yaml
+      section: table
+      records: [runs/seeds]        # the seeds of every cell (any rates)
+      chosen_by: [runs/grid]       # seed 0 at each rate tried: the fewest rounds picks the rate
+      columns: [c10]               # optional: only these columns
+
+The rate of a cell is read from `optim.lr` of its jobs' overrides; the grid's choice is the rate
+whose seed-0 run reached the target in the fewest rounds (the paper's criterion, §3), so the
+table needs no rate typed anywhere.
+"""
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from fedlight.reports.computed import observation
+from fedlight.reports.load import load_jobs
+from fedlight.reports.markdown import markdown_table
+from fedlight.reports.model import MISSING, JobResult
+from fedlight.reports.stats import Censored, log_interval, t_interval
+from fedlight.reports.verdicts import Outcome, Verdict, decide_rounds
+
+RATE = "optim.lr"
+
+
+@dataclass(frozen=True)
+class RoundsTable:
+    """A reference file's table of published rounds (the module docstring)."""
+
+    metric: str
+    factor: float
+    key: str
+    rows: dict[str, str]
+    columns: dict[str, str]
+    cells: dict[str, float]
+
+    @classmethod
+    def read(cls, reference: Path, section: str) -> "RoundsTable":
+        content = yaml.safe_load(reference.read_text())[section]
+        return cls(
+            metric=str(content["metric"]),
+            factor=float(content["factor"]),
+            key=str(content["key"]),
+            rows={str(k): str(v) for k, v in content["rows"].items()},
+            columns={str(k): str(v) for k, v in content["columns"].items()},
+            cells={str(k): float(v) for k, v in content["cells"].items()},
+        )
+
+    def placed(self, columns: Iterable[str] | None = None) -> list[tuple[str, str, str]]:
+        """(row, column, cell) of every published cell, in the table's order."""
+        wanted = list(self.columns) if columns is None else list(columns)
+        return [
+            (row, column, f"{row}_{column}")
+            for row in self.rows
+            for column in wanted
+            if f"{row}_{column}" in self.cells
+        ]
+
+
+def jobs_of(sweeps: list[Path]) -> list[JobResult]:
+    return [job for sweep in sweeps for job in load_jobs(sweep) if job.finished]
+
+
+def seed_of(job: JobResult) -> int:
+    return int((job.summary or {}).get("seed", job.overrides.get("seed", 0)))
+
+
+def chosen_rates(jobs: list[JobResult], table: RoundsTable) -> dict[str, tuple[str, Censored]]:
+    """Per cell, the rate whose seed-0 run reached the target first (ties: the first tried) and
+    that run's reading."""
+    chosen: dict[str, tuple[str, Censored]] = {}
+    for job in jobs:
+        found = observation(job, table.metric)
+        cell = job.overrides.get(table.key)
+        if found is None or not found.reached or cell is None or seed_of(job) != 0:
+            continue
+        if cell not in chosen or found.value < chosen[cell][1].value:
+            chosen[cell] = (job.overrides[RATE], found)
+    return chosen
+
+
+def readings(jobs: list[JobResult], table: RoundsTable, rates: dict[str, str]) -> dict[str, dict]:
+    """Per cell, each seed's reading at the cell's rate in `rates`."""
+    found: dict[str, dict[int, Censored]] = {}
+    for job in jobs:
+        cell = job.overrides.get(table.key)
+        reading = observation(job, table.metric)
+        if cell in rates and job.overrides.get(RATE) == rates[cell] and reading is not None:
+            found.setdefault(cell, {})[seed_of(job)] = reading
+    return found
+
+
+def speedup(base: dict[int, Censored], cell: dict[int, Censored]) -> str:
+    """The baseline's rounds over the cell's, seed by seed (the same seed: the same split and
+    initial model), as a geometric mean and its 95% CI; bounds where a seed is censored."""
+    seeds = sorted(set(base) & set(cell))
+    if not seeds:
+        return MISSING
+    if not all(base[s].reached and cell[s].reached for s in seeds):
+        return "censored"
+    logs = [math.log(base[s].value / cell[s].value) for s in seeds]
+    mean = math.exp(sum(logs) / len(logs))
+    found = t_interval(logs)
+    if found.low is None or found.high is None:
+        return f"{mean:.1f}×"
+    return f"{mean:.1f}× [{math.exp(found.low):.1f}, {math.exp(found.high):.1f}]"
+
+
+def estimate(seen: list[Censored]) -> str:
+    """A cell's rounds over its seeds: the geometric mean and its 95% CI on log rounds, or how
+    many seeds reached the target and how far the others ran."""
+    found = log_interval(seen)
+    if found is not None and found.low is not None and found.high is not None:
+        return f"{found.mean:.0f} [{found.low:.0f}, {found.high:.0f}]"
+    if found is not None:
+        return f"{found.mean:.0f}"
+    reached = sum(o.reached for o in seen)
+    ran = max((o.value for o in seen if not o.reached), default=0)
+    return f"{reached}/{len(seen)} reached (>{ran:.0f})"
+
+
+def verdict_text(verdict: Verdict) -> str:
+    """The rule's verdict, and for a refuted cell which side of the band its rounds lie on."""
+    if verdict.outcome != Outcome.REFUTED:
+        return verdict.outcome.value
+    fewer = verdict.high is not None and verdict.band is not None and verdict.high < verdict.band[0]
+    return f"{verdict.outcome.value}: {'fewer' if fewer else 'more'} rounds"
+
+
+def rounds_lines(sweeps: list[Path], spec: dict[str, Any], reference: Path) -> list[str]:
+    """The `rounds` block: one row a published cell (module docstring)."""
+    table = RoundsTable.read(reference, spec.get("section", "table"))
+    grid = jobs_of([sweeps[0].parent / s for s in spec["chosen_by"]])
+    chosen = chosen_rates(grid, table)
+    seen = readings(jobs_of(sweeps), table, {c: rate for c, (rate, _) in chosen.items()})
+    base_column = next(iter(table.columns))
+    body = []
+    for row, column, cell in table.placed(spec.get("columns")):
+        published = table.cells[cell]
+        base = table.cells.get(f"{row}_{base_column}")
+        paper = f"{published:.0f}" + (
+            f" ({base / published:.1f}×)" if base is not None and column != base_column else ""
+        )
+        seeds = seen.get(cell, {})
+        observed = [seeds[s] for s in sorted(seeds)]
+        verdict = decide_rounds(observed, published, table.factor, table.metric)
+        ours = speedup(seen.get(f"{row}_{base_column}", {}), seeds)
+        body.append(
+            [
+                table.rows[row],
+                table.columns[column],
+                paper,
+                chosen[cell][0] if cell in chosen else MISSING,
+                " / ".join(o.text(1) for o in observed) or MISSING,
+                estimate(observed) if observed else MISSING,
+                MISSING if column == base_column else ours,
+                verdict_text(verdict) if observed else "not run",
+            ]
+        )
+    header = [
+        "Model, split, B",
+        "C",
+        "Paper: rounds (speedup)",
+        "Rate (grid)",
+        "fedlight: rounds, seed by seed",
+        "Geometric mean [95% CI]",
+        "Speedup over C = 0 [95% CI]",
+        f"Verdict (within ×{table.factor:g})",
+    ]
+    return markdown_table(header, body, text_columns=2)
+
+
+def rates_lines(sweeps: list[Path], spec: dict[str, Any], reference: Path) -> list[str]:
+    """The `rates` block: each cell's seed-0 runs, one column a rate, the chosen one in bold; a
+    run that stopped before the target reads >R (it ran R rounds: a rate tried after the best was
+    found stops at the best's rounds, as it could no longer be chosen)."""
+    table = RoundsTable.read(reference, spec.get("section", "table"))
+    jobs = [j for j in jobs_of(sweeps) if seed_of(j) == 0]
+    chosen = chosen_rates(jobs, table)
+    rates = sorted({j.overrides[RATE] for j in jobs if RATE in j.overrides}, key=float)
+    tried: dict[str, dict[str, Censored]] = {}
+    for job in jobs:
+        reading = observation(job, table.metric)
+        if reading is not None and RATE in job.overrides:
+            tried.setdefault(job.overrides.get(table.key, ""), {})[job.overrides[RATE]] = reading
+    body = []
+    for row, column, cell in table.placed(spec.get("columns")):
+        if cell not in tried:
+            continue
+        shown = []
+        for rate in rates:
+            reading = tried[cell].get(rate)
+            text = MISSING if reading is None else reading.text(1)
+            best = cell in chosen and chosen[cell][0] == rate
+            shown.append(f"**{text}**" if best else text)
+        body.append([table.rows[row], table.columns[column], *shown])
+    return markdown_table(["Model, split, B", "C", *(f"η = {r}" for r in rates)], body, 2)

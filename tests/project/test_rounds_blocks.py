@@ -1,0 +1,112 @@
+"""The `rounds` and `rates` blocks of the results pages (scripts/rounds_blocks.py) on constructed
+records: the grid's choice of rate, each seed's reading, the geometric mean and its interval on
+log rounds, the paired speedup over the baseline column and the one rule's verdict."""
+
+import math
+import shutil
+from pathlib import Path
+
+import yaml
+
+from fedlight.reports.stats import t_quantile
+from scripts.results import Page, block_lines
+from tests.reports.test_report import write_job
+
+KEY = "experiment/mcmahan2017_table1"
+TARGET = 0.9
+TABLE = {
+    "metric": "rounds_to_target_interpolated",
+    "factor": 1.5,
+    "key": KEY,
+    "rows": {"m_iid": "M, IID"},
+    "columns": {"c0": "0.0", "c10": "0.1"},
+    "cells": {"m_iid_c0": 100, "m_iid_c10": 25},
+}
+
+
+def reaching(rounds: int | None, ran: int = 0) -> list[float]:
+    """A curve whose running best crosses the target exactly at `rounds` (None: never, in `ran`
+    rounds)."""
+    if rounds is None:
+        return [0.5] * ran
+    return [0.5] * (rounds - 1) + [TARGET]
+
+
+def run(sweep: Path, cell: str, rate: str, seed: int, rounds: int | None, ran: int = 0) -> None:
+    overrides = [f"+{KEY}={cell}", f"optim.lr={rate}", f"seed={seed}"]
+    curve = reaching(rounds, ran)
+    summary = {"seed": seed, "target_accuracy": TARGET, "final_accuracy": curve[-1]}
+    write_job(sweep, f"{cell}_{rate}_{seed}", overrides, None, summary, curve)
+
+
+def records(tmp_path: Path) -> Page:
+    """Seed 0 at two rates per cell (0.1 first for the baseline, 0.2 for the other), then seeds
+    0-2 at the chosen rates: the baseline at 80, 100, 125 rounds, the other at 20, 25 and a seed
+    that never got there in 40 rounds, or 25."""
+    (tmp_path / "reference.yaml").write_text(yaml.safe_dump({"table": TABLE}))
+    grid, seeds = tmp_path / "runs" / "grid", tmp_path / "runs" / "seeds"
+    run(grid, "m_iid_c0", "0.1", 0, 80)
+    run(grid, "m_iid_c0", "0.2", 0, 90)
+    run(grid, "m_iid_c10", "0.1", 0, None, 30)
+    run(grid, "m_iid_c10", "0.2", 0, 20)
+    for seed, rounds in enumerate((80, 100, 125)):
+        run(seeds, "m_iid_c0", "0.1", seed, rounds)
+    for seed, rounds in enumerate((20, 25, 25)):
+        run(seeds, "m_iid_c10", "0.2", seed, rounds)
+    return Page(directory=Path("."), reports={".": ("runs/seeds", "runs/grid")})
+
+
+def t_bounds(logs: list[float]) -> tuple[float, float]:
+    mean = sum(logs) / len(logs)
+    std = math.sqrt(sum((x - mean) ** 2 for x in logs) / (len(logs) - 1))
+    half = t_quantile(len(logs) - 1) * std / math.sqrt(len(logs))
+    return math.exp(mean - half), math.exp(mean + half)
+
+
+def test_each_cell_reads_its_seeds_at_the_rate_its_grid_chose_with_its_speedup(
+    tmp_path: Path,
+) -> None:
+    page = records(tmp_path)
+    spec = {"kind": "rounds", "reference": "reference.yaml", "section": "table"}
+    lines = block_lines(
+        tmp_path, page, spec | {"records": ["runs/seeds"], "chosen_by": ["grid"]}, "b"
+    )
+    base, cell = lines[2].split(" | "), lines[3].split(" | ")
+    assert base[2:5] == ["100", "0.1", "80.0 / 100.0 / 125.0"]
+    low, high = t_bounds([math.log(r) for r in (80, 100, 125)])
+    assert base[5] == f"100 [{low:.0f}, {high:.0f}]"
+    assert cell[2:5] == ["25 (4.0×)", "0.2", "20.0 / 25.0 / 25.0"]
+    ratios = [math.log(4), math.log(4), math.log(5)]
+    low, high = t_bounds(ratios)
+    assert cell[6] == f"{math.exp(sum(ratios) / 3):.1f}× [{low:.1f}, {high:.1f}]"
+    # the baseline's interval is wider than the band around 100 (×1.5 either way): undecided;
+    # the other's lies inside the band around 25
+    assert base[7] == "inconclusive |" and cell[7] == "reproduced |"
+
+
+def test_a_cell_far_from_the_paper_is_refuted_on_its_side_and_censored_seeds_are_counted(
+    tmp_path: Path,
+) -> None:
+    page = records(tmp_path)
+    table = TABLE | {"cells": {"m_iid_c0": 1000, "m_iid_c10": 25}}
+    (tmp_path / "reference.yaml").write_text(yaml.safe_dump({"table": table}))
+    # seed 2 again, as a run that never got there in 40 rounds, in place of the one that did
+    shutil.rmtree(tmp_path / "runs" / "seeds" / "m_iid_c10_0.2_2")
+    run(tmp_path / "runs" / "seeds", "m_iid_c10", "0.2", 2, None, 40)
+    spec = {"kind": "rounds", "reference": "reference.yaml", "chosen_by": ["grid"]}
+    lines = block_lines(tmp_path, page, spec | {"records": ["runs/seeds"]}, "b")
+    assert lines[2].endswith("| refuted: fewer rounds |")
+    cell = lines[3].split(" | ")
+    assert cell[4] == "20.0 / 25.0 / >40.0" and cell[5] == "2/3 reached (>40)"
+    assert cell[6] == "censored" and cell[7] == "inconclusive |"
+
+
+def test_the_rates_block_marks_each_cells_choice_and_the_runs_that_stopped_short(
+    tmp_path: Path,
+) -> None:
+    page = records(tmp_path)
+    spec = {"kind": "rates", "reference": "reference.yaml", "records": ["runs/grid"]}
+    lines = block_lines(tmp_path, page, spec, "b")
+    assert lines[0] == "| Model, split, B | C | η = 0.1 | η = 0.2 |"
+    assert lines[2] == "| M, IID | 0.0 | **80.0** | 90.0 |"
+    assert lines[3] == "| M, IID | 0.1 | >30.0 | **20.0** |"
