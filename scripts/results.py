@@ -629,7 +629,7 @@ def record_dirs(root: Path, page: Page, sweeps: list[str] | None = None) -> list
     ]
 
 
-BLOCK_KINDS = "beside, paired, more_seeds, setting, claims, rounds, rates"
+BLOCK_KINDS = "beside, paired, more_seeds, setting, claims, rounds, rates, findings"
 
 
 def block_lines(root: Path, page: Page, spec: dict[str, Any], where: str) -> list[str]:
@@ -637,10 +637,10 @@ def block_lines(root: Path, page: Page, spec: dict[str, Any], where: str) -> lis
     against a reference file's by the one rule, fedlight.reports.verdict_tables), `paired` (per
     seed differences, their CI and the claims' verdicts), `more_seeds` (the seeds that would
     decide the undecided ones), `setting` (the reference's setting beside the records') or
-    `claims` (a reference file's figures), `rounds` or `rates` (rounds to a target per cell at
-    the rate its grid chose, and the grid: scripts.rounds_blocks)."""
+    `claims` (a reference file's figures), `rounds`, `rates` or `findings` (rounds to a target
+    per cell at the rate its grid chose, the grid, claimed ratios of rounds: rounds_blocks)."""
     from fedlight.reports.verdict_tables import beside_table
-    from scripts.rounds_blocks import rates_lines, rounds_lines
+    from scripts.rounds_blocks import findings_lines, rates_lines, rounds_lines
     from scripts.verdict_blocks import more_seeds_lines, paired_lines
 
     kind = spec.get("kind")
@@ -660,6 +660,8 @@ def block_lines(root: Path, page: Page, spec: dict[str, Any], where: str) -> lis
         return rounds_lines(sweeps, spec, reference)
     if kind == "rates" and reference is not None:
         return rates_lines(sweeps, spec, reference)
+    if kind == "findings" and reference is not None:
+        return findings_lines(sweeps, spec, reference)
     raise ResultsError(f"{where}: kind {kind!r} is none of {BLOCK_KINDS} (with its reference)")
 
 

@@ -40,8 +40,8 @@ from fedlight.reports.computed import observation
 from fedlight.reports.load import load_jobs
 from fedlight.reports.markdown import markdown_table
 from fedlight.reports.model import MISSING, JobResult
-from fedlight.reports.stats import Censored, log_interval, t_interval
-from fedlight.reports.verdicts import Outcome, Verdict, decide_rounds
+from fedlight.reports.stats import Censored, Interval, log_interval, t_interval
+from fedlight.reports.verdicts import Outcome, Verdict, decide_rounds, placed
 
 RATE = "optim.lr"
 
@@ -113,20 +113,24 @@ def readings(jobs: list[JobResult], table: RoundsTable, rates: dict[str, str]) -
     return found
 
 
-def speedup(base: dict[int, Censored], cell: dict[int, Censored]) -> str:
+def ratio(base: dict[int, Censored], cell: dict[int, Censored]) -> Interval | str:
     """The baseline's rounds over the cell's, seed by seed (the same seed: the same split and
-    initial model), as a geometric mean and its 95% CI; bounds where a seed is censored."""
+    initial model), as a geometric mean and its 95% CI (t on the log ratios); a word where there
+    is none (no common seed, or one censored)."""
     seeds = sorted(set(base) & set(cell))
     if not seeds:
         return MISSING
     if not all(base[s].reached and cell[s].reached for s in seeds):
         return "censored"
-    logs = [math.log(base[s].value / cell[s].value) for s in seeds]
-    mean = math.exp(sum(logs) / len(logs))
-    found = t_interval(logs)
+    return t_interval([math.log(base[s].value / cell[s].value) for s in seeds]).mapped(math.exp)
+
+
+def ratio_text(found: Interval | str) -> str:
+    if isinstance(found, str):
+        return found
     if found.low is None or found.high is None:
-        return f"{mean:.1f}×"
-    return f"{mean:.1f}× [{math.exp(found.low):.1f}, {math.exp(found.high):.1f}]"
+        return f"{found.mean:.1f}×"
+    return f"{found.mean:.1f}× [{found.low:.1f}, {found.high:.1f}]"
 
 
 def estimate(seen: list[Censored]) -> str:
@@ -142,6 +146,17 @@ def estimate(seen: list[Censored]) -> str:
     return f"{reached}/{len(seen)} reached (>{ran:.0f})"
 
 
+def chosen_readings(
+    sweeps: list[Path], spec: dict[str, Any], table: RoundsTable
+) -> tuple[dict[str, tuple[str, Censored]], dict[str, dict[int, Censored]]]:
+    """Each cell's rate as the block's grid (`chosen_by`, beside the records) chose it, and its
+    seeds' readings at that rate."""
+    grid = jobs_of([sweeps[0].parent / s for s in spec["chosen_by"]])
+    chosen = chosen_rates(grid, table)
+    rates = {cell: rate for cell, (rate, _) in chosen.items()}
+    return chosen, readings(jobs_of(sweeps), table, rates)
+
+
 def verdict_text(verdict: Verdict) -> str:
     """The rule's verdict, and for a refuted cell which side of the band its rounds lie on."""
     if verdict.outcome != Outcome.REFUTED:
@@ -153,9 +168,7 @@ def verdict_text(verdict: Verdict) -> str:
 def rounds_lines(sweeps: list[Path], spec: dict[str, Any], reference: Path) -> list[str]:
     """The `rounds` block: one row a published cell (module docstring)."""
     table = RoundsTable.read(reference, spec.get("section", "table"))
-    grid = jobs_of([sweeps[0].parent / s for s in spec["chosen_by"]])
-    chosen = chosen_rates(grid, table)
-    seen = readings(jobs_of(sweeps), table, {c: rate for c, (rate, _) in chosen.items()})
+    chosen, seen = chosen_readings(sweeps, spec, table)
     base_column = next(iter(table.columns))
     body = []
     for row, column, cell in table.placed(spec.get("columns")):
@@ -167,7 +180,7 @@ def rounds_lines(sweeps: list[Path], spec: dict[str, Any], reference: Path) -> l
         seeds = seen.get(cell, {})
         observed = [seeds[s] for s in sorted(seeds)]
         verdict = decide_rounds(observed, published, table.factor, table.metric)
-        ours = speedup(seen.get(f"{row}_{base_column}", {}), seeds)
+        ours = ratio_text(ratio(seen.get(f"{row}_{base_column}", {}), seeds))
         body.append(
             [
                 table.rows[row],
@@ -218,3 +231,44 @@ def rates_lines(sweeps: list[Path], spec: dict[str, Any], reference: Path) -> li
             shown.append(f"**{text}**" if best else text)
         body.append([table.rows[row], table.columns[column], *shown])
     return markdown_table(["Model, split, B", "C", *(f"η = {r}" for r in rates)], body, 2)
+
+
+def decision(found: Interval | str, band: tuple[float, float]) -> str:
+    """The rule on a ratio's interval; "not run" without seeds, "inconclusive" without an
+    interval (one seed, or one censored)."""
+    if found == MISSING:
+        return "not run"
+    if isinstance(found, str) or found.low is None or found.high is None:
+        return "inconclusive"
+    return placed(found.low, found.high, band).value
+
+
+def findings_lines(sweeps: list[Path], spec: dict[str, Any], reference: Path) -> list[str]:
+    """The `findings` block: a reference's claims about ratios of rounds between cells (its
+    `findings` section: each a `claim`, a `band` [low, high] of the ratio (null: unbounded) and
+    `pairs` [A, B]: A's rounds over B's), each pair's ratio in the paper and in the records
+    (paired by seed, 95% CI) decided by the one rule: inside the band, outside it, or neither."""
+    content = yaml.safe_load(reference.read_text())
+    table = RoundsTable.read(reference, spec.get("section", "table"))
+    _, seen = chosen_readings(sweeps, spec, table)
+    body = []
+    for finding in content[spec.get("findings", "findings")].values():
+        low, high = (
+            math.inf * sign if v is None else float(v)
+            for v, sign in zip(finding["band"], (-1, 1), strict=True)
+        )
+        for a, b in finding["pairs"]:
+            paper = table.cells[a] / table.cells[b]
+            found = ratio(seen.get(a, {}), seen.get(b, {}))
+            inside = "yes" if low <= paper <= high else "no"
+            body.append(
+                [
+                    finding["claim"],
+                    f"{a} / {b}",
+                    f"{paper:.1f}× ({inside})",
+                    ratio_text(found),
+                    decision(found, (low, high)),
+                ]
+            )
+    header = ["Finding", "Rounds of A / B", "Paper (in the band)", "fedlight [95% CI]", "Verdict"]
+    return markdown_table(header, body, text_columns=2)

@@ -110,3 +110,18 @@ def test_the_rates_block_marks_each_cells_choice_and_the_runs_that_stopped_short
     assert lines[0] == "| Model, split, B | C | η = 0.1 | η = 0.2 |"
     assert lines[2] == "| M, IID | 0.0 | **80.0** | 90.0 |"
     assert lines[3] == "| M, IID | 0.1 | >30.0 | **20.0** |"
+
+
+def test_a_finding_is_a_band_of_ratios_of_rounds_decided_seed_by_seed(tmp_path: Path) -> None:
+    """The baseline over the other cell: 4, 4 and 5 times, its interval within [2, ∞): the claim
+    "several times fewer rounds" holds; within (-∞, 2] it would be refuted."""
+    page = records(tmp_path)
+    for band, verdict in (([2, None], "reproduced"), ([None, 2], "refuted")):
+        finding = {"claim": "fewer", "band": band, "pairs": [["m_iid_c0", "m_iid_c10"]]}
+        reference = {"table": TABLE, "findings": {"f": finding}}
+        (tmp_path / "reference.yaml").write_text(yaml.safe_dump(reference))
+        spec = {"kind": "findings", "reference": "reference.yaml", "chosen_by": ["grid"]}
+        [*_, row] = block_lines(tmp_path, page, spec | {"records": ["runs/seeds"]}, "b")
+        inside = "yes" if verdict == "reproduced" else "no"
+        assert row.startswith(f"| fewer | m_iid_c0 / m_iid_c10 | 4.0× ({inside}) | 4.3× [")
+        assert row.endswith(f"| {verdict} |")
