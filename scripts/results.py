@@ -640,7 +640,7 @@ def block_lines(root: Path, page: Page, spec: dict[str, Any], where: str) -> lis
     `claims` (a reference file's figures), `rounds`, `rates` or `findings` (rounds to a target
     per cell at the rate its grid chose, the grid, claimed ratios of rounds: rounds_blocks)."""
     from fedlight.reports.verdict_tables import beside_table
-    from scripts.rounds_blocks import findings_lines, rates_lines, rounds_lines
+    from scripts.rounds_blocks import ROUNDS_BLOCKS
     from scripts.verdict_blocks import more_seeds_lines, paired_lines
 
     kind = spec.get("kind")
@@ -656,12 +656,8 @@ def block_lines(root: Path, page: Page, spec: dict[str, Any], where: str) -> lis
         return setting_table(root, page, spec)
     if kind == "claims" and reference is not None:
         return claims_lines(read_yaml(reference))
-    if kind == "rounds" and reference is not None:
-        return rounds_lines(sweeps, spec, reference)
-    if kind == "rates" and reference is not None:
-        return rates_lines(sweeps, spec, reference)
-    if kind == "findings" and reference is not None:
-        return findings_lines(sweeps, spec, reference)
+    if kind in ROUNDS_BLOCKS and reference is not None:
+        return ROUNDS_BLOCKS[kind](root / page.directory, spec, reference)
     raise ResultsError(f"{where}: kind {kind!r} is none of {BLOCK_KINDS} (with its reference)")
 
 

@@ -36,7 +36,8 @@ from typing import Any
 
 import yaml
 
-from fedlight.reports.computed import observation
+from fedlight.reports.computed import observation, test_points
+from fedlight.reports.curves import Line, Panel, write_curves
 from fedlight.reports.load import load_jobs
 from fedlight.reports.markdown import markdown_table
 from fedlight.reports.model import MISSING, JobResult
@@ -102,17 +103,6 @@ def chosen_rates(jobs: list[JobResult], table: RoundsTable) -> dict[str, tuple[s
     return chosen
 
 
-def readings(jobs: list[JobResult], table: RoundsTable, rates: dict[str, str]) -> dict[str, dict]:
-    """Per cell, each seed's reading at the cell's rate in `rates`."""
-    found: dict[str, dict[int, Censored]] = {}
-    for job in jobs:
-        cell = job.overrides.get(table.key)
-        reading = observation(job, table.metric)
-        if cell in rates and job.overrides.get(RATE) == rates[cell] and reading is not None:
-            found.setdefault(cell, {})[seed_of(job)] = reading
-    return found
-
-
 def ratio(base: dict[int, Censored], cell: dict[int, Censored]) -> Interval | str:
     """The baseline's rounds over the cell's, seed by seed (the same seed: the same split and
     initial model), as a geometric mean and its 95% CI (t on the log ratios); a word where there
@@ -146,15 +136,30 @@ def estimate(seen: list[Censored]) -> str:
     return f"{reached}/{len(seen)} reached (>{ran:.0f})"
 
 
+def sweeps_of(directory: Path, spec: dict[str, Any], key: str) -> list[Path]:
+    """The block's sweeps named by `key` (`records`, `chosen_by`), relative to the page."""
+    return [directory / name for name in spec[key]]
+
+
 def chosen_readings(
-    sweeps: list[Path], spec: dict[str, Any], table: RoundsTable
-) -> tuple[dict[str, tuple[str, Censored]], dict[str, dict[int, Censored]]]:
-    """Each cell's rate as the block's grid (`chosen_by`, beside the records) chose it, and its
-    seeds' readings at that rate."""
-    grid = jobs_of([sweeps[0].parent / s for s in spec["chosen_by"]])
-    chosen = chosen_rates(grid, table)
+    directory: Path, spec: dict[str, Any], table: RoundsTable
+) -> tuple[dict[str, tuple[str, Censored]], dict[str, list[JobResult]]]:
+    """Each cell's rate as the block's grid (`chosen_by`) chose it, and its jobs of the
+    `records` at that rate."""
+    chosen = chosen_rates(jobs_of(sweeps_of(directory, spec, "chosen_by")), table)
     rates = {cell: rate for cell, (rate, _) in chosen.items()}
-    return chosen, readings(jobs_of(sweeps), table, rates)
+    at_rate: dict[str, list[JobResult]] = {}
+    for job in jobs_of(sweeps_of(directory, spec, "records")):
+        cell = job.overrides.get(table.key)
+        if cell in rates and job.overrides.get(RATE) == rates[cell]:
+            at_rate.setdefault(cell, []).append(job)
+    return chosen, at_rate
+
+
+def seed_readings(jobs: list[JobResult], metric: str) -> dict[int, Censored]:
+    """Each job's reading of `metric`, by seed."""
+    found = {seed_of(job): observation(job, metric) for job in jobs}
+    return {seed: reading for seed, reading in found.items() if reading is not None}
 
 
 def verdict_text(verdict: Verdict) -> str:
@@ -165,10 +170,15 @@ def verdict_text(verdict: Verdict) -> str:
     return f"{verdict.outcome.value}: {'fewer' if fewer else 'more'} rounds"
 
 
-def rounds_lines(sweeps: list[Path], spec: dict[str, Any], reference: Path) -> list[str]:
-    """The `rounds` block: one row a published cell (module docstring)."""
+def rounds_lines(directory: Path, spec: dict[str, Any], reference: Path) -> list[str]:
+    """The `rounds` block: one row a published cell (module docstring); with `curves: <file>`,
+    the cells' running-best curves drawn into that file of the page's folder, and shown."""
     table = RoundsTable.read(reference, spec.get("section", "table"))
-    chosen, seen = chosen_readings(sweeps, spec, table)
+    chosen, jobs = chosen_readings(directory, spec, table)
+    seen = {cell: seed_readings(found, table.metric) for cell, found in jobs.items()}
+    shown = [f"![{spec['curves']}]({spec['curves']})", ""] if spec.get("curves") else []
+    if shown:
+        draw_curves(directory / spec["curves"], table, jobs)
     base_column = next(iter(table.columns))
     body = []
     for row, column, cell in table.placed(spec.get("columns")):
@@ -203,15 +213,48 @@ def rounds_lines(sweeps: list[Path], spec: dict[str, Any], reference: Path) -> l
         "Speedup over C = 0 [95% CI]",
         f"Verdict (within ×{table.factor:g})",
     ]
-    return markdown_table(header, body, text_columns=2)
+    return [*shown, *markdown_table(header, body, text_columns=2)]
 
 
-def rates_lines(sweeps: list[Path], spec: dict[str, Any], reference: Path) -> list[str]:
+def running_best(job: JobResult) -> tuple[list[float], list[float]]:
+    """The job's test accuracy at each evaluated round as the paper reads it: the best so far."""
+    rounds, best, top = [], [], 0.0
+    for round_index, value in test_points(job):
+        top = max(top, value)
+        rounds.append(round_index)
+        best.append(top)
+    return rounds, best
+
+
+def draw_curves(path: Path, table: RoundsTable, jobs: dict[str, list[JobResult]]) -> None:
+    """One panel a row of the table: every seed's running-best curve, one colour a column (C),
+    against log rounds, with the target as a dashed line."""
+    from matplotlib import colormaps
+
+    colors = colormaps["tab10"].colors
+    panels = []
+    for row, label in table.rows.items():
+        lines, targets = [], set()
+        for index, (column, name) in enumerate(table.columns.items()):
+            for seed, job in enumerate(sorted(jobs.get(f"{row}_{column}", []), key=seed_of)):
+                rounds, best = running_best(job)
+                shown = f"C = {name}" if seed == 0 else None
+                lines.append(Line(shown, rounds, best, color=colors[index % len(colors)]))
+                targets.add(float(job.target_accuracy or 0))
+        if lines:
+            top = max(targets)
+            ylim = (top - 0.07, min(1.0, top + 0.015))
+            title = f"{label}: running-best test accuracy, every seed"
+            panels.append(Panel("accuracy", lines, title, log_x=True, targets=(top,), ylim=ylim))
+    write_curves(path, panels, width=8, dpi=80, stacked=True)
+
+
+def rates_lines(directory: Path, spec: dict[str, Any], reference: Path) -> list[str]:
     """The `rates` block: each cell's seed-0 runs, one column a rate, the chosen one in bold; a
     run that stopped before the target reads >R (it ran R rounds: a rate tried after the best was
     found stops at the best's rounds, as it could no longer be chosen)."""
     table = RoundsTable.read(reference, spec.get("section", "table"))
-    jobs = [j for j in jobs_of(sweeps) if seed_of(j) == 0]
+    jobs = [j for j in jobs_of(sweeps_of(directory, spec, "records")) if seed_of(j) == 0]
     chosen = chosen_rates(jobs, table)
     rates = sorted({j.overrides[RATE] for j in jobs if RATE in j.overrides}, key=float)
     tried: dict[str, dict[str, Censored]] = {}
@@ -243,14 +286,15 @@ def decision(found: Interval | str, band: tuple[float, float]) -> str:
     return placed(found.low, found.high, band).value
 
 
-def findings_lines(sweeps: list[Path], spec: dict[str, Any], reference: Path) -> list[str]:
+def findings_lines(directory: Path, spec: dict[str, Any], reference: Path) -> list[str]:
     """The `findings` block: a reference's claims about ratios of rounds between cells (its
     `findings` section: each a `claim`, a `band` [low, high] of the ratio (null: unbounded) and
     `pairs` [A, B]: A's rounds over B's), each pair's ratio in the paper and in the records
     (paired by seed, 95% CI) decided by the one rule: inside the band, outside it, or neither."""
     content = yaml.safe_load(reference.read_text())
     table = RoundsTable.read(reference, spec.get("section", "table"))
-    _, seen = chosen_readings(sweeps, spec, table)
+    _, jobs = chosen_readings(directory, spec, table)
+    seen = {cell: seed_readings(found, table.metric) for cell, found in jobs.items()}
     body = []
     for finding in content[spec.get("findings", "findings")].values():
         low, high = (
@@ -272,3 +316,7 @@ def findings_lines(sweeps: list[Path], spec: dict[str, Any], reference: Path) ->
             )
     header = ["Finding", "Rounds of A / B", "Paper (in the band)", "fedlight [95% CI]", "Verdict"]
     return markdown_table(header, body, text_columns=2)
+
+
+# the block kinds of this module, by the name a pages.yaml block gives as its `kind`
+ROUNDS_BLOCKS = {"rounds": rounds_lines, "rates": rates_lines, "findings": findings_lines}

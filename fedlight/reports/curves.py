@@ -21,6 +21,7 @@ class Line:
     rounds: list[int] | list[float]  # the x values: rounds, or virtual seconds
     values: list[float]
     band: tuple[list[float], list[float]] | None = None  # (low, high), drawn shaded
+    color: str | None = None  # None: the panel's next colour (one colour for several seeds' lines)
 
 
 @dataclass
@@ -31,6 +32,9 @@ class Panel:
     legend_title: str | None = None
     xlabel: str = "round"  # "round" draws integer ticks
     log_y: bool = False  # a loss spanning orders of magnitude (a diverging run beside the others)
+    log_x: bool = False  # rounds spanning orders of magnitude (tens to thousands)
+    targets: tuple[float, ...] = ()  # horizontal lines: the accuracy a table reads rounds to
+    ylim: tuple[float, float] | None = None
 
 
 LEGEND_INSIDE = 6  # a panel with more labelled lines has its legend below its axes
@@ -54,13 +58,13 @@ def write_curves(
     path: Path, panels: list[Panel], width: float, dpi: int, stacked: bool = False
 ) -> None:
     """The panels side by side, or `stacked` one above the other (several metrics of the same
-    lines: one legend, under the last)."""
+    lines, or several tables' rows: one legend of every panel's labels, under the last)."""
     from matplotlib import colormaps
     from matplotlib.ticker import MaxNLocator
 
     below = max((labelled(panel) for panel in panels if labelled(panel) > LEGEND_INSIDE), default=0)
     if stacked:  # its one legend under the panels
-        below = labelled(panels[-1])
+        below = len({line.label for panel in panels for line in panel.lines if line.label})
         fig = figure(width, 3.5 * len(panels) + LEGEND_ROW * below)
         axes = fig.subplots(len(panels), 1, squeeze=False)[:, 0]
     else:
@@ -70,7 +74,9 @@ def write_curves(
         if len(panel.lines) > 10:  # matplotlib's default cycle repeats after 10 colours
             ax.set_prop_cycle(color=colormaps["tab20"].colors)
         for line in panel.lines:
-            (drawn,) = ax.plot(line.rounds, line.values, marker=".", label=line.label)
+            (drawn,) = ax.plot(
+                line.rounds, line.values, marker=".", label=line.label, color=line.color
+            )
             if line.band is not None:
                 low, high = line.band
                 ax.fill_between(
@@ -85,15 +91,26 @@ def write_curves(
         ax.grid(alpha=0.3)
         if panel.log_y:
             ax.set_yscale("log")
+        if panel.log_x:
+            ax.set_xscale("log")
+        for target in panel.targets:
+            ax.axhline(target, color="grey", linewidth=1, linestyle="--")
+        if panel.ylim is not None:
+            ax.set_ylim(*panel.ylim)
         if labelled(panel) and not stacked:  # many lines: a list under the axes, none hidden
             below_axes = {"loc": "upper center", "bbox_to_anchor": (0.5, -0.12)}
             where = below_axes if labelled(panel) > LEGEND_INSIDE else {}
             ax.legend(title=panel.legend_title, fontsize="small", **where)
-    if stacked and labelled(panels[-1]):  # one legend for all, under the figure
+    if stacked and below:  # one legend for all, under the figure
         height = fig.get_figheight()
         legend_part = (LEGEND_ROW * (below + 1)) / height
+        shown: dict[str, object] = {}  # every panel's labels, once each, in order
+        for ax in axes:
+            for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+                shown.setdefault(label, handle)
         fig.legend(
-            *axes[-1].get_legend_handles_labels(),
+            list(shown.values()),
+            list(shown),
             title=panels[-1].legend_title,
             fontsize="small",
             loc="lower center",

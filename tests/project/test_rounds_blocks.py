@@ -10,6 +10,7 @@ import yaml
 
 from fedlight.reports.stats import t_quantile
 from scripts.results import Page, block_lines
+from scripts.rounds_blocks import jobs_of, running_best
 from tests.reports.test_report import write_job
 
 KEY = "experiment/mcmahan2017_table1"
@@ -69,7 +70,7 @@ def test_each_cell_reads_its_seeds_at_the_rate_its_grid_chose_with_its_speedup(
     page = records(tmp_path)
     spec = {"kind": "rounds", "reference": "reference.yaml", "section": "table"}
     lines = block_lines(
-        tmp_path, page, spec | {"records": ["runs/seeds"], "chosen_by": ["grid"]}, "b"
+        tmp_path, page, spec | {"records": ["runs/seeds"], "chosen_by": ["runs/grid"]}, "b"
     )
     base, cell = lines[2].split(" | "), lines[3].split(" | ")
     assert base[2:5] == ["100", "0.1", "80.0 / 100.0 / 125.0"]
@@ -93,7 +94,7 @@ def test_a_cell_far_from_the_paper_is_refuted_on_its_side_and_censored_seeds_are
     # seed 2 again, as a run that never got there in 40 rounds, in place of the one that did
     shutil.rmtree(tmp_path / "runs" / "seeds" / "m_iid_c10_0.2_2")
     run(tmp_path / "runs" / "seeds", "m_iid_c10", "0.2", 2, None, 40)
-    spec = {"kind": "rounds", "reference": "reference.yaml", "chosen_by": ["grid"]}
+    spec = {"kind": "rounds", "reference": "reference.yaml", "chosen_by": ["runs/grid"]}
     lines = block_lines(tmp_path, page, spec | {"records": ["runs/seeds"]}, "b")
     assert lines[2].endswith("| refuted: fewer rounds |")
     cell = lines[3].split(" | ")
@@ -120,8 +121,31 @@ def test_a_finding_is_a_band_of_ratios_of_rounds_decided_seed_by_seed(tmp_path: 
         finding = {"claim": "fewer", "band": band, "pairs": [["m_iid_c0", "m_iid_c10"]]}
         reference = {"table": TABLE, "findings": {"f": finding}}
         (tmp_path / "reference.yaml").write_text(yaml.safe_dump(reference))
-        spec = {"kind": "findings", "reference": "reference.yaml", "chosen_by": ["grid"]}
+        spec = {"kind": "findings", "reference": "reference.yaml", "chosen_by": ["runs/grid"]}
         [*_, row] = block_lines(tmp_path, page, spec | {"records": ["runs/seeds"]}, "b")
         inside = "yes" if verdict == "reproduced" else "no"
         assert row.startswith(f"| fewer | m_iid_c0 / m_iid_c10 | 4.0× ({inside}) | 4.3× [")
         assert row.endswith(f"| {verdict} |")
+
+
+def test_the_rounds_block_draws_its_cells_running_best_curves_beside_the_page(
+    tmp_path: Path,
+) -> None:
+    page = records(tmp_path)
+    spec = {"kind": "rounds", "reference": "reference.yaml", "curves": "table.png"}
+    spec |= {"records": ["runs/seeds"], "chosen_by": ["runs/grid"]}
+    lines = block_lines(tmp_path, page, spec, "b")
+    assert lines[:2] == ["![table.png](table.png)", ""]
+    assert (tmp_path / "table.png").read_bytes().startswith(b"\x89PNG")
+    assert running_best_of(tmp_path / "one", [0.5, 0.7, 0.6, 0.9]) == (
+        [1.0, 2.0, 3.0, 4.0],
+        [0.5, 0.7, 0.7, 0.9],
+    )
+
+
+def running_best_of(sweep: Path, curve: list[float]) -> tuple[list[float], list[float]]:
+    """running_best of a job whose test accuracy is `curve` round by round."""
+    summary = {"seed": 0, "target_accuracy": TARGET, "final_accuracy": curve[-1]}
+    write_job(sweep, "job", [f"+{KEY}=m_iid_c0", "optim.lr=0.1"], None, summary, curve)
+    [job] = jobs_of([sweep])
+    return running_best(job)
