@@ -680,7 +680,10 @@ def claimed(value: Any) -> str:
 
 
 # A reference section's keys that locate its quotation rather than state a figure
-LOCATION_KEYS = {"line", "column", "quote", "setting", "cells", "title_line", "within", "section"}
+LOCATION_KEYS = {
+    *("line", "column", "quote", "setting", "cells", "title_line", "section"),
+    *("within", "factor"),  # a comparison's tolerance, not a figure of the source
+}
 
 
 def located(body: dict[str, Any]) -> str:
@@ -735,11 +738,12 @@ SETTING_ROWS = (
 )
 
 
-def config_values(root: Path, page: Page, key: str) -> list[str]:
-    """The distinct values a config key took over the page's records, in order (a config
-    group's choice from summary.json, other keys from the resolved config)."""
+def config_values(root: Path, page: Page, key: str, sweeps: list[str] | None = None) -> list[str]:
+    """The distinct values a config key took over the page's records (or those of them named in
+    `sweeps`), in order (a config group's choice from summary.json, other keys from the resolved
+    config)."""
     values: dict[str, None] = {}
-    for sweep in record_dirs(root, page):
+    for sweep in record_dirs(root, page, sweeps):
         for job in job_dirs(sweep):
             summary = read_tree(job / "summary.json", f"{page.directory}: setting table")
             if "." not in key and key in summary:
@@ -771,8 +775,13 @@ def setting_table(root: Path, page: Page, spec: dict[str, Any]) -> list[str]:
     theirs = reference.get("setting") or {}
     verdicts = spec.get("verdicts") or {}
     rows = []
-    for label, key in SETTING_ROWS:
-        ours = ", ".join(config_values(root, page, key)) if page.records else "—"
+    # a block's `rows` add rows (label: config key) or give one no key (null: it varies by cell)
+    for label, key in {**dict(SETTING_ROWS), **(spec.get("rows") or {})}.items():
+        if key is None:
+            ours = "per cell (the tables below)"
+        else:
+            found = config_values(root, page, key, spec.get("records"))
+            ours = ", ".join(found) if page.records else "—"
         source_value = str(theirs.get(label, "not stated"))
         rows.append(
             [label, source_value, ours, setting_verdict(label, source_value, ours, verdicts)]

@@ -148,8 +148,12 @@ def write_markdown(
     lines = [f"# Report: {display_name}", ""]
     for sweep_dir in sweep_dirs:
         command = sweep_command(sweep_dir)
-        if command is None:
-            lines += [f"Command: unknown (no multirun.yaml or .hydra/ in {sweep_dir}).", ""]
+        if command is None:  # a folder of single runs (its name only: no machine's path)
+            lines += [
+                f"Commands: `{sweep_dir.name}` is a folder of single runs, each job's command in "
+                "its `.hydra/overrides.yaml`.",
+                "",
+            ]
         else:
             lines += ["```bash", command, "```", ""]
     if sections:
