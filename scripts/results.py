@@ -629,7 +629,7 @@ def record_dirs(root: Path, page: Page, sweeps: list[str] | None = None) -> list
     ]
 
 
-BLOCK_KINDS = "beside, paired, more_seeds, setting, claims, rounds, rates, findings"
+BLOCK_KINDS = "beside, paired, more_seeds, setting, claims, rounds, rates, findings, cost"
 
 
 def block_lines(root: Path, page: Page, spec: dict[str, Any], where: str) -> list[str]:
@@ -640,6 +640,7 @@ def block_lines(root: Path, page: Page, spec: dict[str, Any], where: str) -> lis
     `claims` (a reference file's figures), `rounds`, `rates` or `findings` (rounds to a target
     per cell at the rate its grid chose, the grid, claimed ratios of rounds: rounds_blocks)."""
     from fedlight.reports.verdict_tables import beside_table
+    from scripts.cost_blocks import COST_BLOCKS
     from scripts.rounds_blocks import ROUNDS_BLOCKS
     from scripts.verdict_blocks import more_seeds_lines, paired_lines
 
@@ -656,8 +657,9 @@ def block_lines(root: Path, page: Page, spec: dict[str, Any], where: str) -> lis
         return setting_table(root, page, spec)
     if kind == "claims" and reference is not None:
         return claims_lines(read_yaml(reference))
-    if kind in ROUNDS_BLOCKS and reference is not None:
-        return ROUNDS_BLOCKS[kind](root / page.directory, spec, reference)
+    tables = {**ROUNDS_BLOCKS, **COST_BLOCKS}  # blocks of rounds to a target (their modules)
+    if kind in tables and reference is not None:
+        return tables[kind](root / page.directory, spec, reference)
     raise ResultsError(f"{where}: kind {kind!r} is none of {BLOCK_KINDS} (with its reference)")
 
 

@@ -21,7 +21,7 @@ A block (docs/results/pages.yaml):
       section: table
       records: [runs/seeds]        # the seeds of every cell (any rates)
       chosen_by: [runs/grid]       # seed 0 at each rate tried: the fewest rounds picks the rate
-      columns: [c10]               # optional: only these columns
+      columns: [c10]               # optional: only these columns (and `rows`: these rows)
 
 The rate of a cell is read from `optim.lr` of its jobs' overrides; the grid's choice is the rate
 whose seed-0 run reached the target in the fewest rounds (the paper's criterion, §3), so the
@@ -70,12 +70,15 @@ class RoundsTable:
             cells={str(k): float(v) for k, v in content["cells"].items()},
         )
 
-    def placed(self, columns: Iterable[str] | None = None) -> list[tuple[str, str, str]]:
-        """(row, column, cell) of every published cell, in the table's order."""
+    def placed(
+        self, columns: Iterable[str] | None = None, rows: Iterable[str] | None = None
+    ) -> list[tuple[str, str, str]]:
+        """(row, column, cell) of every published cell (of the `rows` and `columns` given), in
+        the table's order."""
         wanted = list(self.columns) if columns is None else list(columns)
         return [
             (row, column, f"{row}_{column}")
-            for row in self.rows
+            for row in (self.rows if rows is None else rows)
             for column in wanted
             if f"{row}_{column}" in self.cells
         ]
@@ -181,7 +184,7 @@ def rounds_lines(directory: Path, spec: dict[str, Any], reference: Path) -> list
         draw_curves(directory / spec["curves"], table, jobs)
     base_column = next(iter(table.columns))
     body = []
-    for row, column, cell in table.placed(spec.get("columns")):
+    for row, column, cell in table.placed(spec.get("columns"), spec.get("rows")):
         published = table.cells[cell]
         base = table.cells.get(f"{row}_{base_column}")
         paper = f"{published:.0f}" + (

@@ -149,3 +149,25 @@ def running_best_of(sweep: Path, curve: list[float]) -> tuple[list[float], list[
     write_job(sweep, "job", [f"+{KEY}=m_iid_c0", "optim.lr=0.1"], None, summary, curve)
     [job] = jobs_of([sweep])
     return running_best(job)
+
+
+def test_the_cost_block_times_each_cell_and_estimates_one_run_at_the_published_rounds(
+    tmp_path: Path,
+) -> None:
+    """A round of 4 clients took 2 s (0.5 s a client): the cell of 1 client a round at its
+    published 100 rounds is estimated at 100 × 1 × 0.5 s."""
+    (tmp_path / "reference.yaml").write_text(
+        yaml.safe_dump({"table": TABLE | {"clients": {"c0": 1, "c10": 4}}})
+    )
+    overrides = [f"+{KEY}=m_iid_c10", "optim.lr=0.1", "seed=0"]
+    summary = {"seed": 0, "target_accuracy": TARGET, "rounds": 10, "wall_seconds": 20.0}
+    write_job(tmp_path / "runs" / "all", "a", overrides, None, summary, [0.5] * 10)
+    lines_of = (tmp_path / "runs" / "all" / "a" / "metrics.csv").read_text().splitlines()
+    rows = [lines_of[0] + ",participants", *(line + ",4" for line in lines_of[1:])]
+    (tmp_path / "runs" / "all" / "a" / "metrics.csv").write_text("\n".join(rows) + "\n")
+    page = Page(directory=Path("."), reports={".": ("runs/all",)})
+    spec = {"kind": "cost", "reference": "reference.yaml", "records": ["runs/all"]}
+    lines = block_lines(tmp_path, page, spec, "b")
+    assert lines[2] == f"| M, IID | 0.0 | 0 | — | — | {100 * 1 * 0.5 / 3600:.2f} |"
+    assert lines[3] == f"| M, IID | 0.1 | 1 | 2.00 | {20 / 3600:.1f} | {25 * 4 * 0.5 / 3600:.2f} |"
+    assert lines[-1] == f"All the records' runs: 1 run, {20 / 3600:.1f} hours of one thread each."
