@@ -629,7 +629,10 @@ def record_dirs(root: Path, page: Page, sweeps: list[str] | None = None) -> list
     ]
 
 
-BLOCK_KINDS = "beside, paired, more_seeds, setting, claims, rounds, rates, findings, cost"
+BLOCK_KINDS = (
+    "beside, paired, more_seeds, setting, claims, rounds, rates, findings, cost, protocols, "
+    "variants"
+)
 
 
 def block_lines(root: Path, page: Page, spec: dict[str, Any], where: str) -> list[str]:
@@ -638,10 +641,12 @@ def block_lines(root: Path, page: Page, spec: dict[str, Any], where: str) -> lis
     seed differences, their CI and the claims' verdicts), `more_seeds` (the seeds that would
     decide the undecided ones), `setting` (the reference's setting beside the records') or
     `claims` (a reference file's figures), `rounds`, `rates` or `findings` (rounds to a target
-    per cell at the rate its grid chose, the grid, claimed ratios of rounds: rounds_blocks)."""
+    per cell at the rate its grid chose, the grid, claimed ratios of rounds: rounds_blocks), `cost`
+    (cost_blocks), `protocols` or `variants` (one cell's rounds another way: variant_blocks)."""
     from fedlight.reports.verdict_tables import beside_table
     from scripts.cost_blocks import COST_BLOCKS
     from scripts.rounds_blocks import ROUNDS_BLOCKS
+    from scripts.variant_blocks import VARIANT_BLOCKS
     from scripts.verdict_blocks import more_seeds_lines, paired_lines
 
     kind = spec.get("kind")
@@ -657,7 +662,8 @@ def block_lines(root: Path, page: Page, spec: dict[str, Any], where: str) -> lis
         return setting_table(root, page, spec)
     if kind == "claims" and reference is not None:
         return claims_lines(read_yaml(reference))
-    tables = {**ROUNDS_BLOCKS, **COST_BLOCKS}  # blocks of rounds to a target (their modules)
+    # blocks of rounds to a target (their modules)
+    tables = {**ROUNDS_BLOCKS, **COST_BLOCKS, **VARIANT_BLOCKS}
     if kind in tables and reference is not None:
         return tables[kind](root / page.directory, spec, reference)
     raise ResultsError(f"{where}: kind {kind!r} is none of {BLOCK_KINDS} (with its reference)")

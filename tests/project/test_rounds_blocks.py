@@ -171,3 +171,56 @@ def test_the_cost_block_times_each_cell_and_estimates_one_run_at_the_published_r
     assert lines[2] == f"| M, IID | 0.0 | 0 | — | — | {100 * 1 * 0.5 / 3600:.2f} |"
     assert lines[3] == f"| M, IID | 0.1 | 1 | 2.00 | {20 / 3600:.1f} | {25 * 4 * 0.5 / 3600:.2f} |"
     assert lines[-1] == f"All the records' runs: 1 run, {20 / 3600:.1f} hours of one thread each."
+
+
+def test_the_protocols_block_sets_the_rate_a_validation_split_picks_beside_the_test_sets(
+    tmp_path: Path,
+) -> None:
+    """The grid on the test set picks 0.2 for the second cell; on a validation split 0.1 wins:
+    its seeds (30, 30, 36 rounds) over the test-chosen rate's (20, 25, 25), seed by seed."""
+    page = records(tmp_path)
+    valgrid, seeds = tmp_path / "runs" / "valgrid", tmp_path / "runs" / "seeds"
+    run(valgrid, "m_iid_c10", "0.1", 0, 15)
+    run(valgrid, "m_iid_c10", "0.2", 0, 18)
+    for seed, rounds in enumerate((30, 30, 36)):
+        run(seeds, "m_iid_c10", "0.1", seed, rounds)
+    spec = {"kind": "protocols", "reference": "reference.yaml", "columns": ["c10"]}
+    spec |= {"records": ["runs/seeds"], "chosen_by": ["runs/grid"], "honest_by": ["runs/valgrid"]}
+    [*_, row] = block_lines(tmp_path, page, spec, "b")
+    cells = row.split(" | ")
+    assert cells[1:4] == ["0.1", "25", "0.2"] and cells[5:7] == ["0.1", "30.0 / 30.0 / 36.0"]
+    ratios = [math.log(30 / 20), math.log(30 / 25), math.log(36 / 25)]
+    low, high = t_bounds(ratios)
+    assert cells[8] == f"{math.exp(sum(ratios) / 3):.1f}× [{low:.1f}, {high:.1f}] |"
+
+
+def test_the_variants_block_decides_each_way_of_running_a_cell_against_the_paper(
+    tmp_path: Path,
+) -> None:
+    """The cell as run (20, 25, 25: inside ×1.5 of 25), with a setting changed (50 rounds every
+    seed: twice the first row's, outside the band), the changed runs read off another metric
+    (the summary's first round at the target, here 49) and a rate of the grid that stopped short
+    of it."""
+    page = records(tmp_path)
+    for seed in range(3):
+        overrides = [f"+{KEY}=m_iid_c10", "optim.lr=0.2", f"seed={seed}"]
+        summary = {"seed": seed, "target_accuracy": TARGET, "rounds_to_target": 49}
+        write_job(tmp_path / "runs" / "other", f"{seed}", overrides, None, summary, reaching(50))
+    variants = [
+        {"label": "as run", "records": ["runs/seeds"]},
+        {"label": "changed", "records": ["runs/other"]},
+        {"label": "raw", "records": ["runs/other"], "metric": "rounds_to_target"},
+        {"label": "rate 0.1", "records": ["runs/grid"], "rate": "0.1"},
+    ]
+    spec = {"kind": "variants", "reference": "reference.yaml", "cell": "m_iid_c10"}
+    spec |= {"chosen_by": ["runs/grid"], "variants": variants}
+    lines = block_lines(tmp_path, page, spec, "b")
+    logs = [math.log(r) for r in (20, 25, 25)]
+    low, high = t_bounds(logs)
+    mean = f"{math.exp(sum(logs) / 3):.0f} [{low:.0f}, {high:.0f}]"
+    assert lines[2] == f"| as run | 0.2 | 20.0 / 25.0 / 25.0 | {mean} | — | reproduced |"
+    assert lines[3].startswith("| changed | 0.2 | 50.0 / 50.0 / 50.0 | 50 [50, 50] | 0.5× [")
+    assert lines[3].endswith("| refuted: more rounds |")
+    assert lines[4].startswith("| raw | 0.2 | 49.0 / 49.0 / 49.0 | 49 [49, 49] |")
+    # stopped at 30, inside the band's top (37.5): it may yet have got there within it
+    assert lines[5] == "| rate 0.1 | 0.1 | >30.0 | 0/1 reached (>30) | censored | inconclusive |"
