@@ -100,7 +100,10 @@ class TensorDataset:
     out of the training set (`data.validation_fraction`, `fedlight.data.validation`), or the
     source's own (a DataModule's `val_dataloader`); None without one. `batch_size`: the batch
     size of the source's own loaders (a DataModule's), which the run says `local.batch_size`
-    replaces; None for a source without loaders."""
+    replaces; None for a source without loaders. `test_clients`, where the data splits each
+    client's examples into training and test itself (LEAF's per-user split): each test
+    example's client in `train_clients`' numbering (-1: a user without training examples), which
+    `partition=natural` makes the clients' local test sets; on the CPU as `train_clients`."""
 
     train_x: Tensor
     train_y: Tensor
@@ -114,6 +117,7 @@ class TensorDataset:
     val_x: Tensor | None = None
     val_y: Tensor | None = None
     batch_size: int | None = None
+    test_clients: Tensor | None = None
 
     def prepare(self, examples: Tensor) -> Tensor:
         """Model inputs from stored examples (a batch, or several clients' batches stacked), in
@@ -134,7 +138,8 @@ class TensorDataset:
         return tuple(self.train_x.shape[1:])
 
     def to(self, device: torch.device) -> "TensorDataset":
-        """The dataset with its tensors on `device` (`train_clients` stays on the CPU).
+        """The dataset with its tensors on `device` (`train_clients`, `test_clients` stay on the
+        CPU).
 
         Args:
             device: where the tensors go.
@@ -155,6 +160,7 @@ class TensorDataset:
             None if self.val_x is None else self.val_x.to(device),
             None if self.val_y is None else self.val_y.to(device),
             self.batch_size,
+            self.test_clients,
         )
 
 

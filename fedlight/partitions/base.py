@@ -92,6 +92,20 @@ class Partition(ABC):
         """
         return None
 
+    def given_test_sets(self, data: TensorDataset, num_clients: int) -> list[np.ndarray] | None:
+        """Each client's local test set as the data gives it (indices into its test set), where
+        the scheme takes the data's own (`partition=natural`); None by default: `hold_out`
+        draws them, or there are none.
+
+        Args:
+            data: the run's data.
+            num_clients: N.
+
+        Returns:
+            One sorted index array per client, or None.
+        """
+        return None
+
     def hold_out(
         self, client_sets: list[np.ndarray], labels: np.ndarray, seed: int
     ) -> tuple[list[np.ndarray], list[np.ndarray] | None]:

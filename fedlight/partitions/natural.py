@@ -1,9 +1,12 @@
 """The data's own clients: one per distinct client id of the training set (FEMNIST's writers,
 Shakespeare's speakers, StackOverflow's users), as LEAF and TensorFlow Federated split them.
 
-The ids come with the data (`data.client_key` of `data=torch_dataset` or `data=datamodule`);
-client i holds exactly the examples of the i-th id in sorted order, and `fl.num_clients` is their
-number (taken from the data; a different number given is refused). Nothing is drawn.
+The ids come with the data (`data.client_key` of `data=torch_dataset` or `data=datamodule`, a
+LEAF or Hugging Face dataset's users); client i holds exactly the examples of the i-th id in
+sorted order, and `fl.num_clients` is their number (taken from the data; a different number given
+is refused). Nothing is drawn. Where the data splits each user's examples into training and test
+itself (LEAF's per-user split, `TensorDataset.test_clients`), each client's local test set is its
+user's test examples, as LEAF evaluates (Caldas et al. 2018, arXiv 1812.01097).
 """
 
 from dataclasses import dataclass
@@ -32,6 +35,22 @@ class Natural(Partition):
             len(np.unique(self.keys(data.load()))),
             "distinct client ids in the training data (data.client_key)",
         )
+
+    def given_test_sets(self, data: TensorDataset, num_clients: int) -> list[np.ndarray] | None:
+        """Each client's own test examples (indices into the test set), where the data has them;
+        refused beside `client_test_fraction`, which would draw a second local test set."""
+        if data.test_clients is None:
+            return None
+        require(
+            self.client_test_fraction == 0,
+            f"partition.client_test_fraction={self.client_test_fraction} but the data gives each "
+            "client's local test set itself (its per-user test split); leave "
+            "partition.client_test_fraction at 0",
+        )
+        codes = data.test_clients.cpu().numpy()
+        order = np.argsort(codes, kind="stable")
+        bounds = np.searchsorted(codes[order], np.arange(num_clients + 1))
+        return [order[bounds[i] : bounds[i + 1]] for i in range(num_clients)]
 
     def __call__(
         self, labels: np.ndarray, num_clients: int, rng: np.random.Generator

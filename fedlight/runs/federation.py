@@ -3,6 +3,7 @@ validation parts as index tensors on the run's device, the label histogram, and 
 federation's size (clients per example) and of clients left without data."""
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -75,7 +76,8 @@ def federation(
     workers: Workers,
 ) -> Clients:
     """The clients' examples: the partition of the training set, each client's local test part
-    held out of it (`partition.client_test_fraction`), then its local validation part
+    held out of it (`partition.client_test_fraction`) or given by the data (LEAF's per-user test
+    split: `with_given_test_sets`), then its local validation part
     (`partition.client_validation_fraction`); the main worker draws its histogram."""
     device = workers.device
     labels = data.train_y.cpu().numpy()
@@ -88,6 +90,9 @@ def federation(
         labels,
         settings.seed,
     )
+    given = partition.given_test_sets(data, settings.fl.num_clients)
+    if given is not None:
+        data, client_test_sets = with_given_test_sets(data, given)
     client_sets, validation_sets = partition.hold_out_validation(client_sets, labels, settings.seed)
     if workers.main:
         histogram = label_histogram(client_sets, labels, data.num_classes)
@@ -99,6 +104,26 @@ def federation(
         None if client_test_sets is None else index_tensors(client_test_sets, device),
         None if validation_sets is None else index_tensors(validation_sets, device),
     )
+
+
+def with_given_test_sets(
+    data: TensorDataset, test_sets: list[np.ndarray]
+) -> tuple[TensorDataset, list[np.ndarray]]:
+    """`data` with its test examples appended to the pool the clients' indices point into, and
+    each client's given local test set (indices into the test set) as indices into that pool:
+    every consumer of local test sets reads them from the pool, and no client's training part
+    reaches the appended examples, which stay the global test set too."""
+    offset = len(data.train_y)
+    clients = data.train_clients
+    pooled = replace(
+        data,
+        train_x=torch.cat([data.train_x, data.test_x]),
+        train_y=torch.cat([data.train_y, data.test_y]),
+        train_clients=None
+        if clients is None or data.test_clients is None
+        else torch.cat([clients, data.test_clients]),
+    )
+    return pooled, [indices + offset for indices in test_sets]
 
 
 def index_tensors(sets: list[np.ndarray], device: torch.device) -> list[torch.Tensor]:
