@@ -22,6 +22,9 @@ finished runs there and in `--records` (a results page's runs/, where records of
 named grid_* count as grid) are read back, so the search goes on where the records stand. Every
 run gets `resume=auto`: a stopped one continues from its checkpoint.
 
+Each cell YAML's `optim.lr` follows the records (`--cells write`; `--cells check` fails where
+one does not): its grid's choice, else its grid's centre, else its extra runs' rate.
+
     python -m scripts.rate_grid docs/results/mcmahan2017/plan.txt --out multirun/mcmahan2017 \\
         --records docs/results/mcmahan2017/runs --jobs 2 -- data.root=data fl.workers=1 \\
         fl.threads_per_worker=1
@@ -30,6 +33,7 @@ run gets `resume=auto`: a stopped one continues from its checkpoint.
 import argparse
 import math
 import os
+import re
 import subprocess
 import sys
 import time
@@ -287,16 +291,62 @@ def drive(plan_path: Path, out: Path, records: list[Path], jobs: int, given: lis
                 busy.pop(future)
 
 
+LR_LINE = re.compile(r"^(?P<indent>\s+)lr:.*$", re.M)
+
+
+def cell_rate(plan: Plan, runs: list[Run], cell: str, current: float) -> tuple[float, str]:
+    """The rate a cell's YAML should name and why: its grid's choice, else the centre of its
+    plan's grid, else the rate of its extra runs; a cell the plan leaves out keeps `current`."""
+    items = [i for i in plan.items if i.cell == cell]
+    for item in (i for i in items if i.kind == "grid"):
+        best = best_rate(item, runs)
+        if best is not None:
+            return float(best), "the rate seed 0's grid chose (the page's learning-rate grid)"
+        return item.rate, "the centre of its grid, which has not chosen yet (plan.txt)"
+    for item in (i for i in items if i.kind == "extra" and not i.overrides):
+        return item.rate, "no grid of its own: the rate of its runs in plan.txt"
+    return current, "not run on the page: tune it (plan.txt)"
+
+
+def write_cells(plan: Plan, runs: list[Run], check: bool) -> list[str]:
+    """Each cell YAML's `optim.lr` line as `cell_rate` says; the cells that differ (written, or
+    with `check` only listed)."""
+    changed = []
+    for path in sorted((Path(CONF_DIR) / plan.group).glob("*.yaml")):
+        text = path.read_text()
+        current = float(yaml.safe_load(text)["optim"]["lr"])
+        rate, why = cell_rate(plan, runs, path.stem, current)
+        line = LR_LINE.search(text)
+        if line is None:
+            raise SystemExit(f"{path}: no `lr:` line under optim to write the cell's rate in")
+        new = text.replace(line.group(0), f"{line.group('indent')}lr: {rate:g}  # {why}", 1)
+        if new != text:
+            changed.append(path.stem)
+            if not check:
+                path.write_text(new)
+    return changed
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("plan", type=Path)
-    parser.add_argument("--out", type=Path, required=True, help="where the runs go")
+    parser.add_argument("--out", type=Path, help="where the runs go")
     parser.add_argument("--records", type=Path, action="append", default=[])
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--dry-run", action="store_true", help="print what would start now")
+    parser.add_argument(
+        "--cells", choices=("write", "check"), help="each cell YAML's rate from the records"
+    )
     argv = sys.argv[1:] if argv is None else argv
     given = argv[argv.index("--") + 1 :] if "--" in argv else []  # every run's overrides
     args = parser.parse_args(argv[: len(argv) - len(given) - bool(given or "--" in argv)])
+    if args.cells:
+        plan = Plan.read(args.plan)
+        changed = write_cells(plan, finished_runs(args.records, plan.group), args.cells == "check")
+        print("\n".join(changed))
+        return int(bool(changed) and args.cells == "check")
+    if args.out is None:
+        parser.error("--out: name the folder the runs go to")
     if args.dry_run:
         plan = Plan.read(args.plan)
         runs = finished_runs([args.out, *args.records], plan.group)

@@ -22,6 +22,7 @@ A block (docs/results/pages.yaml):
       records: [runs/seeds]        # the seeds of every cell (any rates)
       chosen_by: [runs/grid]       # seed 0 at each rate tried: the fewest rounds picks the rate
       columns: [c10]               # optional: only these columns (and `rows`: these rows)
+      borrowed: {m_iid_c100: m_iid_c10}   # optional: a cell with no grid, at another's rate
 
 The rate of a cell is read from `optim.lr` of its jobs' overrides; the grid's choice is the rate
 whose seed-0 run reached the target in the fewest rounds (the paper's criterion, §3), so the
@@ -40,7 +41,7 @@ from fedlight.reports.computed import observation, test_points
 from fedlight.reports.curves import Line, Panel, write_curves
 from fedlight.reports.load import load_jobs
 from fedlight.reports.markdown import markdown_table
-from fedlight.reports.model import MISSING, JobResult
+from fedlight.reports.model import MISSING, JobResult, ReportError
 from fedlight.reports.stats import Censored, Interval, log_interval, t_interval
 from fedlight.reports.verdicts import Outcome, Verdict, decide_rounds, placed
 
@@ -147,9 +148,15 @@ def sweeps_of(directory: Path, spec: dict[str, Any], key: str) -> list[Path]:
 def chosen_readings(
     directory: Path, spec: dict[str, Any], table: RoundsTable
 ) -> tuple[dict[str, tuple[str, Censored]], dict[str, list[JobResult]]]:
-    """Each cell's rate as the block's grid (`chosen_by`) chose it, and its jobs of the
+    """Each cell's rate as the block's grid (`chosen_by`) chose it (a cell of `borrowed`
+    without a grid of its own: the rate chosen for the cell it names), and its jobs of the
     `records` at that rate."""
     chosen = chosen_rates(jobs_of(sweeps_of(directory, spec, "chosen_by")), table)
+    for cell, source in (spec.get("borrowed") or {}).items():
+        if cell in chosen:
+            raise ReportError(f"borrowed: {cell} has a grid of its own; remove it from `borrowed`")
+        if source in chosen:
+            chosen[cell] = chosen[source]
     rates = {cell: rate for cell, (rate, _) in chosen.items()}
     at_rate: dict[str, list[JobResult]] = {}
     for job in jobs_of(sweeps_of(directory, spec, "records")):
@@ -163,6 +170,13 @@ def seed_readings(jobs: list[JobResult], metric: str) -> dict[int, Censored]:
     """Each job's reading of `metric`, by seed."""
     found = {seed_of(job): observation(job, metric) for job in jobs}
     return {seed: reading for seed, reading in found.items() if reading is not None}
+
+
+def rate_text(cell: str, chosen: dict[str, tuple[str, Censored]], borrowed: dict[str, str]) -> str:
+    """The cell's rate, and the cell whose grid chose it where it has none of its own."""
+    if cell not in chosen:
+        return MISSING
+    return f"{chosen[cell][0]} (as {borrowed[cell]})" if cell in borrowed else chosen[cell][0]
 
 
 def verdict_text(verdict: Verdict) -> str:
@@ -199,7 +213,7 @@ def rounds_lines(directory: Path, spec: dict[str, Any], reference: Path) -> list
                 table.rows[row],
                 table.columns[column],
                 paper,
-                chosen[cell][0] if cell in chosen else MISSING,
+                rate_text(cell, chosen, spec.get("borrowed") or {}),
                 " / ".join(o.text(1) for o in observed) or MISSING,
                 estimate(observed) if observed else MISSING,
                 MISSING if column == base_column else ours,

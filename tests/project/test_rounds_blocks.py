@@ -6,8 +6,10 @@ import math
 import shutil
 from pathlib import Path
 
+import pytest
 import yaml
 
+from fedlight.reports.model import ReportError
 from fedlight.reports.stats import t_quantile
 from scripts.results import Page, block_lines
 from scripts.rounds_blocks import jobs_of, running_best
@@ -224,3 +226,20 @@ def test_the_variants_block_decides_each_way_of_running_a_cell_against_the_paper
     assert lines[4].startswith("| raw | 0.2 | 49.0 / 49.0 / 49.0 | 49 [49, 49] |")
     # stopped at 30, inside the band's top (37.5): it may yet have got there within it
     assert lines[5] == "| rate 0.1 | 0.1 | >30.0 | 0/1 reached (>30) | censored | inconclusive |"
+
+
+def test_a_cell_without_a_grid_borrows_anothers_rate_and_says_so(tmp_path: Path) -> None:
+    """A cell too costly for a grid runs at the rate another cell's grid chose; once it has a
+    grid of its own, borrowing is refused in one line."""
+    page = records(tmp_path)
+    table = TABLE | {"cells": TABLE["cells"] | {"m_iid_c100": 20}}
+    table["columns"] = TABLE["columns"] | {"c100": "1.0"}
+    (tmp_path / "reference.yaml").write_text(yaml.safe_dump({"table": table}))
+    run(tmp_path / "runs" / "seeds", "m_iid_c100", "0.2", 0, 18)
+    spec = {"kind": "rounds", "reference": "reference.yaml", "chosen_by": ["runs/grid"]}
+    spec |= {"records": ["runs/seeds"], "borrowed": {"m_iid_c100": "m_iid_c10"}}
+    row = block_lines(tmp_path, page, spec, "b")[4].split(" | ")
+    assert row[1:5] == ["1.0", "20 (5.0×)", "0.2 (as m_iid_c10)", "18.0"]
+    run(tmp_path / "runs" / "grid", "m_iid_c100", "0.1", 0, 25)
+    with pytest.raises(ReportError, match="m_iid_c100 has a grid of its own"):
+        block_lines(tmp_path, page, spec, "b")
