@@ -133,6 +133,7 @@ def build_stages(cfg: DictConfig, choices: dict[str, str]) -> Stages:
         privacy=instantiate_group(cfg, "privacy"),
         system=system,
         chained=chained_stages(cfg),
+        local_work=instantiate_group(cfg, "local_work"),
     )
     if algorithm.asynchronous:
         check_asynchronous(cfg, choices, stages)
@@ -242,6 +243,11 @@ def check_asynchronous(cfg: DictConfig, choices: dict[str, str], stages: Stages)
     require(
         cfg.fl.workers in (1, "auto"),
         f"algo={algo} runs its event queue in one process; use fl.workers=1",
+    )
+    reason = stages.local_work.asynchronous_refusal()
+    require(
+        reason is None,
+        f"local_work={choices.get('local_work')} does not apply to algo={algo}: {reason}",
     )
     for stage in stages.upload:
         reason = stage.asynchronous_refusal()

@@ -60,7 +60,8 @@ def build_job(
     )
     settings: RunSettings = OmegaConf.to_object(settings_node)  # type: ignore[assignment]
     settings.check_splits(own_validation=getattr(data, "own_validation", False))
-    plan = Plan(settings, choices, stages.algorithm, stages.selection, stages.upload)
+    most_epochs = stages.local_work.most_epochs(settings.local.epochs)
+    plan = Plan(settings, choices, stages.algorithm, stages.selection, stages.upload, most_epochs)
     for stage in stages.upload:
         stage.check_run(plan)
     return Job(

@@ -94,6 +94,7 @@ GROUPS_BEFORE_CHAIN: dict[str, str] = {
 }
 GROUPS_AFTER_CHAIN: dict[str, str] = {
     "system": "client speeds on a virtual clock, deadlines, dropouts (fedlight/system)",
+    "local_work": "the local epochs each participant trains in a round (fedlight/local_work)",
     "logger": "where metrics go besides metrics.csv (fedlight/loggers)",
 }
 CONFIG_GROUPS: dict[str, str] = {}  # filled by `register_stage_kinds`, in this order

@@ -28,6 +28,9 @@ class Stream(IntEnum):
     SECURE_AGGREGATION = 12  # pairwise and self masks (per round, client or pair of clients)
     VALIDATION = 13  # which training examples are held out as the server's validation set
     LOCAL_VALIDATION = 14  # which of a client's examples are held out as its validation part
+    LOCAL_WORK = 15  # a participant's local epochs (per round, client: `local_work`)
+    STRAGGLERS = 16  # which of a round's selected clients straggle (per round)
+    DATA = 17  # data a source generates or deals out (data=synthetic, data=fedprox_mnist)
 
 
 def derive_seed(seed: int, stream: Stream, round_index: int = 0, client: int = 0) -> int:

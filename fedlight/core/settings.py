@@ -225,6 +225,9 @@ class EvalSettings:
     # How a personalized or local model is judged where it is used without shrinking its
     # training data (partition.client_test_fraction does that); the SCAFFOLD tutorial's Local row.
     own_labels: bool = False
+    # The global model's loss and accuracy on every client's training examples (global_train_loss,
+    # global_train_accuracy): the training loss FedProx's figures plot (Li et al., MLSys 2020).
+    train_loss: bool = False
 
     def __post_init__(self) -> None:
         require(

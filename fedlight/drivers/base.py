@@ -110,6 +110,7 @@ class Driver(ABC):
         self.lr_schedule = stages.lr_schedule
         self.privacy = stages.privacy
         self.system = stages.system
+        self.local_work = stages.local_work
         self.stages: list[UploadStage] = stages.upload  # in chain order
         self.speeds = (
             self.system.speeds(settings.fl.num_clients, settings.seed)
@@ -152,6 +153,7 @@ class Driver(ABC):
             stages.wire,
             stages.attack.label_map(self.data.num_classes, self.data.train_y.device),
             self.side_engine(self.algorithm.personal_epochs, Stream.PERSONAL_TRAINING),
+            stages.local_work,
         )
 
     def build_evaluation(self) -> RunEvaluation:
@@ -175,6 +177,7 @@ class Driver(ABC):
             base_lrs=self.base_lrs,
             client_validation_indices=self.client_validation_indices,
             own_label_indices=self.own_label_indices() if self.settings.eval.own_labels else None,
+            train_loss=self.settings.eval.train_loss,
         )
 
     def own_label_indices(self) -> list[Tensor]:

@@ -40,6 +40,7 @@ class RunEvaluation:
     client_validation_indices: Sequence[Tensor] | None = None
     # each client's global test examples of the labels its training part holds (eval.own_labels)
     own_label_indices: Sequence[Tensor] | None = None
+    train_loss: bool = False  # the run's model on every client's training examples too
 
     def __post_init__(self) -> None:
         data = self.data
@@ -67,6 +68,8 @@ class RunEvaluation:
         tested, validated = means.get("test", {}), means.get("validation", {})
         parts = self.local_parts(test)
         local = self.local_accuracies(server, states, completed_rounds, parts) if parts else {}
+        if test and self.train_loss:
+            tested |= self.on_training_data(server, client_states)
         tested |= local_accuracy_summary(local.get("test", []))
         tested |= local_accuracy_summary(local.get("own_labels", []), "local_accuracy_own_labels")
         validated |= local_accuracy_summary(
@@ -107,6 +110,17 @@ class RunEvaluation:
         return {
             name: self.evaluator.evaluate(weights, x, y, name) for name, (x, y) in splits.items()
         }
+
+    def on_training_data(
+        self, server: ServerState, client_states: ClientStates
+    ) -> dict[str, float]:
+        """`global_train_loss` and `global_train_accuracy`: the run's model (`final_model`) on
+        every client's training examples, the global training loss of FedProx's figures (Li et
+        al., MLSys 2020; the authors' `train_error_and_loss`, weighted by examples)."""
+        indices = torch.cat(list(self.client_indices))
+        x, y = self.data.train_x[indices], self.data.train_y[indices]
+        metrics = self.evaluator.evaluate(self.final_model(server, client_states), x, y)
+        return {"global_train_loss": metrics[LOSS], "global_train_accuracy": metrics[ACCURACY]}
 
     def final_model(self, server: ServerState, client_states: ClientStates) -> StateDict:
         """The model the run exports (`Algorithm.global_model`)."""

@@ -2,7 +2,8 @@
 engine and the workers, gathers what they sent, and hands it to the server pipeline; the
 pipelines (`fedlight.round`) do everything in between, the same for the asynchronous driver.
 
-select (the selector; the system's failures; clients without data are left out) → dispatch: each
+select (the selector; the system's failures, clients without data and the stragglers
+`local_work` drops are left out) → dispatch: each
 participant of this worker's share through the client pipeline (download decoded, local training
 on the engine `fl.engine`, the algorithm's upload, the upload stages) → its upload aggregated at
 once (streaming) or after the gather → the server pipeline (server update, the stages' round
@@ -77,6 +78,8 @@ class Outcome:
     # of its trained weights less those it started from; nan (not computed) where the uploads
     # are masked (`FederatedLoop.hides_uploads`)
     update_norm: float = math.nan
+    local_epochs: int = 0  # the epochs it trained (`local_work`)
+    local_steps: int = 0  # the optimizer steps they took
 
     def client_row(self, rejected: set[int]) -> MetricsRow:
         """Its per-client row for the loggers (`fedlight.loggers.clients`)."""
@@ -89,6 +92,8 @@ class Outcome:
             "bytes_up": self.bytes_up,
             "bytes_down": self.bytes_down,
             "update_norm": self.update_norm,
+            "local_epochs": self.local_epochs,
+            "local_steps": self.local_steps,
             "late": int(self.arrived.late),
             "rejected": int(client in rejected),
             **self.metrics,
@@ -177,6 +182,10 @@ class FederatedLoop(Driver):
         failed = {client for client, _ in participants if self.system.fails(ctx, client)}
         if failed:  # a failed client trains and sends nothing
             participants = [(c, indices) for c, indices in participants if c not in failed]
+        dropped = self.local_work.dropped(ctx)  # stragglers a round leaves out (`local_work`)
+        if dropped:
+            participants = [(c, indices) for c, indices in participants if c not in dropped]
+        self.local_work.report(ctx, [c for c, _ in participants], self.settings.local.epochs)
         if self.speeds is not None:
             ctx.metrics.report("dropped_out", len(failed))
         ctx.metrics.report("participants", len(participants))
@@ -262,6 +271,8 @@ class FederatedLoop(Driver):
             virtual_seconds,
             local.logged,
             math.nan if self.hides_uploads() else update_norm(local.weights, got.task.start),
+            got.task.epochs_of(self.settings.local.epochs),
+            local.num_steps,
         )
 
     def hides_uploads(self) -> bool:

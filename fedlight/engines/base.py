@@ -159,6 +159,11 @@ class LocalTask:
     # The label it trains on for each true label (a label-flipping client); None: the true ones.
     # Applied per batch, so the shared dataset is never copied.
     label_map: Tensor | None = None
+    epochs: int | None = None  # its local epochs this round (`local_work`); None: local.epochs
+
+    def epochs_of(self, configured: int) -> int:
+        """The epochs it trains, `configured` (local.epochs) where the task names none."""
+        return configured if self.epochs is None else self.epochs
 
 
 def first_optimizer(configured: Any) -> torch.optim.Optimizer:

@@ -88,8 +88,9 @@ class SequentialEngine(Engine):
         module, local = self.module, self.settings.local
         module.load_state_dict(task.start)
         module.train()
+        epochs = task.epochs_of(local.epochs)
         standin = standin_of(module, local.epochs, local.batch_size)
-        with standin.local_training(len(task.indices), local.epochs):
+        with standin.local_training(len(task.indices), epochs):
             optimization = configured_optimization(module)
             standin.optimizers = [optimization.optimizer]
             standin.lr_scheduler_configs = list(optimization.schedulers)
@@ -101,7 +102,7 @@ class SequentialEngine(Engine):
             logs = TrainingLogs()
             with local_metrics(module), logging_to(module, logs):
                 with clipping_by(module, local):
-                    losses, examples = self.fit(task, optimization, seed, logs, standin)
+                    losses, examples = self.fit(task, epochs, optimization, seed, logs, standin)
                 logged = logs.sums()
         return LocalResult(
             client_id=task.client,
@@ -133,12 +134,13 @@ class SequentialEngine(Engine):
     def fit(
         self,
         task: LocalTask,
+        epochs: int,
         optimization: Optimization,
         seed: int,
         logs: TrainingLogs,
         standin: TrainerStandIn,
     ) -> tuple[list[Tensor], int]:
-        """The client's local epochs: its step losses and the examples it trained on; the
+        """The client's `epochs` local epochs: its step losses and the examples it trained on; the
         stand-in's `current_epoch` and `global_step`, and `batch_idx` (from 0 in each epoch),
         count them as a Trainer's would."""
         module, data, local, callbacks = self.module, self.data, self.settings.local, task.callbacks
@@ -151,7 +153,7 @@ class SequentialEngine(Engine):
         module.on_train_start()
         logs.collect(len(task.indices))
         for step, indices in enumerate(
-            batch_indices(task.indices, generator, local.epochs, local.batch_size)
+            batch_indices(task.indices, generator, epochs, local.batch_size)
         ):
             epoch, batch_idx = divmod(step, per_epoch)
             standin.current_epoch = epoch
@@ -183,7 +185,7 @@ class SequentialEngine(Engine):
                 module.on_train_epoch_end()
                 logs.collect(len(task.indices))
                 logs.end_epoch(len(task.indices))
-        standin.current_epoch = local.epochs  # a Trainer's count of the epochs done
+        standin.current_epoch = epochs  # a Trainer's count of the epochs done
         module.on_train_end()
         logs.collect(len(task.indices))
         return losses, logs.examples

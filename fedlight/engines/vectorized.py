@@ -266,11 +266,15 @@ class VectorizedEngine(Engine):
             torch.Generator().manual_seed(self.seed_of(round_index, task.client)) for task in tasks
         ]
         label_maps = stacked_label_maps(tasks, self.data.num_classes, device)
+        epochs = [task.epochs_of(local.epochs) for task in tasks]
         streams = [
-            batch_indices(task.indices, generator, local.epochs, local.batch_size)
-            for task, generator in zip(tasks, generators, strict=True)
+            batch_indices(task.indices, generator, task_epochs, local.batch_size)
+            for task, generator, task_epochs in zip(tasks, generators, epochs, strict=True)
         ]
-        steps = [num_local_steps(len(t.indices), local.epochs, local.batch_size) for t in tasks]
+        steps = [
+            num_local_steps(len(t.indices), e, local.batch_size)
+            for t, e in zip(tasks, epochs, strict=True)
+        ]
         loss_sums = torch.zeros(len(tasks), device=device)
         for step in range(max(steps)):
             taking = [step < client_steps for client_steps in steps]
@@ -295,7 +299,7 @@ class VectorizedEngine(Engine):
                 num_steps=steps[client],
                 lr=lrs[0],
                 train_loss=mean_losses[client],
-                examples=local.epochs * len(task.indices),
+                examples=epochs[client] * len(task.indices),
             )
             for client, task in enumerate(tasks)
         ]

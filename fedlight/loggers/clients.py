@@ -3,12 +3,12 @@ histograms): metrics.csv keeps one row per round, so a client that trains badly,
 update or lags is visible only here.
 
 A row holds the client's id, its training loss and examples, its local training time, its bytes
-each way, the norm of its update (how far local training moved its weights: an outlier is a
-diverging or attacking client), whether its upload came late or was rejected, and what its own
-client-side stages reported and its module logged in training. An asynchronous server update's
-rows are its arrivals, with their staleness and without `update_norm` (an upload arrives encoded,
-its trained weights are not at hand). The rows are the main worker's (every worker's
-participants, gathered); rounds a resume replays have none.
+each way, the epochs and steps it trained (`local_work`), the norm of its update (how far local
+training moved its weights: an outlier is a diverging or attacking client), whether its upload
+came late or was rejected, and what its own client-side stages reported and its module logged in
+training. An asynchronous server update's rows are its arrivals, with their staleness and without
+`update_norm` (an upload arrives encoded, its trained weights are not at hand). The rows are the
+main worker's (every worker's participants, gathered); rounds a resume replays have none.
 
 What they publish: under secure aggregation (a stage that `hides_uploads`) nothing, as the
 protocol reveals nothing of one client (Bonawitz et al. 2017); under DP, values outside the
@@ -30,6 +30,8 @@ CLIENT_COLUMNS = (
     "bytes_up",
     "bytes_down",
     "update_norm",
+    "local_epochs",
+    "local_steps",
     "late",
     "rejected",
 )

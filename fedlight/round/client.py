@@ -1,7 +1,8 @@
 """The client pipeline, one participant at a time, shared by the synchronous and asynchronous
-drivers: decode the download → the local task the engine trains → after training, the algorithm's
-upload → the upload stages in order (selection's report, an attack, privacy's clip, the wire) →
-a second, personal training where the algorithm keeps a personal model (Ditto).
+drivers: decode the download → the local task the engine trains (its epochs: `local_work`'s) →
+after training, the algorithm's upload → the upload stages in order (selection's report, an
+attack, privacy's clip, the wire) → a second, personal training where the algorithm keeps a
+personal model (Ditto).
 
 Client state is typed (`ClientState`): the algorithm's part and each stage's, by name. The
 pipeline reads it once before training and returns the new state only where something changed,
@@ -10,7 +11,7 @@ so a client whose stages and algorithm keep nothing writes nothing to its store.
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from torch import Tensor
@@ -21,6 +22,8 @@ from fedlight.core.errors import ConfigError
 from fedlight.core.messages import REPORTED_NUMBER_BYTES, ClientState, ClientUpload, LocalResult
 from fedlight.core.tensors import StateDict, nbytes
 from fedlight.engines.base import Engine, LocalTask
+from fedlight.local_work.base import LocalWork
+from fedlight.local_work.fixed import Fixed
 from fedlight.stages.base import ClientStep, UploadStage
 from fedlight.stages.pool import ClientPool
 from fedlight.stages.wire.base import DOWNLOAD, Wire
@@ -75,6 +78,7 @@ class ClientPipeline:
     wire: Wire
     label_map: Tensor | None = None  # a malicious client's labels (`Attack.label_map`)
     personal_engine: Engine | None = None  # the algorithm's second training, if any
+    local_work: LocalWork = field(default_factory=Fixed)  # each participant's local epochs
 
     def receive(
         self,
@@ -96,7 +100,8 @@ class ClientPipeline:
         start = self.algorithm.start_weights(ctx, decoded, own)
         callbacks = self.algorithm.local_callbacks(ctx, decoded, own)
         labels = self.label_map if client in ctx.federation.malicious else None
-        task = LocalTask(client, indices, start, callbacks, labels)
+        epochs = self.local_work.epochs(ctx, client)
+        task = LocalTask(client, indices, start, callbacks, labels, epochs)
         protocol = sum(stage.protocol_bytes(ctx, client)[1] for stage in self.stages)
         return Received(decoded, state, nbytes(payload) + protocol, task)
 

@@ -7,6 +7,8 @@ import dataclasses
 from dataclasses import dataclass
 
 from fedlight.algorithms.base import Algorithm
+from fedlight.local_work.base import LocalWork
+from fedlight.local_work.fixed import Fixed
 from fedlight.lr_schedules.base import LRSchedule
 from fedlight.stages.attacks.base import Attack
 from fedlight.stages.base import UploadStage
@@ -27,6 +29,7 @@ class Stages:
     attack: Attack = dataclasses.field(default_factory=Attack)
     privacy: Privacy = dataclasses.field(default_factory=Privacy)
     system: System = dataclasses.field(default_factory=System)
+    local_work: LocalWork = dataclasses.field(default_factory=Fixed)  # each participant's epochs
     chained: tuple[UploadStage, ...] = ()  # the `CHAINED_GROUPS`' stages, in their order
 
     @property

@@ -76,6 +76,7 @@ class Plan:
     algorithm: "Algorithm"
     selection: SelectionTraits
     stages: Sequence["UploadStage"]  # chain order
+    most_local_epochs: int  # the most epochs a participant trains in a round (`local_work`)
 
     def after(self, stage: "UploadStage") -> Sequence["UploadStage"]:
         """The stages a client applies after `stage`."""

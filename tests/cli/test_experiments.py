@@ -28,6 +28,7 @@ PRESETS = [
     "scaffold_stability",
     "scaffold_tutorial",
     "mcmahan2017_table1",
+    "fedprox2020",
 ]
 
 

@@ -156,11 +156,12 @@ class DPSGDEngine(SequentialEngine):
         generator = torch.Generator().manual_seed(seed)
         torch.manual_seed(seed)
         losses: list[torch.Tensor] = []
-        steps = num_local_steps(n, local.epochs, local.batch_size)
-        per_epoch = steps // local.epochs
+        epochs = task.epochs_of(local.epochs)
+        steps = num_local_steps(n, epochs, local.batch_size)
+        per_epoch = steps // epochs
         logs = TrainingLogs(stepping=True)  # training_step is the only hook called
         standin = standin_of(module, local.epochs, local.batch_size)
-        training = standin.local_training(n, local.epochs)
+        training = standin.local_training(n, epochs)
         with training, local_metrics(module), logging_to(module, logs):
             optimization = configured_optimization(module)
             expected = round(rate * n)
@@ -256,6 +257,13 @@ class DPSGD(GaussianMechanism):
             "sampling rate B/(draw size) and steps change with each round's selection, so no "
             "calibration or budget check before a round can bound them; use a federated "
             "algorithm (e.g. algo=fedavg with every client a round) as the private baseline",
+        )
+        epochs = plan.settings.local.epochs
+        require(
+            plan.most_local_epochs <= epochs,
+            f"privacy=dp_sgd accounts for at most local.epochs={epochs} epochs a round and "
+            f"local_work={choices.get('local_work')} trains up to {plan.most_local_epochs}; keep "
+            "local_work's epochs at most local.epochs (fewer are counted as E: an upper bound)",
         )
 
     def initial_state(self, setup: StageSetup) -> StateDict:

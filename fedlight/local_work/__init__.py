@@ -1,0 +1,1 @@
+"""How much local work each client of a round does (`local_work`): the local epochs it trains."""

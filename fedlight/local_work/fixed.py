@@ -1,0 +1,21 @@
+"""`local_work=fixed` (the default): every participant trains `local.epochs`, as McMahan et al.'s
+FedAvg (AISTATS 2017); nothing is drawn and metrics.csv gains no column."""
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from fedlight.core.context import RoundContext
+from fedlight.local_work.base import LocalWork
+
+
+@dataclass
+class Fixed(LocalWork):
+    # a run recorded before `local_work` existed trained equal work: it resumes as this option
+    settings_before: ClassVar[dict[str, Any]] = {"_target_": "fedlight.local_work.fixed.Fixed"}
+
+    def epochs(self, ctx: RoundContext, client: int) -> int | None:
+        return None
+
+    def report(self, ctx: RoundContext, participants: Sequence[int], configured: int) -> None:
+        """Nothing: a run with equal work writes the columns it always wrote."""
