@@ -9,11 +9,13 @@ values are the clients (FEMNIST's writer_id: `partition=natural` makes one clien
 sorted order). Inputs: images (kept uint8 as (C, H, W) and standardized per channel with the
 training set's statistics, as `data=torch_dataset` does), numbers of one shape (float32), or
 integer sequences (int64: token indices, for a model that embeds them). Labels: integers, a
-ClassLabel's number of classes where the column is one. A test split's examples of a training
-client are that client's local test set, as LEAF's per-user split; a dataset without a test split
-(`data.test_split=null`) holds out `data.test_fraction` of each client's examples, drawn once
-with a generator of its own (seeded 0: the data's split, the same for every run seed, as
-`data=digits`' split).
+ClassLabel's number of classes where the column is one. String inputs are text windows and their
+labels the characters that follow, both read over `data.vocabulary` (LEAF's 80 characters by
+default: flwr-datasets' Shakespeare is LEAF's), whose characters are the classes. A test
+split's examples of a training client are that client's local test set, as LEAF's per-user split;
+a dataset without a test split (`data.test_split=null`) holds out `data.test_fraction` of each
+client's examples, drawn once with a generator of its own (seeded 0: the data's split, the same
+for every run seed, as `data=digits`' split).
 """
 
 from dataclasses import dataclass
@@ -27,6 +29,7 @@ from torch import Tensor
 
 from fedlight.core.errors import ConfigError, one_line, require
 from fedlight.data.base import DataError, TensorDataset
+from fedlight.data.characters import LEAF_LETTERS, Vocabulary
 from fedlight.data.torch_dataset import (
     check_num_classes,
     converted,
@@ -62,6 +65,7 @@ class HuggingFace:
     label_column: str = "label"
     client_column: str | None = None  # the column of client ids, for partition=natural
     num_classes: int | None = None  # None: a ClassLabel's number, else the largest label + 1
+    vocabulary: str | None = None  # the characters text is read over; None: LEAF's 80
 
     def __post_init__(self) -> None:
         require(
@@ -74,6 +78,7 @@ class HuggingFace:
             f"data.test_fraction={self.test_fraction} must lie in (0, 1); e.g. 0.1",
         )
         check_num_classes(self.num_classes)
+        self.characters()
         hf_datasets()
 
     def load(self) -> TensorDataset:
@@ -140,9 +145,26 @@ class HuggingFace:
         ids = None if self.client_column is None else np.asarray(values[self.client_column])
         return values[self.input_column], values[self.label_column], ids
 
+    def characters(self) -> Vocabulary:
+        """The vocabulary string inputs and labels are read over."""
+        if self.vocabulary is None:
+            return LEAF_LETTERS
+        return Vocabulary(self.vocabulary, f"data.vocabulary={self.vocabulary!r}")
+
+    def examples(self, columns: Columns, split: str) -> tuple[Tensor, Tensor]:
+        """A split's inputs and labels as tensors: strings as windows of characters and the
+        character after each (next-character prediction), anything else as numbers."""
+        inputs, labels, _ = columns
+        if inputs.dtype.kind == "U":
+            where = f"{SETTING}: the {split} split"
+            return self.characters().windows(inputs.tolist(), labels.tolist(), where)
+        return inputs_tensor(inputs, self.input_column), labels_tensor(labels, self.label_column)
+
     def tensors(self, train: Columns, test: Columns, classes: int | None) -> TensorDataset:
-        train_x, test_x = (inputs_tensor(x, self.input_column) for x in (train[0], test[0]))
-        train_y, test_y = (labels_tensor(y, self.label_column) for y in (train[1], test[1]))
+        train_x, train_y = self.examples(train, self.train_split)
+        test_x, test_y = self.examples(test, self.test_split or "held-out test")
+        if train[0].dtype.kind == "U":  # the classes are the vocabulary's characters
+            classes = len(self.characters().letters)
         require_data(
             train_x.shape[1:] == test_x.shape[1:] and train_x.dtype == test_x.dtype,
             f"{SETTING}: training inputs are {train_x.dtype} {tuple(train_x.shape[1:])}, test "
@@ -184,8 +206,7 @@ def inputs_tensor(values: np.ndarray, column: str) -> Tensor:
     require_data(
         values.dtype != object and values.dtype.kind in "biuf" and len(values) > 0,
         f"data.input_column={column} holds {values.dtype} values ({str(values[:1])[:60]}); "
-        "fedlight reads images and numbers of one shape (for LEAF's Shakespeare text use "
-        "data=leaf_shakespeare)",
+        "fedlight reads images, numbers of one shape and strings (text windows)",
     )
     if values.dtype == np.uint8 and values.ndim in (3, 4):  # grey (N, H, W) or (N, H, W, C)
         images = torch.from_numpy(np.ascontiguousarray(values))

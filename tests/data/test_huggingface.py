@@ -16,8 +16,10 @@ import torch
 from fedlight.core.errors import ConfigError
 from fedlight.data.base import DataError
 from tests.conftest import run_cli
+from tests.helpers.speeches import SPEECHES, WINDOW, windows
 
 datasets = pytest.importorskip("datasets")
+from fedlight.data.characters import LETTERS  # noqa: E402
 from fedlight.data.huggingface import HuggingFace, held_out  # noqa: E402
 
 WRITERS = {"w07": (6, 2), "w01": (4, 1), "w12": (5, 2)}  # writer -> (training, test) examples
@@ -124,6 +126,42 @@ def test_load_dataset_opens_a_folder_of_data_files_with_vectors_and_integer_labe
     assert data.num_classes == int(max(data.train_y.max(), data.test_y.max())) + 1
 
 
+def save_shakespeare(folder: Path) -> dict[str, Any]:
+    """flwr-datasets' Shakespeare columns (character_id, x: 80 characters, y: the next one), one
+    split, as it publishes them."""
+    rows = {"character_id": [], "x": [], "y": []}
+    for role, text in SPEECHES.items():
+        role_windows = windows(text, range(0, 40, 4))
+        rows["character_id"] += [role] * len(role_windows["y"])
+        rows["x"] += role_windows["x"]
+        rows["y"] += role_windows["y"]
+    datasets.Dataset.from_dict(rows).save_to_disk(str(folder))
+    return rows
+
+
+TEXT = {"input_column": "x", "label_column": "y", "client_column": "character_id"}
+
+
+def test_text_windows_are_read_over_leafs_vocabulary_or_a_given_one(tmp_path: Path) -> None:
+    rows = save_shakespeare(tmp_path / "shakespeare")
+    path = str(tmp_path / "shakespeare")
+    data = HuggingFace(path=path, test_split=None, test_fraction=0.2, **TEXT).load()
+    assert data.num_classes == 80 and data.train_x.dtype == torch.int64
+    assert data.input_shape == (WINDOW,)
+    decoded = {"".join(LETTERS[i] for i in row) for row in data.train_x.tolist()}
+    decoded |= {"".join(LETTERS[i] for i in row) for row in data.test_x.tolist()}
+    assert decoded == set(rows["x"])
+    assert data.test_clients is not None and len(data.test_y) == 3 * 2  # 20% of each role's 10
+    letters = "".join(sorted(set("".join(SPEECHES.values()))))
+    own = HuggingFace(path=path, test_split=None, vocabulary=letters, **TEXT).load()
+    assert own.num_classes == len(letters)
+    labels = torch.cat([own.train_y, own.test_y]).tolist()
+    assert sorted(letters[i] for i in labels) == sorted(rows["y"])
+    message = refused(HuggingFace(path=path, test_split=None, vocabulary="abc", **TEXT))
+    assert message.startswith("data=huggingface: the train split: character ")
+    assert "is not in data.vocabulary='abc'" in message
+
+
 def refused(source: HuggingFace) -> str:
     with pytest.raises(DataError) as caught:
         source.load()
@@ -149,7 +187,7 @@ def test_refusals_are_one_line_naming_the_setting(
     message = refused(HuggingFace(path=path, input_column="image", label_column="writer_id"))
     assert "data.label_column=writer_id holds" in message and "class_encode_column" in message
     message = refused(HuggingFace(path=path, input_column="writer_id", label_column="character"))
-    assert message.startswith("data.input_column=writer_id holds") and "leaf_shakespeare" in message
+    assert "the train split: inputs and labels must be strings" in message
     monkeypatch.setitem(sys.modules, "datasets", None)  # as if it were not installed
     with pytest.raises(ConfigError) as caught:
         HuggingFace(path=path)
@@ -157,6 +195,26 @@ def test_refusals_are_one_line_naming_the_setting(
         "data=huggingface needs the Hugging Face datasets package; pip install "
         "'fedlight[huggingface]' (or pip install 'datasets>=2.14')"
     )
+
+
+def test_a_natural_run_of_saved_text_through_the_cli(tmp_path: Path) -> None:
+    save_shakespeare(tmp_path / "shakespeare")
+    run_cli(
+        "data=huggingface",
+        f"data.path={tmp_path / 'shakespeare'}",
+        *(f"data.{key}={value}" for key, value in TEXT.items()),
+        "data.test_split=null",
+        "data.test_fraction=0.2",
+        "model=stacked_lstm",
+        "partition=natural",
+        "fl.clients_per_round=2",
+        "fl.rounds=1",
+        "hydra.run.dir=run",
+        cwd=tmp_path,
+    )
+    with (tmp_path / "run" / "metrics.csv").open() as f:
+        (row,) = list(csv.DictReader(f))
+    assert 0 <= float(row["local_accuracy_mean"]) <= 1
 
 
 def test_a_natural_run_of_a_saved_dataset_through_the_cli(tmp_path: Path) -> None:

@@ -13,32 +13,22 @@ import pytest
 import torch
 
 from fedlight.core.errors import ConfigError
+from fedlight.core.tensors import detached_copy
 from fedlight.data.base import DataError, TensorDataset
+from fedlight.data.characters import LETTERS
 from fedlight.data.leaf import Leaf
 from fedlight.data.leaf_femnist import LeafFEMNIST
-from fedlight.data.leaf_shakespeare import LETTERS, LeafShakespeare
+from fedlight.data.leaf_shakespeare import LeafShakespeare
+from fedlight.drivers.base import Clients
+from fedlight.drivers.synchronous import FederatedLoop
 from fedlight.models.femnist_cnn import FemnistCNN
 from fedlight.models.stacked_lstm import StackedLSTM
 from fedlight.partitions.natural import Natural
-from fedlight.runs.experiment import run_job
 from fedlight.runs.federation import with_given_test_sets
 from tests.conftest import run_cli
+from tests.helpers.speeches import SPEECHES, WINDOW, windows
 
 Examples = dict[str, dict[str, list[Any]]]  # user -> {"x": [...], "y": [...]}
-
-# A few sentences: Shakespeare's text path on words, not on noise.
-SPEECHES = {
-    "THE_TEMPEST_PROSPERO": "Our revels now are ended. These our actors, as I foretold you, were "
-    "all spirits and are melted into air, into thin air; and, like the baseless fabric of this "
-    "vision, the cloud-capp'd towers, the gorgeous palaces, the solemn temples.",
-    "HAMLET_HAMLET": "To be, or not to be, that is the question: whether 'tis nobler in the mind "
-    "to suffer the slings and arrows of outrageous fortune, or to take arms against a sea of "
-    "troubles and by opposing end them. To die: to sleep; no more.",
-    "MACBETH_MACBETH": "Tomorrow, and tomorrow, and tomorrow, creeps in this petty pace from day "
-    "to day to the last syllable of recorded time, and all our yesterdays have lighted fools the "
-    "way to dusty death. Out, out, brief candle!",
-}
-WINDOW = 80  # LEAF's Shakespeare examples: 80 characters and the next one
 
 
 def write_leaf(folder: Path, users: Examples, files: int = 2, **extra: Any) -> None:
@@ -80,13 +70,6 @@ def write_femnist(root: Path) -> tuple[Examples, Examples]:
     write_leaf(root / "train", train)
     write_leaf(root / "test", test)
     return train, test
-
-
-def windows(text: str, starts: range) -> dict[str, list[str]]:
-    return {
-        "x": [text[s : s + WINDOW] for s in starts],
-        "y": [text[s + WINDOW] for s in starts],
-    }
 
 
 def write_shakespeare(root: Path) -> tuple[Examples, Examples]:
@@ -294,12 +277,16 @@ def test_stacked_lstm_is_leafs_and_starts_as_tensorflows_cell() -> None:
         StackedLSTM((1, 28, 28), 62, lr=0.1)
 
 
+@pytest.mark.filterwarnings("ignore:There is a performance drop:UserWarning")
 def test_the_lstm_trains_alike_in_the_sequential_and_vectorized_engines(
     make_job, tmp_path: Path
 ) -> None:
     """One round of one local step per client: both engines' weights agree to float32 rounding
     of one SGD step (torch.func runs the LSTM client by client: no batching rule for it)."""
     write_shakespeare(tmp_path)
+    data = LeafShakespeare(root=str(tmp_path)).load()
+    assert data.train_clients is not None
+    sets = Natural()(data.train_clients.numpy(), len(SPEECHES), np.random.default_rng(0))
     weights = {}
     for engine in ("sequential", "vectorized"):
         job = make_job(
@@ -307,19 +294,22 @@ def test_the_lstm_trains_alike_in_the_sequential_and_vectorized_engines(
                 "data=leaf_shakespeare",
                 f"data.root={tmp_path}",
                 "partition=natural",
-                "fl.clients_per_round=3",
-                "fl.rounds=1",
-                "local.batch_size=16",
+                f"fl.clients_per_round={len(SPEECHES)}",
+                "local.batch_size=16",  # each role's 8 windows: one step
                 "optim.lr=0.5",
                 f"fl.engine={engine}",
             ]
         )
-        run_job(job, tmp_path / engine)
-        weights[engine] = torch.load(tmp_path / engine / "model.pt", weights_only=True)
-    initial = StackedLSTM((WINDOW,), 80, lr=0.5).state_dict()
+        torch.manual_seed(0)
+        module = job.model(input_shape=data.input_shape, num_classes=data.num_classes)
+        clients = Clients(data, [torch.from_numpy(s) for s in sets])
+        loop = FederatedLoop(job.settings, clients, module, job.stages)
+        initial = detached_copy(loop.server.weights)
+        loop.run_round(1)
+        weights[engine] = loop.server.weights
     for name, value in weights["sequential"].items():
         torch.testing.assert_close(weights["vectorized"][name], value, rtol=0, atol=1e-6)
-    moved = weights["sequential"]["net.classifier.bias"] - initial["net.classifier.bias"]
+    moved = weights["sequential"]["net.lstm.bias_hh_l1"] - initial["net.lstm.bias_hh_l1"]
     assert moved.abs().max() > 1e-3  # one step moved the model: the comparison is not vacuous
 
 
