@@ -1,0 +1,40 @@
+"""The command line of `python -m benchmarks.peers`."""
+
+import argparse
+from collections.abc import Sequence
+
+from benchmarks.peers.records import FRAMEWORKS
+from benchmarks.peers.setup import setup
+from benchmarks.peers.workloads import WORKLOADS
+
+
+def chosen_workloads(prefix: str) -> list[str]:
+    """The workloads named by `prefix` (W1: W1-2NN and W1-CNN), refused in one line if none."""
+    names = [name for name in WORKLOADS if name == prefix or name.startswith(f"{prefix}-")]
+    if not names:
+        raise SystemExit(
+            f"--workload {prefix}: no such workload; choose from {', '.join(WORKLOADS)}"
+        )
+    return names
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse the command line and run the subcommand."""
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.peers")
+    commands = parser.add_subparsers(dest="command", required=True)
+    install = commands.add_parser("setup", help="each peer in its own environment, pinned")
+    install.add_argument("peers", nargs="*", help="peers to set up (all without)")
+    run = commands.add_parser("run", help="every framework on a workload; writes its record")
+    run.add_argument("--workload", required=True, help="W1, or one of its models (W1-2NN)")
+    run.add_argument("--data-root", required=True, help="the folder holding MNIST/raw/")
+    run.add_argument("--repeats", type=int, default=3)
+    run.add_argument("--threads", type=int, default=1, help="torch threads of every framework")
+    run.add_argument("--frameworks", nargs="+", choices=FRAMEWORKS, default=list(FRAMEWORKS))
+    args = parser.parse_args(argv)
+    if args.command == "setup":
+        return setup(args.peers)
+    from benchmarks.peers.run import run_workload  # imports fedlight and torch
+
+    for name in chosen_workloads(args.workload):
+        print(f"record: {run_workload(WORKLOADS[name], args)}", flush=True)
+    return 0

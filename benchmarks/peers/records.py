@@ -1,0 +1,83 @@
+"""The committed records (docs/results/peers/<workload>.json) and what the page reads from them:
+each framework's steady-state seconds per round, samples per second, peaks and accuracy over the
+repeats, and the ratios fedlight / peer.
+
+Steady state: a run's rounds after its first (the first holds a simulator's warm-up: Ray starting
+its workers, first-call allocations), their median; over the repeats, the median again. Samples per
+second: the examples a round trains on average divided by that. Ratios of speed are fedlight's
+samples per second over the peer's (above 1: fedlight is faster); of memory, fedlight's peak PSS
+over the peer's (below 1: fedlight holds less).
+"""
+
+import json
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+FRAMEWORKS = ("fedlight", "flower", "pfl")
+
+
+@dataclass(frozen=True)
+class Summary:
+    """One framework on one workload, over its repeats."""
+
+    framework: str
+    version: str
+    repeats: int
+    seconds_per_round: float
+    outside_seconds: float  # the process's time outside its rounds (start-up and teardown)
+    samples_per_second: float
+    peak_rss_mb: float
+    peak_pss_mb: float
+    peak_threads: int
+    processes: int
+    accuracies: tuple[float, ...]
+
+
+def steady(round_seconds: list[float]) -> float:
+    """A run's steady-state seconds per round: the median of its rounds after the first."""
+    later = round_seconds[1:] or round_seconds
+    return statistics.median(later)
+
+
+def summarize(record: dict, framework: str) -> Summary:
+    """`framework`'s runs in `record`, summarized."""
+    runs = [r for r in record["runs"] if r["framework"] == framework]
+    if not runs:
+        raise ValueError(f"{record['workload']}: no run of {framework} in the record")
+    per_round = statistics.median(steady(r["round_seconds"]) for r in runs)
+    samples_per_round = record["samples"] / record["rounds"]
+    return Summary(
+        framework,
+        runs[0]["version"],
+        len(runs),
+        per_round,
+        statistics.median(r["outside_seconds"] for r in runs),
+        samples_per_round / per_round,
+        max(r["peak_rss_mb"] for r in runs),
+        max(r["peak_pss_mb"] for r in runs),
+        max(r["peak_threads"] for r in runs),
+        max(r["processes"] for r in runs),
+        tuple(r["accuracy"] for r in runs),
+    )
+
+
+def ratios(ours: Summary, peer: Summary) -> dict[str, float]:
+    """fedlight / peer: speed (samples per second, above 1 is faster), start-up and teardown
+    seconds and peak PSS (below 1 is less)."""
+    return {
+        "speed": ours.samples_per_second / peer.samples_per_second,
+        "outside_seconds": ours.outside_seconds / peer.outside_seconds,
+        "peak_pss": ours.peak_pss_mb / peer.peak_pss_mb,
+    }
+
+
+def read(path: Path) -> dict:
+    """A workload's record."""
+    return json.loads(path.read_text())
+
+
+def frameworks_in(record: dict) -> list[str]:
+    """The frameworks with runs in `record`, fedlight first."""
+    present = {r["framework"] for r in record["runs"]}
+    return [f for f in FRAMEWORKS if f in present]

@@ -1,0 +1,150 @@
+"""`python -m benchmarks.peers run --workload W1`: every framework on the workload's settings in one
+run, repeats alternated (fedlight, flower, pfl, then the next repeat starting one further along),
+each run a fresh process tree measured from /proc; the record is written to
+docs/results/peers/<workload>.json. Every framework gets the same number of torch threads
+(`--threads`, also OMP_NUM_THREADS and MKL_NUM_THREADS; Flower's Ray backend one CPU a client)."""
+
+import itertools
+import json
+import os
+import platform
+import shutil
+import sys
+from pathlib import Path
+
+import torch
+
+from benchmarks.peers import spec as handed
+from benchmarks.peers.measure import Usage, measure
+from benchmarks.peers.records import FRAMEWORKS
+from benchmarks.peers.setup import PEERS, REPO, WORK, venv_python
+from benchmarks.peers.workloads import Workload
+from fedlight.data.mnist import MNIST
+
+RECORDS = REPO / "docs" / "results" / "peers"
+DRIVERS = REPO / "benchmarks" / "peers"
+
+
+def fedlight_command(workload: Workload, folder: Path, data_root: str, run_dir: Path) -> list[str]:
+    """fedlight's CLI on the workload, reading the handed index sets (`partition=from_file`)."""
+    return [
+        sys.executable,
+        "-m",
+        "fedlight",
+        f"data={workload.data}",
+        f"data.root={data_root}",
+        f"model={workload.model}",
+        "partition=from_file",
+        f"partition.path={folder / 'clients.json'}",
+        f"fl.clients_per_round={workload.clients_per_round}",
+        f"fl.rounds={workload.rounds}",
+        f"local.epochs={workload.epochs}",
+        f"local.batch_size={workload.batch_size}",
+        f"optim.lr={workload.lr}",
+        "optim.momentum=0",
+        f"seed={workload.seed}",
+        f"eval.every={workload.rounds}",
+        f"eval.batch_size={workload.eval_batch_size}",
+        f"checkpoint.every={workload.rounds}",
+        "device=cpu",
+        "fl.workers=1",
+        f"hydra.run.dir={run_dir}",
+    ]
+
+
+def fedlight_result(run_dir: Path) -> tuple[list[float], float]:
+    """Round seconds and final accuracy from a fedlight run's metrics.csv (`wall_seconds` counts
+    from the loop's start)."""
+    lines = (run_dir / "metrics.csv").read_text().splitlines()
+    header = lines[0].split(",")
+    rows = [dict(zip(header, line.split(","), strict=False)) for line in lines[1:]]
+    walls = [0.0] + [float(r["wall_seconds"]) for r in rows]
+    return [b - a for a, b in itertools.pairwise(walls)], float(rows[-1]["test_accuracy"])
+
+
+def peer_result(out: Path) -> tuple[list[float], float, str]:
+    """Round seconds, final accuracy and version from a peer driver's report."""
+    report = json.loads(out.read_text())
+    times = report["boundaries"]
+    return (
+        [b - a for a, b in itertools.pairwise(times)],
+        report["accuracy"],
+        report["version"],
+    )
+
+
+def one_run(framework: str, workload: Workload, folder: Path, args, number: int) -> dict:
+    """One framework's run on the workload, measured; its part of the record."""
+    threads = str(args.threads)
+    env = dict(os.environ, OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads)
+    run_dir = WORK / "runs" / workload.name / f"{number:02d}_{framework}"
+    shutil.rmtree(run_dir, ignore_errors=True)  # a run of an earlier invocation
+    run_dir.mkdir(parents=True)
+    out = run_dir / "report.json"
+    if framework == "fedlight":
+        command = fedlight_command(workload, folder, args.data_root, run_dir)
+        command.append(f"fl.threads_per_worker={threads}")
+    else:
+        peer = next(p for p in PEERS if p.name == framework)
+        command = [
+            str(venv_python(peer)),
+            str(DRIVERS / f"{peer.driver}.py"),
+            str(folder),
+            str(out),
+        ]
+        env["PYTHONPATH"] = str(DRIVERS)
+    usage: Usage = measure(command, env, run_dir / "log.txt")
+    if usage.exit_code != 0:
+        raise SystemExit(f"{framework} failed (exit {usage.exit_code}); see {run_dir / 'log.txt'}")
+    if framework == "fedlight":
+        rounds, accuracy = fedlight_result(run_dir)
+        version = "working tree"
+    else:
+        rounds, accuracy, version = peer_result(out)
+    print(
+        f"{workload.name} {framework}: rounds {[round(s, 2) for s in rounds]} s, "
+        f"acc {accuracy:.4f}, PSS {usage.peak_pss_mb:.0f} MB",
+        flush=True,
+    )
+    return {
+        "framework": framework,
+        "version": version,
+        "round_seconds": rounds,
+        "outside_seconds": usage.seconds - sum(rounds),
+        "accuracy": accuracy,
+        "peak_rss_mb": usage.peak_rss_mb,
+        "peak_pss_mb": usage.peak_pss_mb,
+        "peak_threads": usage.peak_threads,
+        "processes": usage.processes,
+    }
+
+
+def run_workload(workload: Workload, args) -> Path:
+    """Every framework on `workload`, repeats alternated; the record's path."""
+    data = MNIST(root=args.data_root, download=False).load()
+    folder = WORK / "work" / workload.name
+    content = handed.spec(workload, data, args.threads)
+    handed.write(folder, content, data)
+    (folder / "clients.json").write_text(json.dumps(content["clients"]))
+    frameworks = [f for f in FRAMEWORKS if f in args.frameworks]
+    runs = []
+    for repeat in range(args.repeats):
+        order = frameworks[repeat % len(frameworks) :] + frameworks[: repeat % len(frameworks)]
+        for framework in order:
+            runs.append(one_run(framework, workload, folder, args, len(runs)))
+    record = {
+        "workload": workload.name,
+        "settings": workload.settings(),
+        "rounds": workload.rounds,
+        "samples": handed.samples_trained(content),
+        "threads": args.threads,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "machine": f"{os.cpu_count()} CPU cores, shared with other jobs",
+        "order": "repeats alternated, each starting one framework further along",
+        "runs": runs,
+    }
+    RECORDS.mkdir(parents=True, exist_ok=True)
+    path = RECORDS / f"{workload.name}.json"
+    path.write_text(json.dumps(record, indent=1) + "\n")
+    return path

@@ -1,0 +1,81 @@
+"""Blocks of the peers page (docs/results/peers/): fedlight beside Flower and pfl-research on the
+same workloads, from the records `python -m benchmarks.peers run` writes (`kind: peers`: per
+workload and framework the steady-state seconds a round, samples per second, the ratio fedlight /
+peer, the time outside the rounds, peak PSS and RSS of the process tree, its threads and processes,
+and each repeat's final accuracy; `kind: peer_settings`: what every framework was given).
+
+    speed:
+      kind: peers
+      records: [W1-2NN.json, W1-CNN.json]   # relative to the page's folder
+"""
+
+from pathlib import Path
+from typing import Any
+
+from benchmarks.peers.records import frameworks_in, ratios, read, summarize
+from fedlight.reports.markdown import markdown_table
+
+HEADER = [
+    "workload",
+    "framework",
+    "version",
+    "s / round",
+    "samples / s",
+    "fedlight / peer, speed",
+    "s outside rounds",
+    "peak PSS (MB)",
+    "fedlight / peer, PSS",
+    "peak RSS (MB)",
+    "threads",
+    "processes",
+    "final accuracy (each repeat)",
+]
+
+
+def records_of(directory: Path, spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """The block's records, in the order it names them."""
+    return [read(directory / name) for name in spec.get("records") or ()]
+
+
+def peers_lines(directory: Path, spec: dict[str, Any]) -> list[str]:
+    """Every workload × framework with its figures and the ratios fedlight / peer."""
+    body = []
+    for record in records_of(directory, spec):
+        summaries = [summarize(record, f) for f in frameworks_in(record)]
+        ours = summaries[0]
+        for summary in summaries:
+            ratio = ratios(ours, summary) if summary is not ours else None
+            body.append(
+                [
+                    record["workload"],
+                    summary.framework,
+                    summary.version,
+                    f"{summary.seconds_per_round:.2f}",
+                    f"{summary.samples_per_second:,.0f}",
+                    "" if ratio is None else f"{ratio['speed']:.2f}×",
+                    f"{summary.outside_seconds:.1f}",
+                    f"{summary.peak_pss_mb:,.0f}",
+                    "" if ratio is None else f"{ratio['peak_pss']:.2f}×",
+                    f"{summary.peak_rss_mb:,.0f}",
+                    str(summary.peak_threads),
+                    str(summary.processes),
+                    ", ".join(f"{a:.2%}" for a in summary.accuracies),
+                ]
+            )
+    return markdown_table(HEADER, body, text_columns=3)
+
+
+def settings_lines(directory: Path, spec: dict[str, Any]) -> list[str]:
+    """Each workload's settings (what every framework is handed), one column per workload."""
+    records = records_of(directory, spec)
+    names = list(records[0]["settings"]) if records else []
+    body = [[name, *(str(r["settings"][name]) for r in records)] for name in names]
+    body += [
+        ["torch threads (every framework)", *(str(r["threads"]) for r in records)],
+        ["repeats", *(str(len(r["runs"]) // len(frameworks_in(r))) for r in records)],
+        ["torch, Python", *(f"{r['torch']}, {r['python']}" for r in records)],
+    ]
+    return markdown_table(["setting", *(r["workload"] for r in records)], body)
+
+
+PEER_BLOCKS = {"peers": peers_lines, "peer_settings": settings_lines}

@@ -1,0 +1,191 @@
+"""benchmarks/peers (issue 65): what is handed to the peers equals what fedlight draws and
+computes, the settings and ratios the page shows, and the records it reads. Nothing here installs
+a peer; the test that drives the peers' own environments is slow and skipped without them."""
+
+import json
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from benchmarks.peers import peer_common, records, spec
+from benchmarks.peers.cli import chosen_workloads
+from benchmarks.peers.run import fedlight_result
+from benchmarks.peers.setup import PEERS, closure, venv_python
+from benchmarks.peers.workloads import WORKLOADS, Workload
+from fedlight.core.context import RoundContext
+from fedlight.core.rng import Stream, derive_seed, numpy_generator
+from fedlight.data.base import Normalization, TensorDataset
+from fedlight.models.cnn import CNN
+from fedlight.models.mlp import MLP
+from fedlight.partitions.shards import Shards
+from fedlight.stages.selection.random import RandomSelection
+from scripts.peer_blocks import peers_lines, settings_lines
+
+TINY = Workload("T-2NN", "mnist", "mlp", 2, 4, 2, 1, 5, 0.1, rounds=2, eval_batch_size=7)
+
+
+def tiny_data(n: int = 40) -> TensorDataset:
+    """uint8 images (1×8×8) with labels of every class, and their per-channel statistics."""
+    generator = torch.Generator().manual_seed(0)
+    images = torch.randint(0, 256, (n, 1, 8, 8), generator=generator, dtype=torch.uint8)
+    labels = torch.arange(n) % 4
+    return TensorDataset(
+        images, labels, images[:13], labels[:13], 4, None, Normalization((0.3,), (0.2,))
+    )
+
+
+def test_the_handed_index_sets_and_selections_are_fedlights_draws():
+    data = tiny_data()
+    content = spec.spec(TINY, data, threads=1)
+    expected = Shards(shards_per_client=2)(
+        data.train_y.numpy(), 4, numpy_generator(0, Stream.PARTITION)
+    )
+    assert content["clients"] == [s.tolist() for s in expected]
+    for round_index, chosen in enumerate(content["selections"], 1):
+        federation = SimpleNamespace(num_clients=4, seed=0)
+        ctx = RoundContext(federation, round_index, (), ())  # type: ignore[arg-type]
+        assert chosen == RandomSelection().select(ctx, 2, None)  # type: ignore[arg-type]
+    for key, seed in content["shuffle_seeds"].items():
+        round_index, client = map(int, key.split("/"))
+        assert seed == derive_seed(0, Stream.LOCAL_TRAINING, round_index, client)
+    assert content["init_seed"] == derive_seed(0, Stream.MODEL_INIT)
+    assert spec.samples_trained(content) == sum(
+        len(content["clients"][c]) for r in content["selections"] for c in r
+    )
+
+
+def test_the_peers_networks_are_fedlights_layers_and_initial_weights():
+    for name, model, shape in (("mlp", MLP, (1, 28, 28)), ("cnn", CNN, (1, 28, 28))):
+        seed = derive_seed(0, Stream.MODEL_INIT)
+        torch.manual_seed(seed)
+        reference = model(input_shape=shape, num_classes=10, lr=0.1).net.state_dict()
+        ours = peer_common.build(name, shape, 10, seed).state_dict()
+        assert list(ours) == list(reference)
+        assert all(torch.equal(ours[k], reference[k]) for k in reference)
+
+
+def test_the_peers_batches_are_fedlights_inputs_bit_for_bit():
+    data = tiny_data()
+    prepare = peer_common.Prepare([0.3], [0.2])
+    batch = data.train_x[torch.tensor([3, 1, 7])]
+    assert torch.equal(prepare(batch), data.prepare(batch))
+
+
+def test_a_driver_trains_and_evaluates_from_the_written_spec(tmp_path):
+    data = tiny_data()
+    spec.write(tmp_path, spec.spec(TINY, data, threads=1), data)
+    handed = peer_common.Spec(tmp_path)
+    assert handed.train_x.dtype == torch.uint8 and torch.equal(handed.train_x, data.train_x)
+    net = handed.net()
+    client = handed["selections"][0][0]
+    assert peer_common.train_client(net, handed, client, 1) == len(handed.clients[client])
+    assert 0.0 <= peer_common.accuracy(net, handed) <= 1.0
+
+
+def record(seconds: dict[str, list[list[float]]]) -> dict:
+    """A record of two rounds of 100 samples each, the given round seconds per framework."""
+    runs = [
+        {
+            "framework": framework,
+            "version": "1",
+            "round_seconds": rounds,
+            "outside_seconds": 2.0,
+            "accuracy": 0.5,
+            "peak_rss_mb": 900.0,
+            "peak_pss_mb": 400.0 if framework == "fedlight" else 800.0,
+            "peak_threads": 3,
+            "processes": 1,
+        }
+        for framework, repeats in seconds.items()
+        for rounds in repeats
+    ]
+    return {
+        "workload": "T",
+        "settings": {"rounds": "2"},
+        "rounds": 2,
+        "samples": 200,
+        "threads": 1,
+        "torch": "2",
+        "python": "3.11",
+        "runs": runs,
+    }
+
+
+def test_steady_state_leaves_the_first_round_out_and_ratios_are_fedlight_over_peer():
+    content = record({"fedlight": [[9.0, 1.0, 1.0], [9.0, 1.0, 3.0]], "flower": [[9.0, 2.0]]})
+    ours, peer = records.summarize(content, "fedlight"), records.summarize(content, "flower")
+    assert ours.seconds_per_round == 1.5  # median of the repeats' medians (1.0 and 2.0)
+    assert ours.samples_per_second == 100 / 1.5
+    assert peer.seconds_per_round == 2.0
+    ratio = records.ratios(ours, peer)
+    assert ratio["speed"] == pytest.approx(2.0 / 1.5)
+    assert ratio["peak_pss"] == 0.5
+    with pytest.raises(ValueError, match="no run of pfl"):
+        records.summarize(content, "pfl")
+
+
+def test_the_blocks_show_every_framework_and_the_settings(tmp_path):
+    (tmp_path / "T.json").write_text(
+        json.dumps(record({"pfl": [[3.0, 2.0]], "fedlight": [[3.0, 1.0]]}))
+    )
+    lines = peers_lines(tmp_path, {"records": ["T.json"]})
+    assert [line.split(" | ")[1] for line in lines[2:]] == ["fedlight", "pfl"]  # fedlight first
+    assert lines[2].split(" | ")[5] == "" and lines[3].split(" | ")[5] == "2.00×"
+    settings = settings_lines(tmp_path, {"records": ["T.json"]})
+    assert settings[0] == "| setting | T |" and "| repeats | 1 |" in settings
+
+
+def test_fedlights_round_seconds_are_read_from_its_metrics(tmp_path):
+    (tmp_path / "metrics.csv").write_text("round,test_accuracy,wall_seconds\n1,,2.5\n2,0.75,4.0\n")
+    assert fedlight_result(tmp_path) == ([2.5, 1.5], 0.75)
+
+
+def test_workloads_named_by_family_and_an_unknown_one_refused():
+    assert chosen_workloads("W1") == ["W1-2NN", "W1-CNN"]
+    assert chosen_workloads("W1-CNN") == ["W1-CNN"]
+    with pytest.raises(SystemExit, match="--workload W9: no such workload"):
+        chosen_workloads("W9")
+    assert all(w.settings()["rounds"] == str(w.rounds) for w in WORKLOADS.values())
+
+
+def test_a_peer_shares_fedlights_torch_and_what_it_requires():
+    found = closure("torch")
+    assert {"torch", "filelock"} <= found and "numpy" not in found
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("peer", [p for p in PEERS if not p.unavailable], ids=lambda p: p.name)
+def test_each_peer_computes_what_the_others_compute(tmp_path, peer):
+    """The peer's driver, in its environment, on a tiny spec: the accuracy the same training done
+    here gives (skipped where `python -m benchmarks.peers setup` has not been run)."""
+    if not venv_python(peer).exists():
+        pytest.skip(f"{peer.name}'s environment is absent (python -m benchmarks.peers setup)")
+    data = tiny_data()
+    spec.write(tmp_path, spec.spec(TINY, data, threads=1), data)
+    handed = peer_common.Spec(tmp_path)
+    net = handed.net()
+    for round_index, chosen in enumerate(handed["selections"], 1):
+        start = {k: v.clone() for k, v in net.state_dict().items()}
+        trained = []
+        for client in chosen:
+            net.load_state_dict(start)
+            peer_common.train_client(net, handed, client, round_index)
+            trained.append({k: v.clone() for k, v in net.state_dict().items()})
+        net.load_state_dict({k: sum(t[k] for t in trained) / len(trained) for k in start})
+    expected = peer_common.accuracy(net, handed)
+    driver = Path(peer_common.__file__).parent / f"{peer.driver}.py"
+    out = tmp_path / "out.json"
+    env = {"PYTHONPATH": str(driver.parent), "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
+    subprocess.run(
+        [str(venv_python(peer)), str(driver), str(tmp_path), str(out)],
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    report = json.loads(out.read_text())
+    assert report["accuracy"] == expected
+    assert len(report["boundaries"]) == TINY.rounds + 1
