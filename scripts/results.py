@@ -631,7 +631,7 @@ def record_dirs(root: Path, page: Page, sweeps: list[str] | None = None) -> list
 
 BLOCK_KINDS = (
     "beside, paired, more_seeds, setting, claims, rounds, rates, findings, cost, protocols, "
-    "variants"
+    "variants, peers, peer_settings"
 )
 
 
@@ -645,6 +645,7 @@ def block_lines(root: Path, page: Page, spec: dict[str, Any], where: str) -> lis
     (cost_blocks), `protocols` or `variants` (one cell's rounds another way: variant_blocks)."""
     from fedlight.reports.verdict_tables import beside_table
     from scripts.cost_blocks import COST_BLOCKS
+    from scripts.peer_blocks import PEER_BLOCKS
     from scripts.rounds_blocks import ROUNDS_BLOCKS
     from scripts.variant_blocks import VARIANT_BLOCKS
     from scripts.verdict_blocks import more_seeds_lines, paired_lines
@@ -666,6 +667,8 @@ def block_lines(root: Path, page: Page, spec: dict[str, Any], where: str) -> lis
     tables = {**ROUNDS_BLOCKS, **COST_BLOCKS, **VARIANT_BLOCKS}
     if kind in tables and reference is not None:
         return tables[kind](root / page.directory, spec, reference)
+    if kind in PEER_BLOCKS:  # records of their own (benchmarks.peers), no reference
+        return PEER_BLOCKS[kind](root / page.directory, spec)
     raise ResultsError(f"{where}: kind {kind!r} is none of {BLOCK_KINDS} (with its reference)")
 
 
@@ -942,18 +945,21 @@ def main(argv: list[str] | None = None) -> int:
     )
     pages = commands.add_parser("pages", help="regenerate every results page from its records")
     pages.add_argument("--check", action="store_true", help="fail where a page would change")
+    pages.add_argument(
+        "--only", action="append", metavar="PAGE", help="only this page (its folder's name)"
+    )
     args = parser.parse_args(argv)
     try:
         if args.command == "export":
             jobs = export(args.sweep_dir, args.to, path_renames(args.path))
             print(f"{len(jobs)} finished jobs' records in {args.to}")
         elif args.check:
-            stale = check()
+            stale = check(only=args.only)
             if stale:
                 print(f"stale (run `{COMMAND}`): {', '.join(stale)}", file=sys.stderr)
                 return 1
         else:
-            regenerate(REPO)
+            regenerate(REPO, args.only)
     except ResultsError as error:
         print(f"results: error: {error}", file=sys.stderr)
         return 2
