@@ -15,8 +15,17 @@ import torch
 
 from fedlight.core.errors import ConfigError
 from fedlight.data.base import DataError
-from tests.conftest import run_cli
-from tests.helpers.speeches import SPEECHES, WINDOW, windows
+from tests.conftest import REPO, run_cli
+from tests.helpers.commands import validate_command_line
+from tests.helpers.natural_data import (
+    SPEECHES,
+    WINDOW,
+    windows,
+    write_femnist,
+    write_leaf,
+    write_shakespeare,
+)
+from tests.project.test_readme_commands import readme_commands
 
 datasets = pytest.importorskip("datasets")
 from fedlight.data.characters import LETTERS  # noqa: E402
@@ -238,3 +247,28 @@ def test_a_natural_run_of_a_saved_dataset_through_the_cli(tmp_path: Path) -> Non
         rows = list(csv.DictReader(f))
     assert [row["round"] for row in rows] == ["1", "2"]
     assert all(0 <= float(row["local_accuracy_mean"]) <= 1 for row in rows)
+
+
+def test_the_how_to_pages_commands_are_accepted_where_its_files_are(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/natural-datasets.md's commands, checked as fedlight checks a command line (the data
+    loaded: partition=natural counts its clients) on files written where the page puts them, with
+    two clients a round (the files hold a few users)."""
+    monkeypatch.chdir(tmp_path)
+    write_femnist(tmp_path / "leaf/data/femnist/data")
+    write_shakespeare(tmp_path / "leaf/data/shakespeare/data")
+    rng = np.random.default_rng(0)
+    for split, size in (("train", 6), ("test", 2)):
+        devices = {
+            str(d): {"x": rng.normal(size=(size, 60)).tolist(), "y": [d % 5] * size}
+            for d in range(4)
+        }
+        write_leaf(tmp_path / f"leaf/data/synthetic/data/{split}", devices, files=1)
+    save_femnist(tmp_path / "data/femnist")
+    save_shakespeare(tmp_path / "data/shakespeare")
+    commands = readme_commands(REPO / "docs" / "natural-datasets.md")
+    assert len(commands) == 5
+    for arguments in commands:
+        few = [a for a in arguments if not a.startswith("fl.clients_per_round=")]
+        assert validate_command_line([*few, "fl.clients_per_round=2"]), arguments

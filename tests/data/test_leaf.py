@@ -26,62 +26,15 @@ from fedlight.models.stacked_lstm import StackedLSTM
 from fedlight.partitions.natural import Natural
 from fedlight.runs.federation import with_given_test_sets
 from tests.conftest import run_cli
-from tests.helpers.speeches import SPEECHES, WINDOW, windows
-
-Examples = dict[str, dict[str, list[Any]]]  # user -> {"x": [...], "y": [...]}
-
-
-def write_leaf(folder: Path, users: Examples, files: int = 2, **extra: Any) -> None:
-    """`users` as LEAF's preprocessing writes a split: `files` JSON files, users dealt in turn,
-    each file {"users", "num_samples", "user_data"} (and `extra` keys, e.g. hierarchies)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    names = list(users)
-    for part in range(files):
-        chosen = names[part::files]
-        content = {
-            "users": chosen,
-            **{key: value[part::files] for key, value in extra.items()},
-            "num_samples": [len(users[user]["y"]) for user in chosen],
-            "user_data": {user: users[user] for user in chosen},
-        }
-        (folder / f"all_data_{part}_niid_05_keep_0_{folder.name}_9.json").write_text(
-            json.dumps(content), encoding="utf-8"
-        )
-
-
-def femnist_users(sizes: dict[str, int], seed: int) -> Examples:
-    """Writers' 28×28 images as LEAF writes them (grey levels / 255, flattened) with labels
-    0..61."""
-    rng = np.random.default_rng(seed)
-    return {
-        user: {
-            "x": (rng.integers(0, 256, (size, 784)) / 255).tolist(),
-            "y": rng.integers(0, 62, size).tolist(),
-        }
-        for user, size in sizes.items()
-    }
-
-
-def write_femnist(root: Path) -> tuple[Examples, Examples]:
-    """Four writers, each with its own training and test examples, as LEAF's `-t sample` split
-    leaves them."""
-    train = femnist_users({"f0003_12": 7, "f0001_40": 5, "f0102_07": 6, "f0002_33": 8}, seed=1)
-    test = femnist_users({"f0003_12": 2, "f0001_40": 1, "f0102_07": 3, "f0002_33": 2}, seed=2)
-    write_leaf(root / "train", train)
-    write_leaf(root / "test", test)
-    return train, test
-
-
-def write_shakespeare(root: Path) -> tuple[Examples, Examples]:
-    """Each role's first windows for training, its last ones for testing (LEAF's Shakespeare
-    split keeps a role's test windows after its training ones)."""
-    train = {role: windows(text, range(0, 24, 3)) for role, text in SPEECHES.items()}
-    test = {role: windows(text, range(100, 112, 4)) for role, text in SPEECHES.items()}
-    hierarchies = [role.rsplit("_", 1)[0] for role in SPEECHES]
-    write_leaf(root / "train", train, hierarchies=hierarchies)
-    write_leaf(root / "test", test, hierarchies=hierarchies)
-    return train, test
-
+from tests.helpers.natural_data import (
+    SPEECHES,
+    WINDOW,
+    Examples,
+    femnist_users,
+    write_femnist,
+    write_leaf,
+    write_shakespeare,
+)
 
 # ------------------------------------------------------------------ reading LEAF's files
 

@@ -54,8 +54,18 @@ def test_every_readme_command_is_a_command_fedlight_accepts(tmp_path: Path) -> N
 
 # What a page's command needs that a test machine lacks: a GPU, a package of the reader's own, a
 # stage kind registered in fedlight (docs/howto/add-stage.md, tested in test_examples.py), a
-# placeholder to fill; and Hydra's flags that run no job.
-NEEDS_ELSEWHERE = ("device=cuda", "mypkg.", "update_norm=", "<", "--version")
+# placeholder to fill, files the page says how to write (LEAF's, a dataset saved to disk:
+# docs/natural-datasets.md, tested in tests/data/test_huggingface.py); and Hydra's flags that run
+# no job.
+NEEDS_ELSEWHERE = (
+    "device=cuda",
+    "mypkg.",
+    "update_norm=",
+    "<",
+    "--version",
+    "data.root=leaf/",
+    "data.path=data/",
+)
 
 
 @pytest.mark.slow
