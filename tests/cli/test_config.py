@@ -29,13 +29,23 @@ COMPANIONS = {
     "privacy=adaptive_clip": ["selection=poisson"],
     "algo=fedasync": ["system=homogeneous"],
     "algo=fedbuff": ["system=homogeneous"],
+    # the folder or saved dataset is read when the data loads, not when the job is built
+    "data=leaf": ["data.root=leaf/data/synthetic/data"],
+    "data=leaf_femnist": ["data.root=leaf/data/femnist/data"],
+    "data=leaf_shakespeare": ["data.root=leaf/data/shakespeare/data"],
+    "data=huggingface": ["data.path=data/femnist"],
+    "local_work=stragglers": ["local.epochs=2"],
 }
 MODEL_INPUT = {
     "mlp": (1, 8, 8),
     "cnn": (1, 8, 8),
     "cifar_cnn": (3, 32, 32),
     "simple_cnn": (1, 28, 28),
+    "femnist_cnn": (1, 28, 28),
+    "logistic": (1, 8, 8),
+    "stacked_lstm": (80,),
 }
+MODEL_INPUT_TYPE = {"stacked_lstm": torch.int64}  # character indices
 
 
 def test_every_group_has_its_documented_options() -> None:
@@ -47,8 +57,22 @@ def test_every_group_has_its_documented_options() -> None:
         "cifar10",
         "torch_dataset",
         "datamodule",
+        "leaf",
+        "leaf_femnist",
+        "leaf_shakespeare",
+        "huggingface",
+        "synthetic",
+        "fedprox_mnist",
     }
-    assert set(group_options("model")) == {"mlp", "cnn", "cifar_cnn", "simple_cnn"}
+    assert set(group_options("model")) == {
+        "mlp",
+        "cnn",
+        "cifar_cnn",
+        "simple_cnn",
+        "femnist_cnn",
+        "stacked_lstm",
+        "logistic",
+    }
     assert set(group_options("partition")) == {
         "iid",
         "shards",
@@ -73,7 +97,8 @@ def test_every_option_composes_and_instantiates(make_job, group: str, option: st
     assert job.choices[group] == option
     if group == "model":
         module = job.model(input_shape=MODEL_INPUT[option], num_classes=10)
-        logits = module(torch.zeros(2, *MODEL_INPUT[option]))
+        inputs = torch.zeros(2, *MODEL_INPUT[option], dtype=MODEL_INPUT_TYPE.get(option))
+        logits = module(inputs)
         assert logits.shape == (2, 10)
         assert isinstance(module.configure_optimizers(), torch.optim.SGD)
 
@@ -129,7 +154,10 @@ def test_mcmahan_cnn_has_the_papers_parameter_count(make_job) -> None:
             ),
         ),
         (["eval.target_accuracy=80"], "eval.target_accuracy=80.0 must be a fraction"),
-        (["model=nope"], "model=nope is not an option; choose model from: cifar_cnn, cnn, mlp"),
+        (
+            ["model=nope"],
+            "model=nope is not an option; choose model from: cifar_cnn, cnn, femnist_cnn, logistic",
+        ),
         (["partition=iid", "partition.alpha=0.5"], "unknown key partition.alpha; partition has:"),
     ],
 )
