@@ -274,21 +274,40 @@ def metrics(run_dir: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
+def write_synthetic(root: Path) -> tuple[Examples, Examples]:
+    """LEAF's Synthetic as its generator and `-t sample` split write it: 60 numbers and one of 5
+    classes per example, devices of unequal sizes."""
+    rng = np.random.default_rng(3)
+
+    def devices(sizes: list[int]) -> Examples:
+        return {
+            str(d): {"x": rng.normal(size=(n, 60)).tolist(), "y": rng.integers(0, 5, n).tolist()}
+            for d, n in enumerate(sizes)
+        }
+
+    train, test = devices([9, 4, 12, 6, 5]), devices([1, 1, 2, 1, 1])
+    write_leaf(root / "train", train, files=1)
+    write_leaf(root / "test", test, files=1)
+    return train, test
+
+
 @pytest.mark.parametrize(
-    ("option", "writer", "users"),
+    ("option", "writer", "users", "model"),
     [
-        ("leaf_femnist", write_femnist, 4),
-        ("leaf_shakespeare", write_shakespeare, 3),
+        ("leaf_femnist", write_femnist, 4, "femnist_cnn"),
+        ("leaf_shakespeare", write_shakespeare, 3, "stacked_lstm"),
+        ("leaf", write_synthetic, 5, "logistic"),
     ],
-    ids=["femnist", "shakespeare"],
+    ids=["femnist", "shakespeare", "synthetic"],
 )
 def test_a_natural_run_of_leafs_files_through_the_cli(
-    tmp_path: Path, option: str, writer: Any, users: int
+    tmp_path: Path, option: str, writer: Any, users: int, model: str
 ) -> None:
     train, _ = writer(tmp_path / "leaf")
     result = run_cli(
         f"data={option}",
         f"data.root={tmp_path / 'leaf'}",
+        *(["model=logistic"] if option == "leaf" else []),  # the others pick LEAF's model
         "partition=natural",
         "fl.clients_per_round=2",
         "fl.rounds=2",
@@ -296,6 +315,7 @@ def test_a_natural_run_of_leafs_files_through_the_cli(
         "hydra.run.dir=run",
         cwd=tmp_path,
     )
+    assert f" model={model} " in result.stdout
     assert f"fl.num_clients={users}, the number of distinct client ids" in result.stderr
     run = tmp_path / "run"
     histogram = json.loads((run / "label_histogram.json").read_text())
