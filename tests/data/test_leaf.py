@@ -114,6 +114,9 @@ def test_leafs_split_by_user_puts_test_writers_in_the_global_test_set_only(
     write_leaf(tmp_path / "mixed" / "test", femnist_users({"a": 2, "d": 1}, seed=1))
     data = LeafFEMNIST(root=str(tmp_path / "mixed")).load()
     assert data.test_clients is not None and sorted(data.test_clients.tolist()) == [-1, 0, 0]
+    sets = Natural().given_test_sets(data, 2)  # writer a's two, none for b; d's is global only
+    assert sets is not None and [len(s) for s in sets] == [2, 0]
+    assert (data.test_clients[sets[0]] == 0).all()
 
 
 # ------------------------------------------------------------------ local test sets
