@@ -4,10 +4,12 @@
 Each client approximately minimizes h_k(w; x) = F_k(w) + μ/2 ‖w − x‖² around the global model x
 it received. Server, by `algo.variant`: `fedlight` (default) is FedAvg's server, the
 sample-weighted mean of the deltas under any selection (as NIID-Bench and Flower's niid_bench run
-FedProx); `paper` is Algorithm 2 and the authors' code (flearn/trainers/fedprox.py, fedbase.py):
-clients drawn ∝ n_k (`selection=proportional`, required) and a plain mean of their updates.
-Client: every selected client runs the configured local epochs (no γ-inexactness stopping and no
-dropped stragglers), and the proximal term enters through its
+FedProx, and as the authors' code does: flearn/trainers/fedbase.py draws clients uniformly and
+averages weighted by samples); `paper` is Algorithm 2 as the paper writes it: clients drawn ∝ n_k
+(`selection=proportional`, required) and a plain mean of their updates.
+Client: each selected client runs the local epochs `local_work` gives it (`local.epochs` by
+default; `local_work=stragglers` is the paper's variable work, Section 5.2; no γ-inexactness
+stopping rule), and the proximal term enters through its
 gradient, p.grad += μ (p − x_p), added to every trainable parameter that has a gradient after
 backpropagation, so any local optimizer (momentum, weight decay) sees the gradient of h_k. With
 μ = 0 this is FedAvg exactly.
