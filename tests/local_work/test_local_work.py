@@ -16,10 +16,15 @@ from fedlight.algorithms.fedprox import FedProx
 from fedlight.core.context import Federation, RoundContext
 from fedlight.core.errors import ConfigError
 from fedlight.core.settings import FLSettings, LocalSettings, RunSettings
+from fedlight.core.tensors import detached_copy
 from fedlight.data.base import TensorDataset
+from fedlight.data.digits import Digits
 from fedlight.drivers.base import Clients
 from fedlight.drivers.history import RoundStats
 from fedlight.drivers.synchronous import FederatedLoop
+from fedlight.engines.base import LocalTask
+from fedlight.engines.sequential import SequentialEngine
+from fedlight.engines.vectorized import VectorizedEngine
 from fedlight.local_work.base import LocalWork
 from fedlight.local_work.fixed import Fixed
 from fedlight.local_work.stragglers import Stragglers
@@ -219,3 +224,30 @@ def test_combinations_that_cannot_count_the_work_are_refused(
     ):
         make_job([*tiny, "algo=fedasync", *stragglers])
     assert make_job([*tiny, "privacy=dp_sgd", "local_work=stragglers", "local.epochs=2"])
+
+
+def test_both_engines_train_each_tasks_own_epochs(make_job: Callable[[list[str]], Job]) -> None:
+    """A task's epochs (a straggler's) set its steps and examples on either engine; the losses
+    agree to float rounding."""
+    job = make_job(["data=digits", "model=logistic", "local.batch_size=16", "local.epochs=4"])
+    data = Digits().load()
+    module = job.model(input_shape=data.input_shape, num_classes=data.num_classes)
+    start = detached_copy(module.state_dict())
+    clients = [torch.arange(0, 40), torch.arange(40, 100), torch.arange(100, 110)]
+    tasks = [
+        LocalTask(c, indices, start, [], epochs=e)
+        for c, (indices, e) in enumerate(zip(clients, (None, 1, 3), strict=True))
+    ]
+    results = {
+        engine.name: [
+            (r.num_steps, r.examples, r.train_loss) for r in engine.train(tasks, 2, [0.05])
+        ]
+        for engine in (
+            SequentialEngine(module, data, job.settings),
+            VectorizedEngine(module, data, job.settings),
+        )
+    }
+    sequential, vectorized = results["sequential"], results["vectorized"]
+    assert [(s, x) for s, x, _ in sequential] == [(4 * 3, 4 * 40), (1 * 4, 60), (3 * 1, 3 * 10)]
+    assert [(s, x) for s, x, _ in vectorized] == [(s, x) for s, x, _ in sequential]
+    assert [v[2] for v in vectorized] == pytest.approx([s[2] for s in sequential], abs=1e-6)
