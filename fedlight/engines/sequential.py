@@ -17,7 +17,7 @@ from torch import Tensor
 from fedlight.core.errors import ConfigError
 from fedlight.core.layout import contiguous_state
 from fedlight.core.messages import LocalResult
-from fedlight.core.rng import Stream
+from fedlight.core.rng import Stream, seed_torch
 from fedlight.core.settings import RunSettings
 from fedlight.data.base import TensorDataset
 from fedlight.engines.base import (
@@ -126,7 +126,7 @@ class SequentialEngine(Engine):
             c for c in task.callbacks if type(c).on_train_start is not LocalCallback.on_train_start
         ]
         if measuring:
-            torch.manual_seed(seed)
+            seed_torch(seed)
             for callback in measuring:
                 callback.on_train_start(self.module, self.all_batches(task))
         return len(measuring), seed
@@ -146,7 +146,7 @@ class SequentialEngine(Engine):
         module, data, local, callbacks = self.module, self.data, self.settings.local, task.callbacks
         optimizer = optimization.optimizer
         generator = torch.Generator().manual_seed(seed)
-        torch.manual_seed(seed)  # for the module's own randomness, e.g. dropout
+        seed_torch(seed)  # for the module's own randomness, e.g. dropout
         augment = data.augment
         per_epoch = num_local_steps(len(task.indices), 1, local.batch_size)
         losses: list[Tensor] = []

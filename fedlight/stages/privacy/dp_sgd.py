@@ -43,7 +43,7 @@ from fedlight.core.context import RoundContext
 from fedlight.core.errors import ConfigError, require
 from fedlight.core.layout import contiguous_state
 from fedlight.core.messages import Delivered, LocalResult
-from fedlight.core.rng import Stream, derive_seed
+from fedlight.core.rng import Stream, derive_seed, seed_torch
 from fedlight.core.settings import RunSettings
 from fedlight.core.tensors import StateDict
 from fedlight.data.base import TensorDataset
@@ -154,7 +154,7 @@ class DPSGDEngine(SequentialEngine):
         rate = min(1.0, (local.batch_size or n) / n)
         seed = self.seed_of(round_index, task.client)
         generator = torch.Generator().manual_seed(seed)
-        torch.manual_seed(seed)
+        seed_torch(seed)
         losses: list[torch.Tensor] = []
         epochs = task.epochs_of(local.epochs)
         steps = num_local_steps(n, epochs, local.batch_size)
