@@ -107,6 +107,21 @@ def chosen_rates(jobs: list[JobResult], table: RoundsTable) -> dict[str, tuple[s
     return chosen
 
 
+def unbracketed(jobs: list[JobResult], table: RoundsTable, chosen: dict[str, Any]) -> set[str]:
+    """The cells whose chosen rate's two neighbours on the grid 10^(k/3) did not both run at
+    seed 0: a search not yet finished (McMahan et al. checked their best rates were inside their
+    grids, §3)."""
+    tried: dict[str, set[int]] = {}
+    for job in (j for j in jobs if seed_of(j) == 0 and RATE in j.overrides):
+        step = round(3 * math.log10(float(job.overrides[RATE])))
+        tried.setdefault(str(job.overrides.get(table.key)), set()).add(step)
+    return {
+        cell
+        for cell, (rate, _) in chosen.items()
+        if not {round(3 * math.log10(float(rate))) + d for d in (-1, 1)} <= tried.get(cell, set())
+    }
+
+
 def ratio(base: dict[int, Censored], cell: dict[int, Censored]) -> Interval | str:
     """The baseline's rounds over the cell's, seed by seed (the same seed: the same split and
     initial model), as a geometric mean and its 95% CI (t on the log ratios); a word where there
@@ -172,11 +187,19 @@ def seed_readings(jobs: list[JobResult], metric: str) -> dict[int, Censored]:
     return {seed: reading for seed, reading in found.items() if reading is not None}
 
 
-def rate_text(cell: str, chosen: dict[str, tuple[str, Censored]], borrowed: dict[str, str]) -> str:
-    """The cell's rate, and the cell whose grid chose it where it has none of its own."""
+def rate_text(
+    cell: str,
+    chosen: dict[str, tuple[str, Censored]],
+    borrowed: dict[str, str],
+    searching: set[str] = frozenset(),
+) -> str:
+    """The cell's rate; the cell whose grid chose it where it has none of its own; whether its
+    grid's search is unfinished (`unbracketed`)."""
     if cell not in chosen:
         return MISSING
-    return f"{chosen[cell][0]} (as {borrowed[cell]})" if cell in borrowed else chosen[cell][0]
+    source = borrowed.get(cell, cell)
+    shown = f"{chosen[cell][0]} (as {source})" if cell in borrowed else chosen[cell][0]
+    return f"{shown} (search unfinished)" if source in searching else shown
 
 
 def verdict_text(verdict: Verdict) -> str:
@@ -192,6 +215,8 @@ def rounds_lines(directory: Path, spec: dict[str, Any], reference: Path) -> list
     the cells' running-best curves drawn into that file of the page's folder, and shown."""
     table = RoundsTable.read(reference, spec.get("section", "table"))
     chosen, jobs = chosen_readings(directory, spec, table)
+    grid = jobs_of(sweeps_of(directory, spec, "chosen_by"))
+    searching = unbracketed(grid, table, chosen_rates(grid, table))
     seen = {cell: seed_readings(found, table.metric) for cell, found in jobs.items()}
     shown = [f"![{spec['curves']}]({spec['curves']})", ""] if spec.get("curves") else []
     if shown:
@@ -213,7 +238,7 @@ def rounds_lines(directory: Path, spec: dict[str, Any], reference: Path) -> list
                 table.rows[row],
                 table.columns[column],
                 paper,
-                rate_text(cell, chosen, spec.get("borrowed") or {}),
+                rate_text(cell, chosen, spec.get("borrowed") or {}, searching),
                 " / ".join(o.text(1) for o in observed) or MISSING,
                 estimate(observed) if observed else MISSING,
                 MISSING if column == base_column else ours,

@@ -43,10 +43,12 @@ from scripts.rounds_blocks import (
     chosen_rates,
     estimate,
     jobs_of,
+    rate_text,
     ratio,
     ratio_text,
     seed_readings,
     sweeps_of,
+    unbracketed,
     verdict_text,
 )
 
@@ -69,8 +71,12 @@ def seeds_text(observed: list[Censored]) -> str:
 def protocols_lines(directory: Path, spec: dict[str, Any], reference: Path) -> list[str]:
     """The `protocols` block (module docstring): one row a cell of the `columns` given."""
     table = RoundsTable.read(reference, spec.get("section", "table"))
-    paper = chosen_rates(jobs_of(sweeps_of(directory, spec, "chosen_by")), table)
-    honest = chosen_rates(jobs_of(sweeps_of(directory, spec, "honest_by")), table)
+    grids = {key: jobs_of(sweeps_of(directory, spec, key)) for key in ("chosen_by", "honest_by")}
+    paper, honest = (chosen_rates(grids[key], table) for key in ("chosen_by", "honest_by"))
+    searching = {
+        key: unbracketed(grids[key], table, chosen)
+        for key, chosen in (("chosen_by", paper), ("honest_by", honest))
+    }
     jobs = jobs_of(sweeps_of(directory, spec, "records"))
     body = []
     for row, column, cell in table.placed(spec.get("columns"), spec.get("rows")):
@@ -83,9 +89,9 @@ def protocols_lines(directory: Path, spec: dict[str, Any], reference: Path) -> l
                 table.rows[row],
                 table.columns[column],
                 f"{table.cells[cell]:.0f}",
-                rate_p or MISSING,
+                rate_text(cell, paper, {}, searching["chosen_by"]),
                 estimate(shown_p) if shown_p else MISSING,
-                rate_h or MISSING,
+                rate_text(cell, honest, {}, searching["honest_by"]),
                 seeds_text(shown_h),
                 estimate(shown_h) if shown_h else MISSING,
                 ratio_text(ratio(seen_h, seen_p)) if shown_h and shown_p else MISSING,

@@ -43,7 +43,7 @@ def run(sweep: Path, cell: str, rate: str, seed: int, rounds: int | None, ran: i
 
 
 def records(tmp_path: Path) -> Page:
-    """Seed 0 at two rates per cell (0.1 first for the baseline, 0.2 for the other), then seeds
+    """Seed 0 at three rates per cell (0.1 first for the baseline, 0.2 for the other), then seeds
     0-2 at the chosen rates: the baseline at 80, 100, 125 rounds, the other at 20, 25 and a seed
     that never got there in 40 rounds, or 25."""
     (tmp_path / "reference.yaml").write_text(yaml.safe_dump({"table": TABLE}))
@@ -52,6 +52,9 @@ def records(tmp_path: Path) -> Page:
     run(grid, "m_iid_c0", "0.2", 0, 90)
     run(grid, "m_iid_c10", "0.1", 0, None, 30)
     run(grid, "m_iid_c10", "0.2", 0, 20)
+    # each choice bracketed on the grid 10^(k/3) by a worse rate on either side
+    run(grid, "m_iid_c0", "0.0464", 0, None, 80)
+    run(grid, "m_iid_c10", "0.464", 0, None, 20)
     for seed, rounds in enumerate((80, 100, 125)):
         run(seeds, "m_iid_c0", "0.1", seed, rounds)
     for seed, rounds in enumerate((20, 25, 25)):
@@ -110,9 +113,20 @@ def test_the_rates_block_marks_each_cells_choice_and_the_runs_that_stopped_short
     page = records(tmp_path)
     spec = {"kind": "rates", "reference": "reference.yaml", "records": ["runs/grid"]}
     lines = block_lines(tmp_path, page, spec, "b")
-    assert lines[0] == "| Model, split, B | C | η = 0.1 | η = 0.2 |"
-    assert lines[2] == "| M, IID | 0.0 | **80.0** | 90.0 |"
-    assert lines[3] == "| M, IID | 0.1 | >30.0 | **20.0** |"
+    assert lines[0] == "| Model, split, B | C | η = 0.0464 | η = 0.1 | η = 0.2 | η = 0.464 |"
+    assert lines[2] == "| M, IID | 0.0 | >80.0 | **80.0** | 90.0 | — |"
+    assert lines[3] == "| M, IID | 0.1 | — | >30.0 | **20.0** | >20.0 |"
+
+
+def test_a_choice_not_bracketed_by_its_grid_neighbours_is_marked_unfinished(
+    tmp_path: Path,
+) -> None:
+    page = records(tmp_path)
+    shutil.rmtree(tmp_path / "runs" / "grid" / "m_iid_c10_0.464_0")
+    spec = {"kind": "rounds", "reference": "reference.yaml", "chosen_by": ["runs/grid"]}
+    lines = block_lines(tmp_path, page, spec | {"records": ["runs/seeds"]}, "b")
+    assert lines[2].split(" | ")[3] == "0.1"
+    assert lines[3].split(" | ")[3] == "0.2 (search unfinished)"
 
 
 def test_a_finding_is_a_band_of_ratios_of_rounds_decided_seed_by_seed(tmp_path: Path) -> None:
@@ -184,6 +198,7 @@ def test_the_protocols_block_sets_the_rate_a_validation_split_picks_beside_the_t
     valgrid, seeds = tmp_path / "runs" / "valgrid", tmp_path / "runs" / "seeds"
     run(valgrid, "m_iid_c10", "0.1", 0, 15)
     run(valgrid, "m_iid_c10", "0.2", 0, 18)
+    run(valgrid, "m_iid_c10", "0.0464", 0, 19)
     for seed, rounds in enumerate((30, 30, 36)):
         run(seeds, "m_iid_c10", "0.1", seed, rounds)
     spec = {"kind": "protocols", "reference": "reference.yaml", "columns": ["c10"]}
