@@ -206,6 +206,7 @@ def test_a_killed_and_resumed_run_continues_its_wandb_run(
     run_killed_in_round(make_job(overrides), run_dir, 3, monkeypatch)
     [killed] = (run_dir / "wandb").glob("offline-run-*")
     run_job(make_job([*overrides, f"resume={run_dir}"]), run_dir)
+    wandb.teardown()  # what process exit does: wait until the W&B service has written everything
     [resumed] = set((run_dir / "wandb").glob("offline-run-*")) - {killed}
     [killed_log], [resumed_log] = (list(part.glob("run-*.wandb")) for part in (killed, resumed))
     assert run_ids(killed_log) == run_ids(resumed_log)
