@@ -24,8 +24,8 @@ from fedlight.engines.base import (
     Engine,
     LocalCallback,
     LocalTask,
-    batch_indices,
     num_local_steps,
+    stored_batches,
 )
 from fedlight.engines.lightning import check_trainable
 from fedlight.engines.module_logs import Logs, TrainingLogs, local_metrics, logging_to
@@ -152,15 +152,15 @@ class SequentialEngine(Engine):
         losses: list[Tensor] = []
         module.on_train_start()
         logs.collect(len(task.indices))
-        for step, indices in enumerate(
-            batch_indices(task.indices, generator, epochs, local.batch_size)
+        for step, (stored, y) in enumerate(
+            stored_batches(data, task.indices, generator, epochs, local.batch_size)
         ):
             epoch, batch_idx = divmod(step, per_epoch)
             standin.current_epoch = epoch
             if batch_idx == 0:
                 module.on_train_epoch_start()
                 logs.collect(len(task.indices))
-            x, y = data.prepare(data.train_x[indices]), data.train_y[indices]
+            x = data.prepare(stored)
             if task.label_map is not None:
                 y = task.label_map[y]
             if augment is not None:
@@ -179,8 +179,8 @@ class SequentialEngine(Engine):
             module.on_train_batch_end(output, (x, y), batch_idx)
             logs.stepping = False
             losses.append(loss.detach())
-            logs.examples += len(indices)
-            logs.collect(len(indices))
+            logs.examples += len(y)
+            logs.collect(len(y))
             if last_of_epoch:
                 module.on_train_epoch_end()
                 logs.collect(len(task.indices))
