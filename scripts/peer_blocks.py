@@ -1,8 +1,10 @@
 """Blocks of the peers page (docs/results/peers/): fedlight beside Flower and pfl-research on the
 same workloads, from the records `python -m benchmarks.peers run` writes (`kind: peers`: per
 workload and framework the steady-state seconds a round, samples per second, the ratio fedlight /
-peer, the time outside the rounds, peak PSS and RSS of the process tree, its threads and processes,
-and each repeat's final accuracy; `kind: peer_settings`: what every framework was given).
+peer, the CPU seconds a round, the cores it kept busy and the ratio of CPU, the time outside the
+rounds, peak PSS and RSS of the process tree, its threads and processes,
+and each repeat's final accuracy; `kind: peer_settings`: what every framework was given;
+`kind: peer_line`: a sentence per workload, fedlight's ratios to each peer, for the README).
 
     speed:
       kind: peers
@@ -22,6 +24,9 @@ HEADER = [
     "s / round",
     "samples / s",
     "fedlight / peer, speed",
+    "CPU s / round",
+    "cores busy",
+    "fedlight / peer, CPU",
     "s outside rounds",
     "peak PSS (MB)",
     "fedlight / peer, PSS",
@@ -53,6 +58,9 @@ def peers_lines(directory: Path, spec: dict[str, Any]) -> list[str]:
                     f"{summary.seconds_per_round:.2f}",
                     f"{summary.samples_per_second:,.0f}",
                     "" if ratio is None else f"{ratio['speed']:.2f}×",
+                    f"{summary.cpu_seconds_per_round:.2f}",
+                    f"{summary.cpu_seconds_per_round / summary.seconds_per_round:.2f}",
+                    "" if ratio is None else f"{ratio['cpu']:.2f}×",
                     f"{summary.outside_seconds:.1f}",
                     f"{summary.peak_pss_mb:,.0f}",
                     "" if ratio is None else f"{ratio['peak_pss']:.2f}×",
@@ -78,4 +86,36 @@ def settings_lines(directory: Path, spec: dict[str, Any]) -> list[str]:
     return markdown_table(["setting", *(r["workload"] for r in records)], body)
 
 
-PEER_BLOCKS = {"peers": peers_lines, "peer_settings": settings_lines}
+PEER_NAMES = {"flower": "Flower", "pfl": "pfl-research"}
+
+
+def accuracy_words(summaries: list[Any]) -> str:
+    """What the repeats' final accuracies say: one value in every run, or their range."""
+    accuracies = [a for s in summaries for a in s.accuracies]
+    if len(set(accuracies)) == 1:
+        return f"the same final accuracy in every run ({accuracies[0]:.2%})"
+    return f"final accuracies from {min(accuracies):.2%} to {max(accuracies):.2%}"
+
+
+def line_lines(directory: Path, spec: dict[str, Any]) -> list[str]:
+    """One sentence per record for a summary (the README): fedlight's speed and CPU ratios to
+    each peer on the workload, and whether the accuracies agree."""
+    lines = []
+    for record in records_of(directory, spec):
+        summaries = [summarize(record, f) for f in frameworks_in(record) if f != "fedlight-before"]
+        ours, peers = summaries[0], summaries[1:]
+        parts = []
+        for peer in peers:
+            ratio, name = ratios(ours, peer), PEER_NAMES.get(peer.framework, peer.framework)
+            parts.append(
+                f"{ratio['speed']:.2f}× {name}'s samples per second "
+                f"({ratio['cpu']:.2f}× in CPU time)"
+            )
+        lines.append(
+            f"{record['workload']}: fedlight trained at {' and '.join(parts)}, "
+            f"with {accuracy_words(summaries)}."
+        )
+    return lines
+
+
+PEER_BLOCKS = {"peers": peers_lines, "peer_settings": settings_lines, "peer_line": line_lines}

@@ -2,6 +2,7 @@
 
 import argparse
 from collections.abc import Sequence
+from pathlib import Path
 
 from benchmarks.peers.records import FRAMEWORKS
 from benchmarks.peers.setup import setup
@@ -26,11 +27,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     install.add_argument("peers", nargs="*", help="peers to set up (all without)")
     run = commands.add_parser("run", help="every framework on a workload; writes its record")
     run.add_argument("--workload", required=True, help="W1, or one of its models (W1-2NN)")
-    run.add_argument("--data-root", required=True, help="the folder holding MNIST/raw/")
+    run.add_argument("--data-root", required=True, type=Path, help="the folder holding MNIST/raw/")
     run.add_argument("--repeats", type=int, default=3)
     run.add_argument("--threads", type=int, default=1, help="torch threads of every framework")
     run.add_argument("--frameworks", nargs="+", choices=FRAMEWORKS, default=list(FRAMEWORKS))
+    run.add_argument(
+        "--before",
+        type=Path,
+        help="a checkout of fedlight (a git worktree of the commit before a change): run as "
+        "fedlight-before beside the others",
+    )
     args = parser.parse_args(argv)
+    args.data_root = args.data_root.resolve()  # fedlight-before runs in its own checkout
+    if args.before is None:
+        args.frameworks = [f for f in args.frameworks if f != "fedlight-before"]
+    elif not (args.before / "fedlight" / "__main__.py").exists():
+        raise SystemExit(f"--before {args.before}: not a checkout of fedlight")
     if args.command == "setup":
         return setup(args.peers)
     from benchmarks.peers.run import run_workload  # imports fedlight and torch

@@ -4,9 +4,12 @@ repeats, and the ratios fedlight / peer.
 
 Steady state: a run's rounds after its first (the first holds a simulator's warm-up: Ray starting
 its workers, first-call allocations), their median; over the repeats, the median again. Samples per
-second: the examples a round trains on average divided by that. Ratios of speed are fedlight's
-samples per second over the peer's (above 1: fedlight is faster); of memory, fedlight's peak PSS
-over the peer's (below 1: fedlight holds less).
+second: the examples a round trains on average divided by that. CPU seconds per round: the same
+medians of the process tree's CPU time within the rounds (what the load moves least; above the
+wall seconds, the framework ran on more than one core). Ratios of speed are fedlight's samples per
+second over the peer's (above 1: fedlight is faster); of CPU, the peer's CPU seconds per round over
+fedlight's (above 1: fedlight needs less CPU for a round); of memory, fedlight's peak PSS over the
+peer's (below 1: fedlight holds less).
 """
 
 import json
@@ -14,7 +17,8 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-FRAMEWORKS = ("fedlight", "flower", "pfl")
+# "fedlight-before": fedlight from another checkout (`run --before`), the commit before a change
+FRAMEWORKS = ("fedlight", "fedlight-before", "flower", "pfl")
 
 
 @dataclass(frozen=True)
@@ -25,6 +29,7 @@ class Summary:
     version: str
     repeats: int
     seconds_per_round: float
+    cpu_seconds_per_round: float
     outside_seconds: float  # the process's time outside its rounds (start-up and teardown)
     samples_per_second: float
     peak_rss_mb: float
@@ -46,12 +51,14 @@ def summarize(record: dict, framework: str) -> Summary:
     if not runs:
         raise ValueError(f"{record['workload']}: no run of {framework} in the record")
     per_round = statistics.median(steady(r["round_seconds"]) for r in runs)
+    cpu_per_round = statistics.median(steady(r["round_cpu_seconds"]) for r in runs)
     samples_per_round = record["samples"] / record["rounds"]
     return Summary(
         framework,
         runs[0]["version"],
         len(runs),
         per_round,
+        cpu_per_round,
         statistics.median(r["outside_seconds"] for r in runs),
         samples_per_round / per_round,
         max(r["peak_rss_mb"] for r in runs),
@@ -63,10 +70,12 @@ def summarize(record: dict, framework: str) -> Summary:
 
 
 def ratios(ours: Summary, peer: Summary) -> dict[str, float]:
-    """fedlight / peer: speed (samples per second, above 1 is faster), start-up and teardown
-    seconds and peak PSS (below 1 is less)."""
+    """fedlight / peer: speed (samples per second, above 1 is faster), CPU (the peer's CPU
+    seconds per round over fedlight's, above 1 is less), start-up and teardown seconds and peak
+    PSS (below 1 is less)."""
     return {
         "speed": ours.samples_per_second / peer.samples_per_second,
+        "cpu": peer.cpu_seconds_per_round / ours.cpu_seconds_per_round,
         "outside_seconds": ours.outside_seconds / peer.outside_seconds,
         "peak_pss": ours.peak_pss_mb / peer.peak_pss_mb,
     }

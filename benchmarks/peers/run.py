@@ -2,13 +2,16 @@
 run, repeats alternated (fedlight, flower, pfl, then the next repeat starting one further along),
 each run a fresh process tree measured from /proc; the record is written to
 docs/results/peers/<workload>.json. Every framework gets the same number of torch threads
-(`--threads`, also OMP_NUM_THREADS and MKL_NUM_THREADS; Flower's Ray backend one CPU a client)."""
+(`--threads`, also OMP_NUM_THREADS and MKL_NUM_THREADS; Flower's Ray backend one CPU a client).
+`--before CHECKOUT` also runs fedlight from another checkout (a git worktree of the commit before
+a change) as `fedlight-before`, so that a change's effect is measured in the same run."""
 
 import itertools
 import json
 import os
 import platform
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -25,7 +28,7 @@ RECORDS = REPO / "docs" / "results" / "peers"
 DRIVERS = REPO / "benchmarks" / "peers"
 
 
-def fedlight_command(workload: Workload, folder: Path, data_root: str, run_dir: Path) -> list[str]:
+def fedlight_command(workload: Workload, folder: Path, data_root: Path, run_dir: Path) -> list[str]:
     """fedlight's CLI on the workload, reading the handed index sets (`partition=from_file`)."""
     return [
         sys.executable,
@@ -52,6 +55,17 @@ def fedlight_command(workload: Workload, folder: Path, data_root: str, run_dir: 
     ]
 
 
+def commit_of(checkout: Path) -> str:
+    """The short commit a checkout is at."""
+    found = subprocess.run(
+        ["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return found.stdout.strip()
+
+
 def fedlight_result(run_dir: Path) -> tuple[list[float], float]:
     """Round seconds and final accuracy from a fedlight run's metrics.csv (`wall_seconds` counts
     from the loop's start)."""
@@ -62,14 +76,27 @@ def fedlight_result(run_dir: Path) -> tuple[list[float], float]:
     return [b - a for a, b in itertools.pairwise(walls)], float(rows[-1]["test_accuracy"])
 
 
-def peer_result(out: Path) -> tuple[list[float], float, str]:
-    """Round seconds, final accuracy and version from a peer driver's report."""
+def fedlight_boundaries(round_seconds: list[float], usage: Usage) -> list[float]:
+    """The times (time.time()) at which fedlight's round 1 began and each round ended: its
+    console's line for the last round arrived when that round ended (the output unbuffered), and
+    metrics.csv gives the rounds' seconds before it."""
+    last = len(round_seconds)
+    ended = next(t for t, line in reversed(usage.lines) if line.startswith(f"round {last}:"))
+    starts = [ended - sum(round_seconds)]
+    for seconds in round_seconds:
+        starts.append(starts[-1] + seconds)
+    return starts
+
+
+def peer_result(out: Path) -> tuple[list[float], float, str, list[float]]:
+    """Round seconds, final accuracy, version and round boundaries from a peer driver's report."""
     report = json.loads(out.read_text())
     times = report["boundaries"]
     return (
         [b - a for a, b in itertools.pairwise(times)],
         report["accuracy"],
         report["version"],
+        times,
     )
 
 
@@ -81,9 +108,13 @@ def one_run(framework: str, workload: Workload, folder: Path, args, number: int)
     shutil.rmtree(run_dir, ignore_errors=True)  # a run of an earlier invocation
     run_dir.mkdir(parents=True)
     out = run_dir / "report.json"
-    if framework == "fedlight":
+    cwd = None
+    if framework.startswith("fedlight"):
         command = fedlight_command(workload, folder, args.data_root, run_dir)
         command.append(f"fl.threads_per_worker={threads}")
+        if framework == "fedlight-before":
+            cwd = args.before.resolve()
+            env["PYTHONPATH"] = str(cwd)
     else:
         peer = next(p for p in PEERS if p.name == framework)
         command = [
@@ -93,23 +124,27 @@ def one_run(framework: str, workload: Workload, folder: Path, args, number: int)
             str(out),
         ]
         env["PYTHONPATH"] = str(DRIVERS)
-    usage: Usage = measure(command, env, run_dir / "log.txt")
+    usage: Usage = measure(command, env, run_dir / "log.txt", cwd)
     if usage.exit_code != 0:
         raise SystemExit(f"{framework} failed (exit {usage.exit_code}); see {run_dir / 'log.txt'}")
-    if framework == "fedlight":
+    if framework.startswith("fedlight"):
         rounds, accuracy = fedlight_result(run_dir)
-        version = "working tree"
+        version = "working tree" if cwd is None else f"commit {commit_of(cwd)}"
+        boundaries = fedlight_boundaries(rounds, usage)
     else:
-        rounds, accuracy, version = peer_result(out)
+        rounds, accuracy, version, boundaries = peer_result(out)
+    cpu = [usage.cpu_between(a, b) for a, b in itertools.pairwise(boundaries)]
     print(
         f"{workload.name} {framework}: rounds {[round(s, 2) for s in rounds]} s, "
-        f"acc {accuracy:.4f}, PSS {usage.peak_pss_mb:.0f} MB",
+        f"CPU {[round(s, 2) for s in cpu]} s, acc {accuracy:.4f}, "
+        f"PSS {usage.peak_pss_mb:.0f} MB",
         flush=True,
     )
     return {
         "framework": framework,
         "version": version,
         "round_seconds": rounds,
+        "round_cpu_seconds": cpu,
         "outside_seconds": usage.seconds - sum(rounds),
         "accuracy": accuracy,
         "peak_rss_mb": usage.peak_rss_mb,
@@ -121,7 +156,7 @@ def one_run(framework: str, workload: Workload, folder: Path, args, number: int)
 
 def run_workload(workload: Workload, args) -> Path:
     """Every framework on `workload`, repeats alternated; the record's path."""
-    data = MNIST(root=args.data_root, download=False).load()
+    data = MNIST(root=str(args.data_root), download=False).load()
     folder = WORK / "work" / workload.name
     content = handed.spec(workload, data, args.threads)
     handed.write(folder, content, data)

@@ -3,16 +3,20 @@ computes, the settings and ratios the page shows, and the records it reads. Noth
 a peer; the test that drives the peers' own environments is slow and skipped without them."""
 
 import json
+import os
 import subprocess
+import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
 
-from benchmarks.peers import peer_common, records, spec
-from benchmarks.peers.cli import chosen_workloads
-from benchmarks.peers.run import fedlight_result
+from benchmarks.peers import measure, peer_common, records, spec
+from benchmarks.peers.cli import chosen_workloads, main
+from benchmarks.peers.measure import Usage, cpu_at
+from benchmarks.peers.run import fedlight_boundaries, fedlight_result
 from benchmarks.peers.setup import PEERS, closure, venv_python
 from benchmarks.peers.workloads import WORKLOADS, Workload
 from fedlight.core.context import RoundContext
@@ -22,7 +26,7 @@ from fedlight.models.cnn import CNN
 from fedlight.models.mlp import MLP
 from fedlight.partitions.shards import Shards
 from fedlight.stages.selection.random import RandomSelection
-from scripts.peer_blocks import peers_lines, settings_lines
+from scripts.peer_blocks import line_lines, peers_lines, settings_lines
 
 TINY = Workload("T-2NN", "mnist", "mlp", 2, 4, 2, 1, 5, 0.1, rounds=2, eval_batch_size=7)
 
@@ -92,6 +96,7 @@ def record(seconds: dict[str, list[list[float]]]) -> dict:
             "framework": framework,
             "version": "1",
             "round_seconds": rounds,
+            "round_cpu_seconds": [0.5 * s for s in rounds],
             "outside_seconds": 2.0,
             "accuracy": 0.5,
             "peak_rss_mb": 900.0,
@@ -120,8 +125,10 @@ def test_steady_state_leaves_the_first_round_out_and_ratios_are_fedlight_over_pe
     assert ours.seconds_per_round == 1.5  # median of the repeats' medians (1.0 and 2.0)
     assert ours.samples_per_second == 100 / 1.5
     assert peer.seconds_per_round == 2.0
+    assert (ours.cpu_seconds_per_round, peer.cpu_seconds_per_round) == (0.75, 1.0)
     ratio = records.ratios(ours, peer)
     assert ratio["speed"] == pytest.approx(2.0 / 1.5)
+    assert ratio["cpu"] == pytest.approx(1.0 / 0.75)
     assert ratio["peak_pss"] == 0.5
     with pytest.raises(ValueError, match="no run of pfl"):
         records.summarize(content, "pfl")
@@ -134,6 +141,11 @@ def test_the_blocks_show_every_framework_and_the_settings(tmp_path):
     lines = peers_lines(tmp_path, {"records": ["T.json"]})
     assert [line.split(" | ")[1] for line in lines[2:]] == ["fedlight", "pfl"]  # fedlight first
     assert lines[2].split(" | ")[5] == "" and lines[3].split(" | ")[5] == "2.00×"
+    assert lines[3].split(" | ")[6:9] == ["1.00", "0.50", "2.00×"]  # CPU s, cores, ratio
+    assert line_lines(tmp_path, {"records": ["T.json"]}) == [
+        "T: fedlight trained at 2.00× pfl-research's samples per second (2.00× in CPU time), "
+        "with the same final accuracy in every run (50.00%)."
+    ]
     settings = settings_lines(tmp_path, {"records": ["T.json"]})
     assert settings[0] == "| setting | T |" and "| repeats | 1 |" in settings
 
@@ -141,6 +153,48 @@ def test_the_blocks_show_every_framework_and_the_settings(tmp_path):
 def test_fedlights_round_seconds_are_read_from_its_metrics(tmp_path):
     (tmp_path / "metrics.csv").write_text("round,test_accuracy,wall_seconds\n1,,2.5\n2,0.75,4.0\n")
     assert fedlight_result(tmp_path) == ([2.5, 1.5], 0.75)
+
+
+def test_a_rounds_cpu_seconds_are_read_between_its_boundaries():
+    trace = [(10.0, 1.0), (11.0, 1.5), (12.0, 3.5)]
+    usage = Usage(9.0, 4.0, 0, 0.0, 0.0, 1, 1, trace, [(11.5, "round 1: x"), (13.0, "round 2:")])
+    assert cpu_at(trace, 9.0) == 1.0 and cpu_at(trace, 13.0) == 3.5  # clamped at the ends
+    assert usage.cpu_between(10.5, 11.5) == pytest.approx(2.5 - 1.25)
+    # the last round's console line marks its end; metrics.csv gives the seconds before it
+    assert fedlight_boundaries([1.0, 0.5], usage) == [11.5, 12.5, 13.0]
+
+
+def test_a_process_cpu_seconds_are_its_own_and_survive_odd_names():
+    fields = " ".join(["S"] + [str(i) for i in range(1, 20)])  # state, then fields 4..22
+    assert measure.cpu_seconds(f"12 (a ) b) {fields}") == (11 + 12) / measure.TICKS
+    own = measure.sample(os.getpid())
+    assert own is not None and own[3] > 0
+
+
+def test_a_run_counts_the_processes_of_its_session_and_ends_those_left(tmp_path):
+    """A grandchild adopted by init (its parent ended) is still the run's: measured, then
+    killed when the run's process ends."""
+    script = (
+        "import subprocess, sys, time; "
+        "left = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+        "print(left.pid, flush=True); time.sleep(1.5)"
+    )
+    usage = measure.measure([sys.executable, "-c", script], dict(os.environ), tmp_path / "log")
+    assert usage.exit_code == 0 and usage.processes == 2
+    [(_, line)] = usage.lines
+    stat = Path(f"/proc/{line}/stat")
+    for _ in range(50):  # killed: gone once reaped, a zombie until then
+        if not stat.exists() or stat.read_text().rpartition(")")[2].split()[0] == "Z":
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"process {line}, left by the run, still runs")
+
+
+def test_a_before_that_is_not_a_checkout_is_refused(tmp_path):
+    argv = ["run", "--workload", "W1", "--data-root", str(tmp_path), "--before", str(tmp_path)]
+    with pytest.raises(SystemExit, match=f"--before {tmp_path}: not a checkout of fedlight"):
+        main(argv)
 
 
 def test_workloads_named_by_family_and_an_unknown_one_refused():
