@@ -98,7 +98,7 @@ def accuracy_words(summaries: list[Any]) -> str:
 
 
 def line_lines(directory: Path, spec: dict[str, Any]) -> list[str]:
-    """One sentence per record for a summary (the README): fedlight's speed and CPU ratios to
+    """One list item per record for a summary (the README): fedlight's speed and CPU ratios to
     each peer on the workload, and whether the accuracies agree."""
     lines = []
     for record in records_of(directory, spec):
@@ -112,7 +112,7 @@ def line_lines(directory: Path, spec: dict[str, Any]) -> list[str]:
                 f"({ratio['cpu']:.2f}× in CPU time)"
             )
         lines.append(
-            f"{record['workload']}: fedlight trained at {' and '.join(parts)}, "
+            f"- {record['workload']}: fedlight trained at {' and '.join(parts)}, "
             f"with {accuracy_words(summaries)}."
         )
     return lines

@@ -143,7 +143,7 @@ def test_the_blocks_show_every_framework_and_the_settings(tmp_path):
     assert lines[2].split(" | ")[5] == "" and lines[3].split(" | ")[5] == "2.00×"
     assert lines[3].split(" | ")[6:9] == ["1.00", "0.50", "2.00×"]  # CPU s, cores, ratio
     assert line_lines(tmp_path, {"records": ["T.json"]}) == [
-        "T: fedlight trained at 2.00× pfl-research's samples per second (2.00× in CPU time), "
+        "- T: fedlight trained at 2.00× pfl-research's samples per second (2.00× in CPU time), "
         "with the same final accuracy in every run (50.00%)."
     ]
     settings = settings_lines(tmp_path, {"records": ["T.json"]})
