@@ -21,6 +21,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from benchmarks.memory_tree import children
+
 TICKS = os.sysconf("SC_CLK_TCK")
 INTERVAL = 0.2  # seconds between samples
 
@@ -59,7 +61,7 @@ def cpu_at(trace: list[tuple[float, float]], moment: float) -> float:
 
 def members(pid: int) -> list[int]:
     """The processes of the session `pid` leads, and `pid`'s descendants."""
-    found = set(tree(pid))
+    found = set(children(pid))
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             if int(stat.read_text().rpartition(")")[2].split()[3]) == pid:
@@ -67,20 +69,6 @@ def members(pid: int) -> list[int]:
         except (OSError, ValueError, IndexError):
             continue
     return sorted(found)
-
-
-def tree(pid: int) -> list[int]:
-    """`pid` and its descendants."""
-    found, queue = [], [pid]
-    while queue:
-        current = queue.pop()
-        found.append(current)
-        for task in Path(f"/proc/{current}/task").glob("*"):
-            try:
-                queue += [int(c) for c in (task / "children").read_text().split()]
-            except OSError:
-                continue
-    return found
 
 
 def fields(text: str) -> dict[str, int]:
