@@ -3,7 +3,7 @@ FedAvg (AISTATS 2017); nothing is drawn and metrics.csv gains no column."""
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from fedlight.core.context import RoundContext
 from fedlight.local_work.base import LocalWork
@@ -12,7 +12,7 @@ from fedlight.local_work.base import LocalWork
 @dataclass
 class Fixed(LocalWork):
     # a run recorded before `local_work` existed trained equal work: it resumes as this option
-    settings_before: ClassVar[dict[str, Any]] = {"_target_": "fedlight.local_work.fixed.Fixed"}
+    as_before_the_group: ClassVar[bool] = True
 
     def epochs(self, ctx: RoundContext, client: int) -> int | None:
         return None

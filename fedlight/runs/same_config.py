@@ -80,15 +80,21 @@ def settings_default(dotted: str) -> Any:
 
 def value_before(dotted: str, config: dict[str, Any]) -> Any:
     """The value of a setting that keeps what runs did before it existed: RunSettings' default
-    (a new setting's default keeps the old behaviour), or for a group option's setting what the
+    (a new setting's default keeps the old behaviour), for a group option's setting what the
     option's class declares in `settings_before` (where the new default changed what the option
-    does: `compression.bucket_size`, 0 for QSGD's one bucket per tensor); ABSENT otherwise."""
+    does: `compression.bucket_size`, 0 for QSGD's one bucket per tensor), and for a whole group
+    added since, its node where the option's class says runs before the group ran as it does
+    (`as_before_the_group`: `local_work=fixed`); ABSENT otherwise."""
     if (default := settings_default(dotted)) is not ABSENT:
         return default
     *path, name = dotted.split(".")
     node: Any = config
     for key in path:
         node = node.get(key) if isinstance(node, dict) else None
+    group = node.get(name) if isinstance(node, dict) else None
+    if isinstance(group, dict) and isinstance(group.get("_target_"), str):
+        if getattr(hydra.utils.get_object(group["_target_"]), "as_before_the_group", False):
+            return group
     if not isinstance(node, dict) or not isinstance(node.get("_target_"), str):
         return ABSENT
     option = hydra.utils.get_object(node["_target_"])

@@ -2,8 +2,10 @@
 streams, a straggler's update is its partial training, FedAvg drops or keeps it, FedNova and
 FedProx use the work actually done, and a fixed distribution changes nothing."""
 
+import json
 import re
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 import torch
@@ -31,9 +33,13 @@ from fedlight.local_work.stragglers import Stragglers
 from fedlight.local_work.uniform import Uniform
 from fedlight.lr_schedules.constant import Constant
 from fedlight.round.stages import Stages
+from fedlight.runs.experiment import resumed_checkpoint, run_job
 from fedlight.runs.job import Job
 from fedlight.stages.wire.base import Wire
+from fedlight.store.checkpoint import load_checkpoint
+from fedlight.store.run_files import CHECKPOINT_NAME
 from tests.algorithms.test_scaffold import FixedSelection, LeastSquares
+from tests.conftest import rows_without_timings, run_killed_in_round
 
 F64 = torch.float64
 LR, E = 0.1, 5
@@ -251,3 +257,24 @@ def test_both_engines_train_each_tasks_own_epochs(make_job: Callable[[list[str]]
     assert [(s, x) for s, x, _ in sequential] == [(4 * 3, 4 * 40), (1 * 4, 60), (3 * 1, 3 * 10)]
     assert [(s, x) for s, x, _ in vectorized] == [(s, x) for s, x, _ in sequential]
     assert [v[2] for v in vectorized] == pytest.approx([s[2] for s in sequential], abs=1e-6)
+
+
+def test_a_checkpoint_from_before_the_group_resumes_as_fixed_work(
+    make_job: Callable[[list[str]], Job], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run recorded before `local_work` existed (its config lacks the group) trained equal
+    work: it resumes bit-exactly as `local_work=fixed`, and is another run under unequal work."""
+    tiny = ["data=digits", "model=logistic", "fl.num_clients=10", "fl.clients_per_round=4"]
+    old = [*tiny, "fl.rounds=3", "local.epochs=2", "checkpoint.every=1"]
+    run_job(make_job(old), tmp_path / "full")
+    run_killed_in_round(make_job(old), tmp_path / "killed", 3, monkeypatch)
+    checkpoint = load_checkpoint(tmp_path / "killed" / CHECKPOINT_NAME)
+    config = json.loads(checkpoint["config"])
+    del config["local_work"]  # as fedlight wrote it before the group
+    checkpoint["config"] = json.dumps(config)
+    torch.save(checkpoint, tmp_path / "killed" / CHECKPOINT_NAME)
+    resume = f"resume={tmp_path / 'killed'}"
+    with pytest.raises(ConfigError, match=re.escape("config differs at local_work (checkpoint")):
+        resumed_checkpoint(make_job([*old, "local_work=stragglers", resume]))
+    run_job(make_job([*old, resume]), tmp_path / "resumed")
+    assert rows_without_timings(tmp_path / "resumed") == rows_without_timings(tmp_path / "full")
