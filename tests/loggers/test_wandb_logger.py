@@ -4,6 +4,7 @@ naming the setting, offline logging, and a run that goes on; logger.wandb.init_t
 import csv
 import json
 import math
+import re
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -211,7 +212,9 @@ def test_a_killed_and_resumed_run_continues_its_wandb_run(
     [killed_log], [resumed_log] = (list(part.glob("run-*.wandb")) for part in (killed, resumed))
     assert run_ids(killed_log) == run_ids(resumed_log)
     [kept] = run_ids(resumed_log)
-    assert resumed.name.endswith(f"-{kept}") and resumed_log.name == f"run-{kept}.wandb"
+    # W&B names a part offline-run-<time>-<id>, adding -<n> when a part started in the same second
+    assert re.fullmatch(rf"offline-run-\d{{8}}_\d{{6}}-{kept}(-\d+)?", resumed.name)
+    assert resumed_log.name == f"run-{kept}.wandb"
     assert history_steps(resumed_log) == [1, 2, 3, 4]
     assert json.loads((run_dir / wandb_logger.RUN_ID_FILE).read_text()) == {"id": kept}
 
