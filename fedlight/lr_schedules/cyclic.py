@@ -5,9 +5,9 @@ With L = `cycle_length` and p = (r − 1) mod L in round r, the rate climbs line
 to the high rate over the first L/2 rounds of each cycle and back over the second half: rounds 1,
 1 + L, … get the low rate, rounds 1 + L/2, … the high one. By default low = base_lr and
 high = 2·base_lr, the tutorial's base → 2·base → base. (Its snippet's second half,
-base·(2 − p/(L/2)), drops from 2·base to base at p = L/2 and then to ~0; we implement the shape
-the text describes.) `min_lr`/`max_lr` give absolute bounds instead, Smith's base_lr and max_lr,
-for every parameter group alike.
+base·(2 − p/(L/2)), drops from 2·base to base at p = L/2 and then to ~0: that shape is
+`lr_schedule=cyclic_decay`; this one is the shape the text describes.) `min_lr`/`max_lr` give
+absolute bounds instead, Smith's base_lr and max_lr, for every parameter group alike.
 """
 
 from collections.abc import Sequence

@@ -24,6 +24,7 @@ from fedlight.loggers.base import MetricsRow
 from fedlight.lr_schedules.base import LRSchedule
 from fedlight.lr_schedules.cosine import Cosine
 from fedlight.lr_schedules.cyclic import Cyclic
+from fedlight.lr_schedules.cyclic_decay import CyclicDecay
 from fedlight.lr_schedules.exponential import Exponential
 from fedlight.lr_schedules.plateau import Plateau
 from fedlight.lr_schedules.step import Step
@@ -51,6 +52,35 @@ def test_cyclic_min_max_is_smiths_triangle_whatever_the_base() -> None:
     # L = 10, half 5: p = 0, 2 (0.4 of the way up), 5 (top), 7 (0.6), 0
     got = rates(Cyclic(cycle_length=10, min_lr=0.01, max_lr=0.1), [1, 3, 6, 8, 11], base_lr=5.0)
     assert got == pytest.approx([0.01, 0.01 + 0.09 * 0.4, 0.1, 0.01 + 0.09 * 0.6, 0.01])
+
+
+def test_cyclic_decay_is_the_tutorials_snippet_rising_then_decaying_to_about_zero() -> None:
+    """§2.3's get_curr_lr: base·(1 + p/h) while p < h, then base·(2 − p/h). At L = 8 (h = 4) every
+    rate is a dyadic number, so the comparison is exact: 1, 1.25, 1.5, 1.75 on the way up, back to
+    1 at p = h, then 0.75, 0.5, 0.25 (base/h, the cycle's last round) and 1 again in round 9."""
+    got = rates(CyclicDecay(cycle_length=8), list(range(1, 18)), base_lr=1.0)
+    cycle = [1.0, 1.25, 1.5, 1.75, 1.0, 0.75, 0.5, 0.25]
+    assert got == [*cycle, *cycle, 1.0]
+    assert rates(CyclicDecay(cycle_length=8), [4, 8], base_lr=0.5) == [0.875, 0.125]
+
+
+def test_cyclic_decay_default_is_the_tutorials_100_round_cycle() -> None:
+    # L = 100, h = 50: p = 0, 25, 49 (the top, just under 2·base), 50 (base), 75, 99 (base/50), 0
+    got = rates(CyclicDecay(), [1, 26, 50, 51, 76, 100, 101], base_lr=0.1)
+    expected = [0.1, 0.15, 0.1 * 1.98, 0.1, 0.05, 0.1 * 0.02, 0.1]
+    assert got == pytest.approx(expected, rel=1e-15)
+
+
+def test_cyclic_decay_rates_in_metrics_csv(
+    make_job: Callable[[list[str]], Job], tmp_path: Path
+) -> None:
+    """A real run's `lr` column: L = 4 over 4 rounds from optim.lr = 0.05, exact (dyadic
+    factors 1, 1.5, 1, 0.5 of the same base)."""
+    job = make_job([*TINY, "lr_schedule=cyclic_decay", "lr_schedule.cycle_length=4"])
+    run_job(job, tmp_path)
+    with (tmp_path / "metrics.csv").open() as f:
+        lrs = [float(row["lr"]) for row in csv.DictReader(f)]
+    assert lrs == [0.05, 0.05 * 1.5, 0.05, 0.05 * 0.5]
 
 
 def test_cosine_without_warmup_first_middle_last() -> None:
@@ -86,6 +116,7 @@ def test_exponential() -> None:
         (lambda: Cyclic(max_lr=0.1), "lr_schedule.max_lr=0.1 needs lr_schedule.min_lr"),
         (lambda: Cyclic(min_lr=0.0, max_lr=0.1), "lr_schedule.min_lr=0.0"),
         (lambda: Cyclic(min_lr=0.2, max_lr=0.1), "lr_schedule.max_lr=0.1"),
+        (lambda: CyclicDecay(cycle_length=1), "lr_schedule.cycle_length=1"),
         (lambda: Cosine(warmup_rounds=-1), "lr_schedule.warmup_rounds=-1"),
         (lambda: Cosine(min_lr=-0.1), "lr_schedule.min_lr=-0.1"),
         (lambda: Step(gamma=0), "lr_schedule.gamma=0"),
@@ -111,6 +142,7 @@ def test_refusals_name_the_key_in_one_line(make: Callable[[], LRSchedule], key: 
     ("option", "schedule"),
     [
         ("cyclic", Cyclic()),
+        ("cyclic_decay", CyclicDecay()),
         ("cosine", Cosine()),
         ("step", Step()),
         ("exponential", Exponential()),
