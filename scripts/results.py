@@ -631,7 +631,7 @@ def record_dirs(root: Path, page: Page, sweeps: list[str] | None = None) -> list
 
 BLOCK_KINDS = (
     "beside, paired, more_seeds, setting, claims, rounds, rates, findings, cost, protocols, "
-    "variants, peers, peer_settings"
+    "variants, pilot, peers, peer_settings"
 )
 
 
@@ -642,10 +642,12 @@ def block_lines(root: Path, page: Page, spec: dict[str, Any], where: str) -> lis
     decide the undecided ones), `setting` (the reference's setting beside the records') or
     `claims` (a reference file's figures), `rounds`, `rates` or `findings` (rounds to a target
     per cell at the rate its grid chose, the grid, claimed ratios of rounds: rounds_blocks), `cost`
-    (cost_blocks), `protocols` or `variants` (one cell's rounds another way: variant_blocks)."""
+    (cost_blocks), `protocols` or `variants` (one cell's rounds another way: variant_blocks),
+    `pilot` (how often a pilot of a few rounds picks the end's winner: pilot_blocks)."""
     from fedlight.reports.verdict_tables import beside_table
     from scripts.cost_blocks import COST_BLOCKS
     from scripts.peer_blocks import PEER_BLOCKS
+    from scripts.pilot_blocks import PILOT_BLOCKS
     from scripts.rounds_blocks import ROUNDS_BLOCKS
     from scripts.variant_blocks import VARIANT_BLOCKS
     from scripts.verdict_blocks import more_seeds_lines, paired_lines
@@ -664,7 +666,7 @@ def block_lines(root: Path, page: Page, spec: dict[str, Any], where: str) -> lis
     if kind == "claims" and reference is not None:
         return claims_lines(read_yaml(reference))
     # blocks of rounds to a target (their modules)
-    tables = {**ROUNDS_BLOCKS, **COST_BLOCKS, **VARIANT_BLOCKS}
+    tables = {**ROUNDS_BLOCKS, **COST_BLOCKS, **VARIANT_BLOCKS, **PILOT_BLOCKS}
     if kind in tables and reference is not None:
         return tables[kind](root / page.directory, spec, reference)
     if kind in PEER_BLOCKS:  # records of their own (benchmarks.peers), no reference
