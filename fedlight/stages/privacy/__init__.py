@@ -7,4 +7,6 @@ accountant (`accountant.py`).
   2021).
 - `dp_sgd`: example-level DP-SGD inside each client's local training (Abadi et al. 2016), through
   Opacus.
+- `weight_noise`: the FedAvg tutorial's §4.2 Gaussian noise on the uploaded weights, without
+  clipping or accountant: NO guarantee, no ε (beside the others at the tutorial's nominal ε).
 """
