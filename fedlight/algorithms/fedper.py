@@ -7,17 +7,26 @@ each client keeps its personal layers in its client state (memory or disk, check
 client that never trained starts them from the initial model. The model a client uses, on its
 local test set and on the global test set (the reported mean over all N clients, as for `local`),
 is the global shared layers with its own personal ones.
+
+`train_shared=false` is the FedAvg tutorial's §4.3 as its snippet writes it (a local optimizer
+over the personal layers only): each client trains only its personal layers, and the shared ones
+stay exactly as received. Nobody then trains the shared layers, so the global model stays the
+initial one and every upload is a zero delta (still sent and counted, as the snippet's clients
+would send their shared layers).
 """
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+import pytorch_lightning as pl
+
 from fedlight.algorithms.fedavg import FedAvg
 from fedlight.core.context import Federation, RoundContext
 from fedlight.core.errors import ConfigError
 from fedlight.core.messages import ClientUpload, LocalResult, ServerState
 from fedlight.core.tensors import StateDict, detached_copy, subtract
+from fedlight.engines.base import LocalCallback
 
 
 def layers_in_order(weights: StateDict) -> list[str]:
@@ -25,11 +34,28 @@ def layers_in_order(weights: StateDict) -> list[str]:
     return list(dict.fromkeys(name.rpartition(".")[0] for name in weights))
 
 
+class PersonalOnly(LocalCallback):
+    """Local training of the personal layers alone: after each backward pass the shared
+    parameters' gradients are dropped, so the optimizer skips them (no step, no momentum, no
+    weight decay) as one built over the personal parameters only would. The sequential engine
+    only (the vectorized one refuses a callback without `correct_gradients`)."""
+
+    def __init__(self, shared: frozenset[str]) -> None:
+        self.shared = shared
+
+    def on_after_backward(self, module: pl.LightningModule) -> None:
+        for name, param in module.named_parameters():
+            if name in self.shared:
+                param.grad = None
+
+
 @dataclass
 class FedPer(FedAvg):
     # The personal layers by name (e.g. ["net.5"]); empty: the last `personal_last` layers.
     personal_layers: list[str] = field(default_factory=list)
     personal_last: int = 1
+    # False: each client trains only its personal layers (the FedAvg tutorial's §4.3 snippet)
+    train_shared: bool = True
     # evaluated: every client's model (the global model alone has no personal layers of its own)
     per_client_models: ClassVar[bool] = True
     # the personal entries, worked out once per run (the model does not change)
@@ -87,6 +113,13 @@ class FedPer(FedAvg):
         self, ctx: RoundContext, received: StateDict, client_state: StateDict | None
     ) -> StateDict:
         return self.with_own(ctx.federation, received, client_state)
+
+    def local_callbacks(
+        self, ctx: RoundContext, received: StateDict, client_state: StateDict | None
+    ) -> list[LocalCallback]:
+        if self.train_shared:
+            return []
+        return [PersonalOnly(frozenset(received))]
 
     def with_own(
         self, federation: Federation, shared: StateDict, client_state: StateDict | None
