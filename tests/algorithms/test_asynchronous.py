@@ -104,6 +104,59 @@ def test_staleness_is_the_versions_since_the_client_started_on_a_scripted_arriva
     assert rows[5]["virtual_time"] == pytest.approx(5 * fast, rel=1e-3)
 
 
+SCRIPTED = [  # two clients, one 3.5× slower: fast, fast, fast, slow, fast, fast
+    *TINY,
+    "fl.num_clients=2",
+    "fl.clients_per_round=2",
+    "fl.rounds=6",
+    "algo=fedasync",
+    "algo.concurrency=2",
+    "system=tiers",
+    "system.fraction=0.5",
+    "system.slowdown=3.5",
+]
+
+
+def test_the_tutorials_rule_mixes_each_arrival_with_weight_0_9_to_the_versions_since_its_last(
+    make_job: Callable[[list[str]], Job], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The FedAvg tutorial's §4.1 AsyncServer (experiment/async=fedasync_tutorial_rule): x ←
+    (1 − w) x + w x_new with w = 0.9^τ itself (α = 1), τ the versions since the same client's
+    previous arrival. On the scripted order the fast client arrives at versions 0, 1, 2 (τ = 0 at
+    its first, then 1, 1), the slow one at version 3 (its first: τ = 0, though it trained from
+    version 0), the fast one at 4 (τ = 4 − 2) and 5 (τ = 1). Each update is checked against the
+    rule in float64 (bound: the float32 mixing's three roundings); a first arrival replaces the
+    model; the run's final model is the last update's."""
+    updates = []
+    apply = FedAsync.apply_arrivals
+
+    def recorded(self, ctx, server, arrivals):
+        (arrival,) = arrivals
+        arrived = {k: t + arrival.upload.tensors[k] for k, t in arrival.start.items()}
+        mixed = apply(self, ctx, server, arrivals)
+        updates.append((arrival.upload.client_id, arrival.staleness, server, arrived, mixed))
+        return mixed
+
+    monkeypatch.setattr(FedAsync, "apply_arrivals", recorded)
+    rule = ["algo.alpha=1", "algo.staleness=exponential", "algo.staleness_from=last_arrival"]
+    run_job(make_job([*SCRIPTED, *rule]), tmp_path)
+    clients = [client for client, *_ in updates]
+    fast, slow = clients[0], clients[3]
+    assert clients == [fast, fast, fast, slow, fast, fast] and fast != slow
+    assert [tau for _, tau, *_ in updates] == [0, 1, 1, 0, 2, 1]
+    assert [row["staleness_max"] for row in read_rows(tmp_path)] == [0, 1, 1, 0, 2, 1]
+    eps = torch.finfo(torch.float32).eps
+    for _, tau, server, arrived, mixed in updates:
+        weight = 0.9**tau
+        for name, current in server.weights.items():
+            x, new = current.double(), arrived[name].double()
+            expected = (1 - weight) * x + weight * new
+            bound = 3 * eps * (x.abs() + new.abs())
+            assert ((mixed.weights[name].double() - expected).abs() <= bound).all(), (tau, name)
+    final = torch.load(tmp_path / "checkpoint.pt", weights_only=True)["server_weights"]
+    assert all(torch.equal(final[k], t) for k, t in updates[-1][-1].weights.items())
+
+
 def test_fedbuff_with_every_client_buffered_and_no_staleness_is_synchronous_fedavg(
     make_job: Callable[[list[str]], Job], tmp_path: Path
 ) -> None:

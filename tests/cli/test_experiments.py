@@ -74,14 +74,17 @@ def test_fed_vs_central_bundles_algorithm_and_partition_per_setting() -> None:
 
 def test_each_robust_setting_builds_its_aggregator_against_20_clients_a_round(make_job) -> None:
     """Every option of experiment/robust sets its aggregator with settings the preset's 20
-    participants allow (Bulyan's f = 4 needs 19), under the strongest attack of the table."""
-    expected = {"krum": 4, "multi_krum": 4, "bulyan": 4}
+    participants allow (Bulyan's f = 4 needs 19), under the strongest attack of the table;
+    krum_f3 is Krum with the FedAvg tutorial's f = 3."""
+    expected = {"krum": 4, "krum_f3": 3, "multi_krum": 4, "bulyan": 4}
     for option in group_options("experiment/robust"):
         job = make_job(["+experiment=robust", f"+experiment/robust={option}", "attack=alie"])
         aggregator = job.algorithm.aggregator
-        assert aggregator.option == option
+        assert aggregator.option == option.removesuffix("_f3")
         assert getattr(aggregator, "f", None) == expected.get(option)
         assert job.settings.fl.clients_per_round == 20
+    swept = compose_config(["+experiment=robust"]).hydra.sweeper.params["+experiment/robust"]
+    assert set(swept.split(",")) == set(group_options("experiment/robust"))
 
 
 def test_each_compression_setting_builds_the_chains_its_label_names(make_job) -> None:
@@ -142,12 +145,14 @@ def test_each_privacy_setting_composes_the_mechanism_and_federation_its_label_na
 
 def test_each_personalization_setting_composes_the_method_its_label_names() -> None:
     """Composed as the sweep composes them: every cell on the same federation (100 clients, 2
-    classes each, 20% held out per client), differing only in the method."""
+    classes each, 20% held out per client), differing only in the method (and the tutorial's
+    personal-only FedPer in its SGD rate, 0.01)."""
     methods = {
         "fedavg": ("FedAvg", {}, 0),
         "fedavg_finetune": ("FedAvg", {}, 1),
-        "fedper_last1": ("FedPer", {"personal_last": 1}, 0),
+        "fedper_last1": ("FedPer", {"personal_last": 1, "train_shared": True}, 0),
         "fedper_last2": ("FedPer", {"personal_last": 2}, 0),
+        "fedper_personal_only": ("FedPer", {"personal_last": 1, "train_shared": False}, 0),
         "lg_fedavg": ("LGFedAvg", {"global_last": 1}, 0),
         "ditto": ("Ditto", {"lam": 0.1}, 0),
         "ditto_lam1": ("Ditto", {"lam": 1.0}, 0),
@@ -162,6 +167,7 @@ def test_each_personalization_setting_composes_the_method_its_label_names() -> N
         assert cfg.algo._target_.endswith(f".{algorithm}"), option
         assert {k: cfg.algo[k] for k in settings} == settings, option
         assert cfg.eval.finetune_epochs == finetune, option
+        assert cfg.optim.lr == (0.01 if option == "fedper_personal_only" else 0.05), option
         assert (cfg.fl.num_clients, cfg.fl.clients_per_round) == (100, 10)
         assert cfg.partition.classes_per_client == 2 and cfg.partition.client_test_fraction == 0.2
     assert seen == set(methods) == set(group_options("experiment/personalization"))
@@ -230,7 +236,10 @@ def test_each_async_setting_does_the_same_client_work_on_the_same_clock() -> Non
             per_update = cfg.algo.buffer_size
         assert cfg.fl.rounds * per_update == 500, option
         assert (cfg.system.deadline is not None) == (option == "fedavg_deadline"), option
-    assert seen == set(group_options("experiment/async")) and len(seen) == 8
+        if option == "fedasync_tutorial_rule":  # the tutorial's 0.9^τ itself, τ since last arrival
+            rule = ("alpha", "staleness", "staleness_base", "staleness_from")
+            assert [cfg.algo[k] for k in rule] == [1.0, "exponential", 0.9, "last_arrival"]
+    assert seen == set(group_options("experiment/async")) and len(seen) == 9
 
 
 def test_command_line_overrides_replace_the_presets_sweep() -> None:
