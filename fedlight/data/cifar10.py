@@ -14,12 +14,14 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
 from torchvision import datasets
 from torchvision.io import ImageReadMode, decode_image, read_file
 
+from fedlight.core.errors import require
 from fedlight.data.augment import CropFlip
 from fedlight.data.base import (
     DataError,
@@ -31,6 +33,10 @@ from fedlight.data.base import (
 from fedlight.data.torchvision_source import open_torchvision
 
 MEAN, STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
+# `data.statistics`: each channel's (mean, std) that `normalize` standardizes with. `dataset`: the
+# training set's; `half`: the FedAvg tutorial's §1.1 `Normalize((0.5,)*3, (0.5,)*3)`, which maps
+# the pixels' [0, 1] onto [-1, 1] (p ↦ 2p − 1) whatever the images.
+STATISTICS = {"dataset": (MEAN, STD), "half": ((0.5,) * 3, (0.5,) * 3)}
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png"}
 IMAGE_SHAPE = (3, 32, 32)
 
@@ -171,6 +177,21 @@ class CIFAR10:
     augment: bool = True
     normalize: bool = True  # False: pixels in [0, 1], not standardized
     cache_dir: str | None = None  # decoded ImageFolder images; None: the user's cache folder
+    statistics: str = "dataset"  # dataset | half: the mean and std `normalize` uses
+    # what a checkpoint written before a setting existed ran with (`same_config.value_before`)
+    settings_before: ClassVar[dict[str, Any]] = {"statistics": "dataset"}
+
+    def __post_init__(self) -> None:
+        require(
+            self.statistics in STATISTICS,
+            f"data.statistics={self.statistics} is not a choice; use dataset (CIFAR-10's "
+            "per-channel mean and std) or half (0.5 and 0.5: pixels in [-1, 1])",
+        )
+        require(
+            self.normalize or self.statistics == "dataset",
+            f"data.statistics={self.statistics} standardizes, and data.normalize=false leaves "
+            "the pixels in [0, 1]; set data.normalize=true, or leave data.statistics=dataset",
+        )
 
     def load(self) -> TensorDataset:
         root = data_root(self.root, "data=cifar10")
@@ -193,7 +214,7 @@ class CIFAR10:
             test_images = torch.from_numpy(test.data).permute(0, 3, 1, 2)
             train_labels = torch.tensor(train.targets, dtype=torch.int64)
             test_labels = torch.tensor(test.targets, dtype=torch.int64)
-        normalization = image_normalization(MEAN, STD, self.normalize)
+        normalization = image_normalization(*STATISTICS[self.statistics], self.normalize)
         black = tuple(-m / s for m, s in zip(normalization.mean, normalization.std, strict=True))
         return TensorDataset(
             train_images,

@@ -160,13 +160,21 @@ class Partition(ABC):
 
 
 def checked_index_sets(
-    sets: Sequence[Any], num_examples: int, num_clients: int, setting: str
+    sets: Sequence[Any],
+    num_examples: int,
+    num_clients: int,
+    setting: str,
+    overlap: bool = False,
+    shared_hint: str = "",
 ) -> list[np.ndarray]:
     """Client sets a user gives (`partition=from_file`, `callable`) as sorted int64 arrays, refused
     in one line naming `setting` unless there is one per client, every index names an example of
     the training set and no example is listed twice (in two clients or in one): every built-in
     scheme's sets are disjoint, which the sample counts, `algo=central`'s pool and the label
-    histogram rely on. Examples no client lists stay unused."""
+    histogram rely on. With `overlap` (`partition.overlap=true`) two clients may list one example
+    (each holds a copy: counted in both sizes, twice in the pool), one client still only once;
+    `shared_hint` ends the refusal of a shared example (how to allow it). Examples no client lists
+    stay unused."""
     require(
         len(sets) == num_clients,
         f"{setting} gives {len(sets)} client sets for fl.num_clients={num_clients}; give one "
@@ -190,6 +198,15 @@ def checked_index_sets(
                 f"{num_examples} examples; indices are 0..{num_examples - 1}"
             )
         checked.append(np.sort(array.astype(np.int64)))
+    if overlap:
+        for client, array in enumerate(checked):
+            twice = array[1:][array[1:] == array[:-1]]
+            if twice.size:
+                raise ConfigError(
+                    f"{setting}: client {client} lists index {twice[0]} twice; a client holds "
+                    "each training example once"
+                )
+        return checked
     listed = np.bincount(np.concatenate([*checked, np.zeros(0, np.int64)]), minlength=num_examples)
     if listed.max(initial=0) > 1:
         index = int(np.argmax(listed > 1))
@@ -197,6 +214,6 @@ def checked_index_sets(
         where = f"clients {owners[0]} and {owners[1]}" if len(owners) > 1 else f"client {owners[0]}"
         raise ConfigError(
             f"{setting}: index {index} is listed twice ({where}); each training example belongs "
-            "to one client at most"
+            f"to one client at most{shared_hint}"
         )
     return checked

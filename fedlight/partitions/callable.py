@@ -5,13 +5,16 @@ one array (or list) of training-set indices per client.
 
 Drawing only from `generator` makes the split the same for the same seed and independent of
 anything else the process drew; the sets it returns are checked as `partition=from_file`'s are
-(one per client, indices in range, none listed twice).
+(one per client, indices in range, none listed twice). `partition.overlap=true` lets two clients
+list one example, each then holding a copy, for a split that draws each client's examples
+independently (the FedAvg tutorial's §1.3, `examples/tutorial_split`); the run says how many are
+shared.
 """
 
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -25,7 +28,9 @@ SIGNATURE = "(labels, num_clients, generator) -> one index array per client"
 @dataclass
 class UserFunction(Partition):
     function: str = ""
+    overlap: bool = False  # True: two clients may list one example (each holds a copy)
     split: Callable[..., Any] = field(init=False, repr=False)
+    settings_before: ClassVar[dict[str, Any]] = {**Partition.settings_before, "overlap": False}
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -57,5 +62,10 @@ class UserFunction(Partition):
             "with one index array per client",
         )
         return checked_index_sets(
-            sets, len(labels), num_clients, f"partition.function={self.function}"
+            sets,
+            len(labels),
+            num_clients,
+            f"partition.function={self.function}",
+            overlap=self.overlap,
+            shared_hint=" (partition.overlap=true lets clients hold copies of one example)",
         )

@@ -68,6 +68,26 @@ def warn_of_empty_clients(client_sets: list[np.ndarray]) -> None:
         )
 
 
+def say_shared_examples(client_sets: list[np.ndarray], num_examples: int) -> None:
+    """One line, where clients hold copies of one example (`partition.overlap=true`): how many
+    are shared, how many no client holds, and the clients' sizes, what such a split gives."""
+    listed = np.bincount(
+        np.concatenate([*client_sets, np.zeros(0, np.int64)]), minlength=num_examples
+    )
+    shared = int((listed > 1).sum())
+    if not shared:
+        return
+    sizes = [len(client_set) for client_set in client_sets]
+    distinct, unheld = int((listed > 0).sum()), int((listed == 0).sum())
+    print(
+        f"fedlight: the partition lists {int(listed.sum()):,} examples, {distinct:,} distinct: "
+        f"{shared:,} held by more than one client (each holds a copy), {unheld:,} of the "
+        f"{num_examples:,} by none; clients hold {min(sizes):,} to {max(sizes):,} examples",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
 def federation(
     settings: RunSettings,
     partition: Partition,
@@ -98,6 +118,7 @@ def federation(
         histogram = label_histogram(client_sets, labels, data.num_classes)
         write_label_histogram(output_dir, histogram)
         warn_of_empty_clients(client_sets)
+        say_shared_examples(client_sets, len(labels))
     return Clients(
         data,
         index_tensors(client_sets, device),
