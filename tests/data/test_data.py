@@ -8,6 +8,7 @@ import os
 import pickle
 import socket
 import struct
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -689,6 +690,30 @@ def test_cifar_image_folder_jpeg(tmp_path):
     for label, color in enumerate(colors.values()):
         target = torch.tensor(color).view(3, 1, 1)
         assert (pixels[label] - target).abs().max().item() <= 3  # JPEG is lossy
+
+
+def test_cifar_decoding_holds_a_split_once(monkeypatch):
+    """Each decoded image goes into its row of the split's tensor at once: at no time are the
+    split's images alive as separate tensors besides it (a list of them stacked at the end held
+    the split twice: the first run's peak of memory)."""
+    alive: weakref.WeakSet[torch.Tensor] = weakref.WeakSet()
+    most = 0
+
+    def fake_decode(path: Path) -> torch.Tensor:
+        nonlocal most
+        image = folder_image(int(path.stem))
+        alive.add(image)
+        most = max(most, len(alive))
+        return image
+
+    monkeypatch.setattr(cifar10, "decode", fake_decode)
+    count = 300  # more than a thread pool's threads (at most 32), each holding one image
+    images, labels = cifar10.read_image_folder(
+        [Path(f"{k}.png") for k in range(count)], [k % 10 for k in range(count)]
+    )
+    assert torch.equal(images, torch.stack([folder_image(k) for k in range(count)]))
+    assert labels.tolist() == [k % 10 for k in range(count)]
+    assert most <= 32 < count
 
 
 def test_cifar_image_folder_without_images(tmp_path, network):
