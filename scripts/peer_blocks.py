@@ -102,7 +102,11 @@ def line_lines(directory: Path, spec: dict[str, Any]) -> list[str]:
     each peer on the workload, and whether the accuracies agree."""
     lines = []
     for record in records_of(directory, spec):
-        summaries = [summarize(record, f) for f in frameworks_in(record) if f != "fedlight-before"]
+        summaries = [
+            summarize(record, f)
+            for f in frameworks_in(record)
+            if f == "fedlight" or not f.startswith("fedlight-")  # fedlight's other rows: the page
+        ]
         ours, peers = summaries[0], summaries[1:]
         parts = []
         for peer in peers:

@@ -26,11 +26,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     install = commands.add_parser("setup", help="each peer in its own environment, pinned")
     install.add_argument("peers", nargs="*", help="peers to set up (all without)")
     run = commands.add_parser("run", help="every framework on a workload; writes its record")
-    run.add_argument("--workload", required=True, help="W1, or one of its models (W1-2NN)")
-    run.add_argument("--data-root", required=True, type=Path, help="the folder holding MNIST/raw/")
+    run.add_argument("--workload", required=True, help="W1 (or W1-2NN, W1-CNN), N1 or XD")
+    run.add_argument(
+        "--data-root",
+        required=True,
+        type=Path,
+        help="fedlight's data.root for the workload's data (MNIST/raw/, FashionMNIST/raw/, or "
+        "CIFAR-10's train/ and test/ image folders)",
+    )
     run.add_argument("--repeats", type=int, default=3)
     run.add_argument("--threads", type=int, default=1, help="torch threads of every framework")
-    run.add_argument("--frameworks", nargs="+", choices=FRAMEWORKS, default=list(FRAMEWORKS))
+    run.add_argument(
+        "--frameworks",
+        nargs="+",
+        choices=FRAMEWORKS,
+        help="default: fedlight, flower, pfl (and fedlight-vectorized with --device cuda)",
+    )
+    run.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="where every framework trains (fedlight's device; the peers' data and networks)",
+    )
     run.add_argument(
         "--before",
         type=Path,
@@ -38,14 +55,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         "fedlight-before beside the others",
     )
     args = parser.parse_args(argv)
-    args.data_root = args.data_root.resolve()  # fedlight-before runs in its own checkout
-    if args.before is None:
-        args.frameworks = [f for f in args.frameworks if f != "fedlight-before"]
-    elif not (args.before / "fedlight" / "__main__.py").exists():
-        raise SystemExit(f"--before {args.before}: not a checkout of fedlight")
     if args.command == "setup":
         return setup(args.peers)
-    from benchmarks.peers.run import run_workload  # imports fedlight and torch
+    args.data_root = args.data_root.resolve()  # fedlight-before runs in its own checkout
+    if args.before is None and "fedlight-before" in (args.frameworks or ()):
+        raise SystemExit("--frameworks fedlight-before: name the checkout with --before CHECKOUT")
+    if args.before is not None and not (args.before / "fedlight" / "__main__.py").exists():
+        raise SystemExit(f"--before {args.before}: not a checkout of fedlight")
+    from benchmarks.peers.run import check_device, run_workload  # imports fedlight and torch
+
+    check_device(args.device)
 
     for name in chosen_workloads(args.workload):
         print(f"record: {run_workload(WORKLOADS[name], args)}", flush=True)

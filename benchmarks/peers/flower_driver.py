@@ -7,7 +7,10 @@ the round's nodes and a ClientApp that trains on them. Run inside Flower's envir
 fedlight's draws are handed over: node i trains client i's index set, and the strategy sends the
 round's messages to the nodes of fedlight's selection (not Flower's own sampling). Every ClientApp
 and the centralized evaluation (run after the last round only, as fedlight's `eval.every=rounds`)
-come from peer_common, so every framework computes the same thing.
+come from peer_common, so every framework computes the same thing. With the workload on a GPU
+(`device: cuda`), Ray is given the one GPU and each client all of it, so that one actor trains at
+a time on it, as on the CPU; the arrays travel between the actor and the server through NumPy
+(Flower's ArrayRecord), as Flower sends them.
 """
 
 import sys
@@ -109,12 +112,13 @@ def main(grid: Grid, context: Context) -> None:
 
 if __name__ == "__main__":
     threads = peer_common.spec(FOLDER)["threads"]
+    gpus = 0 if peer_common.spec(FOLDER)["device"] == "cpu" else 1  # a GPU: all of it, one actor
     run_simulation(
         server_app=server_app,
         client_app=client_app,
         num_supernodes=len(peer_common.spec(FOLDER).clients),
         backend_config={
-            "client_resources": {"num_cpus": 1, "num_gpus": 0.0},
-            "init_args": {"num_cpus": threads, "include_dashboard": False},
+            "client_resources": {"num_cpus": 1, "num_gpus": float(gpus)},
+            "init_args": {"num_cpus": threads, "num_gpus": gpus, "include_dashboard": False},
         },
     )

@@ -6,23 +6,31 @@ pfl's environment:
     python pfl_driver.py SPEC_FOLDER OUT.json
 
 fedlight's draws are handed over: the user sampler yields fedlight's selection, round by round,
-and a user's dataset is its index set in the order fedlight's generator shuffles it for that round
-(pfl iterates a user's data in order, without reshuffling between epochs). The global model is
-evaluated after the last round only, with peer_common's evaluation.
+and a user's dataset is its index set, which each local epoch iterates in the order fedlight's
+generator draws for the user's round (a pfl `Dataset` whose `iter` reshuffles per epoch: pfl's own
+iterates a user's data in one order every epoch), the first epoch also seeding dropout as
+fedlight's engines do. The local optimizer is the workload's SGD (momentum, weight decay), the
+users' updates are weighted by their examples (`WeightByDatapoints`, what pfl's benchmarks use with
+`weight_by_samples`; fedlight's FedAvg weights so), and the model and data live on the workload's
+device (`PFL_PYTORCH_DEVICE`, set by the benchmark). The global model is evaluated after the last
+round only, with peer_common's evaluation.
 """
 
+import functools
 import sys
 import time
+from collections.abc import Iterator
 
 import peer_common
 import pfl.version
 import torch
 from pfl.aggregate.simulate import SimulatedBackend
+from pfl.aggregate.weighting import WeightByDatapoints
 from pfl.algorithm import FederatedAveraging, NNAlgorithmParams
 from pfl.callback.base import TrainingProcessCallback
 from pfl.data.dataset import Dataset
 from pfl.data.federated_dataset import FederatedDataset
-from pfl.hyperparam import NNTrainHyperParams
+from pfl.hyperparam import NNEvalHyperParams, NNTrainHyperParams
 from pfl.metrics import Metrics, Weighted
 from pfl.model.pytorch import PyTorchModel
 from torch import Tensor, nn
@@ -69,10 +77,31 @@ class Handed:
         return client
 
     def dataset(self, client: int) -> Dataset:
-        seed = DATA["shuffle_seeds"][f"{self.round_of[client]}/{client}"]
+        return EpochShuffled(client, DATA["shuffle_seeds"][f"{self.round_of[client]}/{client}"])
+
+
+class EpochShuffled(Dataset):
+    """A user's examples for one round. Local training iterates them once per epoch in batches
+    of B, each time in a fresh order from fedlight's generator for the user's round (the first
+    time also seeding dropout); any other iteration (pfl's evaluation of the user in its first
+    round, in batches of the evaluation batch size) sees them as held."""
+
+    def __init__(self, client: int, seed: int) -> None:
         indices = DATA.clients[client]
-        order = indices[torch.randperm(len(indices), generator=torch.Generator().manual_seed(seed))]
-        return Dataset((DATA.train_x[order], DATA.train_y[order]), user_id=str(client))
+        super().__init__((DATA.train_x[indices], DATA.train_y[indices]), user_id=str(client))
+        self.client, self.seed = client, seed
+        self.generator: torch.Generator | None = None
+
+    def iter(self, batch_size: int | None) -> Iterator:
+        if batch_size != DATA["batch_size"]:
+            yield from super().iter(batch_size)
+            return
+        if self.generator is None:
+            self.generator = torch.Generator().manual_seed(self.seed)
+            DATA.seed_dropout(self.seed)
+        order = DATA.epoch_order(self.client, self.generator)
+        x, y = DATA.train_x[order], DATA.train_y[order]
+        yield from zip(x.split(batch_size), y.split(batch_size), strict=True)
 
 
 class Boundaries(TrainingProcessCallback):
@@ -97,12 +126,16 @@ def main() -> None:
     module = Module()
     model = PyTorchModel(
         model=module,
-        local_optimizer_create=torch.optim.SGD,
+        local_optimizer_create=functools.partial(
+            torch.optim.SGD, momentum=DATA["momentum"], weight_decay=DATA["weight_decay"]
+        ),
         central_optimizer=torch.optim.SGD(module.parameters(), lr=1.0),
     )
     handed = Handed()
     backend = SimulatedBackend(
-        training_data=FederatedDataset(handed.dataset, handed), val_data=None
+        training_data=FederatedDataset(handed.dataset, handed),
+        val_data=None,
+        postprocessors=[WeightByDatapoints()],
     )
     boundaries = Boundaries()
     FederatedAveraging().run(
@@ -119,6 +152,7 @@ def main() -> None:
             local_num_epochs=DATA["epochs"],
             local_batch_size=DATA["batch_size"],
         ),
+        model_eval_params=NNEvalHyperParams(local_batch_size=DATA["eval_batch_size"]),
         callbacks=[boundaries],
     )
     accuracy = peer_common.accuracy(module.net, DATA)

@@ -17,8 +17,9 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
+# "fedlight": its sequential engine; "fedlight-vectorized": its vectorized engine (fl.engine);
 # "fedlight-before": fedlight from another checkout (`run --before`), the commit before a change
-FRAMEWORKS = ("fedlight", "fedlight-before", "flower", "pfl")
+FRAMEWORKS = ("fedlight", "fedlight-vectorized", "fedlight-before", "flower", "pfl")
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,11 @@
 """`python -m benchmarks.peers run --workload W1`: every framework on the workload's settings in one
 run, repeats alternated (fedlight, flower, pfl, then the next repeat starting one further along),
 each run a fresh process tree measured from /proc; the record is written to
-docs/results/peers/<workload>.json. Every framework gets the same number of torch threads
-(`--threads`, also OMP_NUM_THREADS and MKL_NUM_THREADS; Flower's Ray backend one CPU a client).
+docs/results/peers/<workload>.json (<workload>-cuda.json with `--device cuda`). Every framework gets
+the same number of torch threads (`--threads`, also OMP_NUM_THREADS and MKL_NUM_THREADS; Flower's
+Ray backend one CPU a client) and the same device (`--device`: fedlight's `device`, the peers' data
+and networks, Ray's GPU, pfl's PFL_PYTORCH_DEVICE). fedlight runs as `fedlight` with its
+sequential engine and as `fedlight-vectorized` with its vectorized one (`fl.engine`).
 `--before CHECKOUT` also runs fedlight from another checkout (a git worktree of the commit before
 a change) as `fedlight-before`, so that a change's effect is measured in the same run."""
 
@@ -22,20 +25,35 @@ from benchmarks.peers.measure import Usage, measure
 from benchmarks.peers.records import FRAMEWORKS
 from benchmarks.peers.setup import PEERS, REPO, WORK, venv_python
 from benchmarks.peers.workloads import Workload
+from fedlight.data.base import TensorDataset
+from fedlight.data.cifar10 import CIFAR10
+from fedlight.data.fmnist import FashionMNIST
 from fedlight.data.mnist import MNIST
 
 RECORDS = REPO / "docs" / "results" / "peers"
 DRIVERS = REPO / "benchmarks" / "peers"
+# fedlight's data options the workloads use (conf/data/<option>.yaml's classes)
+SOURCES = {"mnist": MNIST, "fmnist": FashionMNIST, "cifar10": CIFAR10}
+# the engine (fl.engine) each fedlight row trains with
+ENGINES = {
+    "fedlight": "sequential",
+    "fedlight-vectorized": "vectorized",
+    "fedlight-before": "sequential",
+}
 
 
-def fedlight_command(workload: Workload, folder: Path, data_root: Path, run_dir: Path) -> list[str]:
-    """fedlight's CLI on the workload, reading the handed index sets (`partition=from_file`)."""
+def fedlight_command(
+    workload: Workload, folder: Path, data_root: Path, run_dir: Path, device: str, engine: str
+) -> list[str]:
+    """fedlight's CLI on the workload, reading the handed index sets (`partition=from_file`), on
+    `device` with the engine `engine`."""
     return [
         sys.executable,
         "-m",
         "fedlight",
         f"data={workload.data}",
         f"data.root={data_root}",
+        *(f"data.{key}={str(value).lower()}" for key, value in workload.data_settings.items()),
         f"model={workload.model}",
         "partition=from_file",
         f"partition.path={folder / 'clients.json'}",
@@ -44,15 +62,33 @@ def fedlight_command(workload: Workload, folder: Path, data_root: Path, run_dir:
         f"local.epochs={workload.epochs}",
         f"local.batch_size={workload.batch_size}",
         f"optim.lr={workload.lr}",
-        "optim.momentum=0",
+        f"optim.momentum={workload.momentum}",
+        f"optim.weight_decay={workload.weight_decay}",
         f"seed={workload.seed}",
         f"eval.every={workload.rounds}",
         f"eval.batch_size={workload.eval_batch_size}",
         f"checkpoint.every={workload.rounds}",
-        "device=cpu",
+        f"device={device}",
+        f"fl.engine={engine}",
         "fl.workers=1",
+        *workload.fedlight_overrides,
         f"hydra.run.dir={run_dir}",
     ]
+
+
+def check_device(device: str) -> None:
+    """Refuse, in one line, a device this machine does not have."""
+    if device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit(
+            "--device cuda: no CUDA device is available here (torch.cuda.is_available() is "
+            "False); run with --device cpu, or on a machine with a GPU"
+        )
+
+
+def load_data(workload: Workload, root: Path) -> TensorDataset:
+    """The workload's data through fedlight's own loader (uint8 images and their statistics)."""
+    source = SOURCES[workload.data](root=str(root), download=False, **workload.data_settings)
+    return source.load()
 
 
 def commit_of(checkout: Path) -> str:
@@ -74,6 +110,12 @@ def fedlight_result(run_dir: Path) -> tuple[list[float], float]:
     rows = [dict(zip(header, line.split(","), strict=False)) for line in lines[1:]]
     walls = [0.0] + [float(r["wall_seconds"]) for r in rows]
     return [b - a for a, b in itertools.pairwise(walls)], float(rows[-1]["test_accuracy"])
+
+
+def fedlight_environment(run_dir: Path) -> dict[str, str]:
+    """What a fedlight run says it trained with (summary.json): its engine, layout and device."""
+    environment = json.loads((run_dir / "summary.json").read_text())["environment"]
+    return {key: environment[key] for key in ("engine", "memory_format", "device")}
 
 
 def fedlight_boundaries(round_seconds: list[float], usage: Usage) -> list[float]:
@@ -103,14 +145,20 @@ def peer_result(out: Path) -> tuple[list[float], float, str, list[float]]:
 def one_run(framework: str, workload: Workload, folder: Path, args, number: int) -> dict:
     """One framework's run on the workload, measured; its part of the record."""
     threads = str(args.threads)
-    env = dict(os.environ, OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads)
+    env = dict(
+        os.environ,
+        OMP_NUM_THREADS=threads,
+        MKL_NUM_THREADS=threads,
+        PFL_PYTORCH_DEVICE=args.device,
+    )
     run_dir = WORK / "runs" / workload.name / f"{number:02d}_{framework}"
     shutil.rmtree(run_dir, ignore_errors=True)  # a run of an earlier invocation
     run_dir.mkdir(parents=True)
     out = run_dir / "report.json"
     cwd = None
     if framework.startswith("fedlight"):
-        command = fedlight_command(workload, folder, args.data_root, run_dir)
+        engine = ENGINES[framework]
+        command = fedlight_command(workload, folder, args.data_root, run_dir, args.device, engine)
         command.append(f"fl.threads_per_worker={threads}")
         if framework == "fedlight-before":
             cwd = args.before.resolve()
@@ -127,10 +175,12 @@ def one_run(framework: str, workload: Workload, folder: Path, args, number: int)
     usage: Usage = measure(command, env, run_dir / "log.txt", cwd)
     if usage.exit_code != 0:
         raise SystemExit(f"{framework} failed (exit {usage.exit_code}); see {run_dir / 'log.txt'}")
+    trained_with = {"device": args.device}
     if framework.startswith("fedlight"):
         rounds, accuracy = fedlight_result(run_dir)
         version = "working tree" if cwd is None else f"commit {commit_of(cwd)}"
         boundaries = fedlight_boundaries(rounds, usage)
+        trained_with = fedlight_environment(run_dir)
     else:
         rounds, accuracy, version, boundaries = peer_result(out)
     cpu = [usage.cpu_between(a, b) for a, b in itertools.pairwise(boundaries)]
@@ -151,17 +201,47 @@ def one_run(framework: str, workload: Workload, folder: Path, args, number: int)
         "peak_pss_mb": usage.peak_pss_mb,
         "peak_threads": usage.peak_threads,
         "processes": usage.processes,
+        "trained_with": trained_with,
     }
+
+
+def frameworks_for(workload: Workload, args) -> list[str]:
+    """The frameworks `args` asks for that can run the workload, in FRAMEWORKS' order; a line for
+    each left out. Without --frameworks: fedlight's sequential engine and the peers, and its
+    vectorized engine on a GPU (the engine `fl.engine=auto` would pick there once measured)."""
+    asked = args.frameworks
+    if asked is None:
+        asked = ["fedlight", "flower", "pfl"] + (["fedlight-vectorized"] * (args.device == "cuda"))
+    if args.before is not None and "fedlight-before" not in asked:
+        asked = [*asked, "fedlight-before"]
+    chosen = [f for f in FRAMEWORKS if f in asked]
+    if "fedlight-vectorized" in chosen and workload.vectorized:
+        print(f"{workload.name}: fedlight-vectorized left out ({workload.vectorized})", flush=True)
+        chosen.remove("fedlight-vectorized")
+    return chosen
+
+
+def record_path(workload: Workload, device: str) -> Path:
+    """Where a workload's record goes: <workload>.json on the CPU, <workload>-<device>.json else."""
+    suffix = "" if device == "cpu" else f"-{device}"
+    return RECORDS / f"{workload.name}{suffix}.json"
+
+
+def machine(device: str) -> str:
+    """The machine in words, for the record."""
+    cores = f"{os.cpu_count()} CPU cores, shared with other jobs"
+    return cores if device == "cpu" else f"{torch.cuda.get_device_name()}, {cores}"
 
 
 def run_workload(workload: Workload, args) -> Path:
     """Every framework on `workload`, repeats alternated; the record's path."""
-    data = MNIST(root=str(args.data_root), download=False).load()
+    check_device(args.device)
+    data = load_data(workload, args.data_root)
     folder = WORK / "work" / workload.name
-    content = handed.spec(workload, data, args.threads)
+    content = handed.spec(workload, data, args.threads, args.device)
     handed.write(folder, content, data)
     (folder / "clients.json").write_text(json.dumps(content["clients"]))
-    frameworks = [f for f in FRAMEWORKS if f in args.frameworks]
+    frameworks = frameworks_for(workload, args)
     runs = []
     for repeat in range(args.repeats):
         order = frameworks[repeat % len(frameworks) :] + frameworks[: repeat % len(frameworks)]
@@ -173,13 +253,14 @@ def run_workload(workload: Workload, args) -> Path:
         "rounds": workload.rounds,
         "samples": handed.samples_trained(content),
         "threads": args.threads,
+        "device": args.device,
         "torch": torch.__version__,
         "python": platform.python_version(),
-        "machine": f"{os.cpu_count()} CPU cores, shared with other jobs",
+        "machine": machine(args.device),
         "order": "repeats alternated, each starting one framework further along",
         "runs": runs,
     }
-    RECORDS.mkdir(parents=True, exist_ok=True)
-    path = RECORDS / f"{workload.name}.json"
+    path = record_path(workload, args.device)
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=1) + "\n")
     return path

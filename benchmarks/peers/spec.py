@@ -10,17 +10,21 @@ import numpy as np
 from benchmarks.peers.workloads import Workload
 from fedlight.core.rng import Stream, derive_seed, numpy_generator
 from fedlight.data.base import TensorDataset
+from fedlight.partitions.base import Partition
+from fedlight.partitions.dirichlet import Dirichlet
+from fedlight.partitions.iid import IID
 from fedlight.partitions.shards import Shards
 
 SPEC, DATA = "spec.json", "data.npz"
+# fedlight's partition options the workloads use (conf/partition/<option>.yaml's classes)
+PARTITIONS: dict[str, type[Partition]] = {"shards": Shards, "dirichlet": Dirichlet, "iid": IID}
 
 
 def client_sets(workload: Workload, labels: np.ndarray) -> list[list[int]]:
-    """fedlight's partition of the workload: the Shards scheme and the (seed, PARTITION) generator
-    a run uses (`fedlight.runs.federation`)."""
-    sets = Shards(shards_per_client=workload.shards_per_client)(
-        labels, workload.num_clients, numpy_generator(workload.seed, Stream.PARTITION)
-    )
+    """fedlight's partition of the workload: its scheme with the workload's settings and the
+    (seed, PARTITION) generator a run uses (`fedlight.runs.federation`)."""
+    scheme = PARTITIONS[workload.partition](**workload.partition_settings)
+    sets = scheme(labels, workload.num_clients, numpy_generator(workload.seed, Stream.PARTITION))
     return [[int(i) for i in s] for s in sets]
 
 
@@ -45,12 +49,20 @@ def shuffle_seeds(workload: Workload, chosen: list[list[int]]) -> dict[str, int]
     }
 
 
-def spec(workload: Workload, data: TensorDataset, threads: int) -> dict[str, object]:
-    """spec.json's content: the workload, the index sets, the rounds' clients, the seeds."""
+def spec(
+    workload: Workload, data: TensorDataset, threads: int, device: str = "cpu"
+) -> dict[str, object]:
+    """spec.json's content: the workload, the index sets, the rounds' clients, the seeds, the
+    device every framework trains on."""
     normalization = data.normalization
     chosen = selections(workload)
     if normalization is None:
         raise ValueError(f"{workload.data}: the peers are handed uint8 images and their statistics")
+    if workload.eval_batch_size == workload.batch_size:
+        raise ValueError(
+            f"{workload.name}: eval_batch_size must differ from batch_size (pfl's driver tells a "
+            "user's local training from pfl's evaluation of the user by the batch size)"
+        )
     return {
         "workload": workload.name,
         "model": workload.model,
@@ -61,12 +73,15 @@ def spec(workload: Workload, data: TensorDataset, threads: int) -> dict[str, obj
         "epochs": workload.epochs,
         "batch_size": workload.batch_size,
         "lr": workload.lr,
+        "momentum": workload.momentum,
+        "weight_decay": workload.weight_decay,
         "rounds": workload.rounds,
         "eval_batch_size": workload.eval_batch_size,
         "init_seed": derive_seed(workload.seed, Stream.MODEL_INIT),
         "shuffle_seeds": shuffle_seeds(workload, chosen),
         "seed": workload.seed,
         "threads": threads,
+        "device": device,
         "mean": list(normalization.mean),
         "std": list(normalization.std),
     }

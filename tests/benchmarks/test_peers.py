@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from torch import nn
 
 from benchmarks.peers import measure, peer_common, records, spec
 from benchmarks.peers.cli import chosen_workloads, main
@@ -24,21 +25,71 @@ from fedlight.core.rng import Stream, derive_seed, numpy_generator
 from fedlight.data.base import Normalization, TensorDataset
 from fedlight.models.cnn import CNN
 from fedlight.models.mlp import MLP
+from fedlight.models.pfl_cnn import PflCNN
+from fedlight.models.simple_cnn import SimpleCNN
 from fedlight.partitions.shards import Shards
 from fedlight.stages.selection.random import RandomSelection
 from scripts.peer_blocks import line_lines, peers_lines, settings_lines
 
-TINY = Workload("T-2NN", "mnist", "mlp", 2, 4, 2, 1, 5, 0.1, rounds=2, eval_batch_size=7)
+TINY = Workload(
+    "T-2NN",
+    "mnist",
+    "mlp",
+    "shards",
+    4,
+    2,
+    1,
+    5,
+    0.1,
+    2,
+    {"shards_per_client": 2},
+    eval_batch_size=7,
+)
+# dropout, momentum, weight decay and two epochs (each reshuffled), as in N1 and XD
+TINY_DROPOUT = Workload(
+    "T-XD",
+    "cifar10",
+    "pfl_cnn",
+    "iid",
+    4,
+    2,
+    2,
+    4,
+    0.1,
+    2,
+    momentum=0.9,
+    weight_decay=1e-3,
+    eval_batch_size=7,
+)
 
 
-def tiny_data(n: int = 40) -> TensorDataset:
-    """uint8 images (1×8×8) with labels of every class, and their per-channel statistics."""
+def tiny_data(n: int = 40, channels: int = 1) -> TensorDataset:
+    """uint8 images (channels×8×8) with labels of every class, and their per-channel
+    statistics."""
     generator = torch.Generator().manual_seed(0)
-    images = torch.randint(0, 256, (n, 1, 8, 8), generator=generator, dtype=torch.uint8)
+    images = torch.randint(0, 256, (n, channels, 8, 8), generator=generator, dtype=torch.uint8)
     labels = torch.arange(n) % 4
-    return TensorDataset(
-        images, labels, images[:13], labels[:13], 4, None, Normalization((0.3,), (0.2,))
-    )
+    normalization = Normalization((0.3,) * channels, (0.2,) * channels)
+    return TensorDataset(images, labels, images[:13], labels[:13], 4, None, normalization)
+
+
+def trained_here(handed: peer_common.Spec) -> tuple[nn.Module, list[dict[str, torch.Tensor]]]:
+    """The handed training done in this process: each round's clients trained by peer_common from
+    the global weights, averaged weighted by their examples (FedAvg, as every framework); and the
+    last round's clients' weights."""
+    net = handed.net()
+    for round_index, chosen in enumerate(handed["selections"], 1):
+        start = {k: v.clone() for k, v in net.state_dict().items()}
+        trained, sizes = [], []
+        for client in chosen:
+            net.load_state_dict(start)
+            sizes.append(peer_common.train_client(net, handed, client, round_index))
+            trained.append({k: v.clone() for k, v in net.state_dict().items()})
+        weights = [n / sum(sizes) for n in sizes]
+        net.load_state_dict(
+            {k: sum(w * t[k] for w, t in zip(weights, trained, strict=True)) for k in start}
+        )
+    return net, trained
 
 
 def test_the_handed_index_sets_and_selections_are_fedlights_draws():
@@ -62,7 +113,13 @@ def test_the_handed_index_sets_and_selections_are_fedlights_draws():
 
 
 def test_the_peers_networks_are_fedlights_layers_and_initial_weights():
-    for name, model, shape in (("mlp", MLP, (1, 28, 28)), ("cnn", CNN, (1, 28, 28))):
+    nets = (
+        ("mlp", MLP, (1, 28, 28)),
+        ("cnn", CNN, (1, 28, 28)),
+        ("simple_cnn", SimpleCNN, (1, 28, 28)),
+        ("pfl_cnn", PflCNN, (3, 32, 32)),
+    )
+    for name, model, shape in nets:
         seed = derive_seed(0, Stream.MODEL_INIT)
         torch.manual_seed(seed)
         reference = model(input_shape=shape, num_classes=10, lr=0.1).net.state_dict()
@@ -212,27 +269,23 @@ def test_a_peer_shares_fedlights_torch_and_what_it_requires():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("peer", [p for p in PEERS if not p.unavailable], ids=lambda p: p.name)
-def test_each_peer_computes_what_the_others_compute(tmp_path, peer):
+@pytest.mark.parametrize(
+    ("workload", "channels"), [(TINY, 1), (TINY_DROPOUT, 3)], ids=["2NN", "dropout"]
+)
+def test_each_peer_computes_what_the_others_compute(tmp_path, peer, workload, channels):
     """The peer's driver, in its environment, on a tiny spec: the accuracy the same training done
-    here gives (skipped where `python -m benchmarks.peers setup` has not been run)."""
+    here gives (skipped where `python -m benchmarks.peers setup` has not been run). With dropout,
+    momentum, weight decay and two epochs, the peer draws the same masks and orders."""
     if not venv_python(peer).exists():
         pytest.skip(f"{peer.name}'s environment is absent (python -m benchmarks.peers setup)")
-    data = tiny_data()
-    spec.write(tmp_path, spec.spec(TINY, data, threads=1), data)
+    data = tiny_data(channels=channels)
+    spec.write(tmp_path, spec.spec(workload, data, threads=1), data)
     handed = peer_common.Spec(tmp_path)
-    net = handed.net()
-    for round_index, chosen in enumerate(handed["selections"], 1):
-        start = {k: v.clone() for k, v in net.state_dict().items()}
-        trained = []
-        for client in chosen:
-            net.load_state_dict(start)
-            peer_common.train_client(net, handed, client, round_index)
-            trained.append({k: v.clone() for k, v in net.state_dict().items()})
-        net.load_state_dict({k: sum(t[k] for t in trained) / len(trained) for k in start})
-    expected = peer_common.accuracy(net, handed)
+    expected = peer_common.accuracy(trained_here(handed)[0], handed)
     driver = Path(peer_common.__file__).parent / f"{peer.driver}.py"
     out = tmp_path / "out.json"
     env = {"PYTHONPATH": str(driver.parent), "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
+    env["PFL_PYTORCH_DEVICE"] = "cpu"
     subprocess.run(
         [str(venv_python(peer)), str(driver), str(tmp_path), str(out)],
         env=env,
@@ -242,4 +295,4 @@ def test_each_peer_computes_what_the_others_compute(tmp_path, peer):
     )
     report = json.loads(out.read_text())
     assert report["accuracy"] == expected
-    assert len(report["boundaries"]) == TINY.rounds + 1
+    assert len(report["boundaries"]) == workload.rounds + 1
