@@ -135,3 +135,34 @@ def test_the_import_check_sees_a_module_level_import(tmp_path):
         "    import rich\n"
     )
     assert module_level_imports(module) == {"typing", "os", "wandb", "matplotlib"}
+
+
+# What fedlight's CLI may import besides what Lightning (every client's base class) already has,
+# and the standard library: its own package, Hydra's (with OmegaConf, ANTLR and attrs) and Opacus
+# (the privacy stages' accountant).
+CLI_OWN_PACKAGES = {"fedlight", "hydra", "omegaconf", "antlr4", "attr", "opacus"}
+CLI_IMPORTS = """
+import sys
+import torch, pytorch_lightning
+before = {name.split(".")[0] for name in sys.modules}
+import fedlight.cli.main
+added = {name.split(".")[0] for name in sys.modules} - before - set(sys.stdlib_module_names)
+print("ADDED " + " ".join(sorted(added)))
+"""
+
+
+def test_the_cli_imports_no_package_of_its_own_beyond_hydra_and_opacus():
+    """Every run holds what its CLI imports before any data: the peak of the CIFAR-10 headline
+    run is mostly torch's and Lightning's imports, fedlight's own a few MB
+    (docs/speed-and-memory.md), and a package imported on the CLI's path besides these would be
+    held by every run (import it where its option is used, as the loggers and figures are)."""
+    result = subprocess.run(
+        [sys.executable, "-c", CLI_IMPORTS],
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    [line] = [line for line in result.stdout.splitlines() if line.startswith("ADDED ")]
+    assert set(line.split()[1:]) <= CLI_OWN_PACKAGES, result.stderr
+    assert "fedlight" in line.split()
