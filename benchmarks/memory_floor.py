@@ -172,11 +172,11 @@ def peak_of(command: list[str], cwd: Path) -> tuple[float, str]:
     return usage.ru_maxrss / 1024, text
 
 
-def command_of(stage: str, cifar: Path, cache_dir: Path, workdir: Path, cache: Path) -> list[str]:
+def command_of(stage: str, cifar: Path, cache_dir: Path, run_dir: Path, cache: Path) -> list[str]:
     command = [sys.executable, __file__, "--stage", stage, "--cache", str(cache)]
     if stage == "headline":
         data = (f"data.root={cifar}", f"data.cache_dir={cache_dir}")
-        return [*command, "--", *HEADLINE, *data, f"hydra.run.dir={workdir}/run"]
+        return [*command, "--", *HEADLINE, *data, f"hydra.run.dir={run_dir}"]
     return command
 
 
@@ -198,7 +198,8 @@ def measure(cifar: Path, cache_dir: Path, repeats: int) -> dict:
     with tempfile.TemporaryDirectory() as workdir:
         for repeat in range(repeats):
             for stage in STAGES:
-                command = command_of(stage, cifar, cache_dir, Path(workdir), cache)
+                run_dir = Path(workdir) / f"{stage}{repeat}"  # the headline's run directory
+                command = command_of(stage, cifar, cache_dir, run_dir, cache)
                 peak, text = peak_of(command, Path(workdir))
                 peaks[stage].append(round(peak, 1))
                 lines = [line for line in text.splitlines() if line.startswith("MEASURED ")]
