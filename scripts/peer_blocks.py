@@ -4,7 +4,8 @@ workload and framework the steady-state seconds a round, samples per second, the
 peer, the CPU seconds a round, the cores it kept busy and the ratio of CPU, the time outside the
 rounds, peak PSS and RSS of the process tree, its threads and processes,
 and each repeat's final accuracy; `kind: peer_settings`: what every framework was given;
-`kind: peer_line`: a sentence per workload, fedlight's ratios to each peer, for the README).
+`kind: peer_line`: a sentence per workload, fedlight's ratios to each peer, for the README;
+`kind: peer_seeds`: the frameworks' final accuracies beside fedlight's over other seeds).
 
     speed:
       kind: peers
@@ -122,4 +123,48 @@ def line_lines(directory: Path, spec: dict[str, Any]) -> list[str]:
     return lines
 
 
-PEER_BLOCKS = {"peers": peers_lines, "peer_settings": settings_lines, "peer_line": line_lines}
+def spread(accuracies: list[float]) -> str:
+    """Highest less lowest accuracy, in points."""
+    return f"{100 * (max(accuracies) - min(accuracies)):.2f}"
+
+
+def seeds_lines(directory: Path, spec: dict[str, Any]) -> list[str]:
+    """Per record with a seeds record beside it (<workload>-seeds.json, `python -m
+    benchmarks.peers seeds`): every framework's final accuracies at the record's seed beside
+    fedlight's at other seeds (its own draws for each), and the spread of each: how far apart the
+    frameworks end against how far apart seeds put one framework."""
+    body = []
+    for name in spec.get("records") or ():
+        seeds_path = directory / name.replace(".json", "-seeds.json")
+        if not seeds_path.exists():
+            continue
+        record, seeded = read(directory / name), read(seeds_path)
+        at_seed = [summarize(record, f) for f in frameworks_in(record)]
+        ours = [(0, at_seed[0].accuracies[0])] + [
+            (r["seed"], r["accuracy"]) for r in seeded["runs"]
+        ]
+        body.append(
+            [
+                record["workload"],
+                ", ".join(f"{s.framework} {a:.2%}" for s in at_seed for a in s.accuracies),
+                ", ".join(f"seed {seed}: {a:.2%}" for seed, a in ours),
+                spread([a for s in at_seed for a in s.accuracies]),
+                spread([a for _, a in ours]),
+            ]
+        )
+    header = [
+        "workload",
+        "seed 0, every framework (each run)",
+        "fedlight, each seed",
+        "frameworks' spread (points)",
+        "seeds' spread (points)",
+    ]
+    return markdown_table(header, body, text_columns=3)
+
+
+PEER_BLOCKS = {
+    "peers": peers_lines,
+    "peer_settings": settings_lines,
+    "peer_line": line_lines,
+    "peer_seeds": seeds_lines,
+}

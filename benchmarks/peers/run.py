@@ -9,6 +9,7 @@ sequential engine and as `fedlight-vectorized` with its vectorized one (`fl.engi
 `--before CHECKOUT` also runs fedlight from another checkout (a git worktree of the commit before
 a change) as `fedlight-before`, so that a change's effect is measured in the same run."""
 
+import dataclasses
 import itertools
 import json
 import os
@@ -233,21 +234,19 @@ def machine(device: str) -> str:
     return cores if device == "cpu" else f"{torch.cuda.get_device_name()}, {cores}"
 
 
-def run_workload(workload: Workload, args) -> Path:
-    """Every framework on `workload`, repeats alternated; the record's path."""
-    check_device(args.device)
-    data = load_data(workload, args.data_root)
+def prepared(workload: Workload, data: TensorDataset, args) -> tuple[Path, dict]:
+    """The folder every framework is handed (the spec, the data, fedlight's clients.json) and
+    the spec's content."""
     folder = WORK / "work" / workload.name
     content = handed.spec(workload, data, args.threads, args.device)
     handed.write(folder, content, data)
     (folder / "clients.json").write_text(json.dumps(content["clients"]))
-    frameworks = frameworks_for(workload, args)
-    runs = []
-    for repeat in range(args.repeats):
-        order = frameworks[repeat % len(frameworks) :] + frameworks[: repeat % len(frameworks)]
-        for framework in order:
-            runs.append(one_run(framework, workload, folder, args, len(runs)))
-    record = {
+    return folder, content
+
+
+def header(workload: Workload, content: dict, args) -> dict:
+    """What a record says besides its runs: the settings, the work, the versions, the machine."""
+    return {
         "workload": workload.name,
         "settings": workload.settings(),
         "rounds": workload.rounds,
@@ -257,10 +256,45 @@ def run_workload(workload: Workload, args) -> Path:
         "torch": torch.__version__,
         "python": platform.python_version(),
         "machine": machine(args.device),
-        "order": "repeats alternated, each starting one framework further along",
-        "runs": runs,
     }
-    path = record_path(workload, args.device)
+
+
+def write_record(path: Path, record: dict) -> Path:
+    """`record` as JSON at `path`."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=1) + "\n")
     return path
+
+
+def run_workload(workload: Workload, args) -> Path:
+    """Every framework on `workload`, repeats alternated; the record's path."""
+    check_device(args.device)
+    folder, content = prepared(workload, load_data(workload, args.data_root), args)
+    frameworks = frameworks_for(workload, args)
+    runs = []
+    for repeat in range(args.repeats):
+        order = frameworks[repeat % len(frameworks) :] + frameworks[: repeat % len(frameworks)]
+        for framework in order:
+            runs.append(one_run(framework, workload, folder, args, len(runs)))
+    record = header(workload, content, args) | {
+        "order": "repeats alternated, each starting one framework further along",
+        "runs": runs,
+    }
+    return write_record(record_path(workload, args.device), record)
+
+
+def run_seeds(workload: Workload, args) -> Path:
+    """fedlight alone on the workload at each of `args.seeds`, with its own draws for the seed
+    (index sets, selections, initial weights, shuffles), handed to it as `run_workload` hands
+    seed 0's: the seed noise that a record's accuracies are compared with. The record's path
+    (<workload>-seeds.json)."""
+    check_device(args.device)
+    data = load_data(workload, args.data_root)
+    runs = []
+    for seed in args.seeds:
+        seeded = dataclasses.replace(workload, name=f"{workload.name}-seed{seed}", seed=seed)
+        folder, content = prepared(seeded, data, args)
+        runs.append({"seed": seed} | one_run("fedlight", seeded, folder, args, len(runs)))
+    record = header(workload, content, args) | {"runs": runs}
+    path = record_path(workload, args.device)
+    return write_record(path.with_name(f"{path.stem}-seeds.json"), record)

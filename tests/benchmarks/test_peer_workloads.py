@@ -19,6 +19,8 @@ from benchmarks.peers import peer_common, run, spec
 from benchmarks.peers.cli import chosen_workloads, main
 from benchmarks.peers.run import fedlight_command, frameworks_for, record_path
 from benchmarks.peers.workloads import WORKLOADS, Workload
+from fedlight.data.base import Normalization, TensorDataset
+from scripts.peer_blocks import seeds_lines
 from tests.benchmarks.test_peers import trained_here
 
 CONF = Path(__file__).resolve().parents[2] / "fedlight" / "conf"
@@ -226,3 +228,69 @@ def test_fedlights_vectorized_engine_runs_as_its_own_row(benchmark_folders):
         only["trained_with"]["engine"] == "vectorized" and only["trained_with"]["device"] == "cpu"
     )
     assert record["samples"] == 2 * 60 and 0.0 <= only["accuracy"] <= 1.0
+
+
+def test_seeds_hand_fedlight_its_own_draws_for_each_seed(benchmark_folders, monkeypatch):
+    """`seeds`: fedlight alone at each other seed, handed the index sets and selections it draws
+    for that seed (the runs themselves stood in for: what they are handed is the point)."""
+    handed_sets = {}
+
+    def one_run(framework, workload, folder, args, number):
+        handed_sets[workload.seed] = json.loads((folder / "clients.json").read_text())
+        return {"framework": framework, "accuracy": 0.5 + workload.seed / 10}
+
+    monkeypatch.setattr(run, "one_run", one_run)
+    monkeypatch.setattr(run, "load_data", lambda workload, root: tiny_images())
+    args = SimpleNamespace(seeds=[1, 2], threads=1, device="cpu", data_root=Path("unused"))
+    workload = Workload("T-XD", "cifar10", "pfl_cnn", "iid", 4, 2, 1, 5, 0.1, 1)
+    path = run.run_seeds(workload, args)
+    assert path.name == "T-XD-seeds.json"
+    record = json.loads(path.read_text())
+    assert [(r["seed"], r["accuracy"]) for r in record["runs"]] == [(1, 0.6), (2, 0.7)]
+    labels = tiny_images().train_y.numpy()
+    for seed in (1, 2):
+        seeded = Workload("T-XD", "cifar10", "pfl_cnn", "iid", 4, 2, 1, 5, 0.1, 1, seed=seed)
+        assert handed_sets[seed] == spec.client_sets(seeded, labels)
+    assert handed_sets[1] != handed_sets[2]
+
+
+def tiny_images() -> TensorDataset:
+    """Forty uint8 3×8×8 images of four classes with their statistics."""
+    images = torch.randint(0, 256, (40, 3, 8, 8), generator=torch.Generator().manual_seed(0))
+    labels = torch.arange(40) % 4
+    normalization = Normalization((0.5,) * 3, (0.25,) * 3)
+    return TensorDataset(
+        images.to(torch.uint8),
+        labels,
+        images[:8].to(torch.uint8),
+        labels[:8],
+        4,
+        None,
+        normalization,
+    )
+
+
+def test_the_seeds_block_sets_the_frameworks_spread_beside_the_seeds(tmp_path):
+    runs = [
+        {
+            "framework": f,
+            "accuracy": a,
+            "round_seconds": [1.0, 1.0],
+            "round_cpu_seconds": [1.0, 1.0],
+        }
+        for f, a in (("fedlight", 0.70), ("flower", 0.72), ("pfl", 0.71))
+    ]
+    for r in runs:
+        r |= {"version": "1", "outside_seconds": 1.0, "peak_rss_mb": 1.0, "peak_pss_mb": 1.0}
+        r |= {"peak_threads": 1, "processes": 1}
+    main_record = {"workload": "N", "rounds": 2, "samples": 10, "runs": runs}
+    (tmp_path / "N.json").write_text(json.dumps(main_record))
+    seeded = {"runs": [{"seed": 1, "accuracy": 0.65}, {"seed": 2, "accuracy": 0.75}]}
+    (tmp_path / "N-seeds.json").write_text(json.dumps(seeded))
+    (tmp_path / "W.json").write_text(json.dumps(main_record | {"workload": "W"}))  # no seeds
+    lines = seeds_lines(tmp_path, {"records": ["N.json", "W.json"]})
+    assert len(lines) == 3
+    assert lines[2] == (
+        "| N | fedlight 70.00%, flower 72.00%, pfl 71.00% | seed 0: 70.00%, seed 1: 65.00%, "
+        "seed 2: 75.00% | 2.00 | 10.00 |"
+    )
