@@ -631,7 +631,7 @@ def record_dirs(root: Path, page: Page, sweeps: list[str] | None = None) -> list
 
 BLOCK_KINDS = (
     "beside, paired, more_seeds, setting, claims, rounds, rates, findings, cost, protocols, "
-    "variants, pilot, peers, peer_settings"
+    "variants, pilot, peers, peer_settings, aggregator_scaling, aggregator_setting"
 )
 
 
@@ -643,8 +643,10 @@ def block_lines(root: Path, page: Page, spec: dict[str, Any], where: str) -> lis
     `claims` (a reference file's figures), `rounds`, `rates` or `findings` (rounds to a target
     per cell at the rate its grid chose, the grid, claimed ratios of rounds: rounds_blocks), `cost`
     (cost_blocks), `protocols` or `variants` (one cell's rounds another way: variant_blocks),
-    `pilot` (how often a pilot of a few rounds picks the end's winner: pilot_blocks)."""
+    `pilot` (how often a pilot of a few rounds picks the end's winner: pilot_blocks),
+    `aggregator_scaling` or `aggregator_setting` (aggregation time against n: aggregator_blocks)."""
     from fedlight.reports.verdict_tables import beside_table
+    from scripts.aggregator_blocks import AGGREGATOR_BLOCKS
     from scripts.cost_blocks import COST_BLOCKS
     from scripts.peer_blocks import PEER_BLOCKS
     from scripts.pilot_blocks import PILOT_BLOCKS
@@ -667,6 +669,7 @@ def block_lines(root: Path, page: Page, spec: dict[str, Any], where: str) -> lis
         return claims_lines(read_yaml(reference))
     # blocks of rounds to a target (their modules)
     tables = {**ROUNDS_BLOCKS, **COST_BLOCKS, **VARIANT_BLOCKS, **PILOT_BLOCKS}
+    tables |= AGGREGATOR_BLOCKS
     if kind in tables and reference is not None:
         return tables[kind](root / page.directory, spec, reference)
     if kind in PEER_BLOCKS:  # records of their own (benchmarks.peers), no reference

@@ -1,0 +1,90 @@
+"""benchmarks/aggregators.py's record and the results block that fits how the aggregation time
+grows with n (issue 67 item 4): slopes of exact power laws, the claimed growth's own slope, the
+block's rows from a record, and a tiny run writing the record the block reads."""
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks import aggregators
+from scripts.aggregator_blocks import claimed_slope, log_log_slope, scaling_lines, setting_lines
+
+SIZES = [200, 300, 400, 500]
+
+
+@pytest.mark.parametrize("k", [1.0, 1.5, 2.0])
+def test_the_slope_of_a_power_law_is_its_exponent(k: float) -> None:
+    assert log_log_slope(SIZES, [3e-4 * n**k for n in SIZES]) == pytest.approx(k, abs=1e-12)
+
+
+def test_the_claimed_growths_slopes_over_the_sizes() -> None:
+    """O(n) and O(n²) are powers; n log n over 200-500 has slope 1 + 1/ln n at a middle n."""
+    assert claimed_slope("O(n)", SIZES, "x") == pytest.approx(1.0, abs=1e-12)
+    assert claimed_slope("O(n²)", SIZES, "x") == pytest.approx(2.0, abs=1e-12)
+    n_log_n = claimed_slope("O(n log n)", SIZES, "x")
+    assert 1 + 1 / math.log(500) < n_log_n < 1 + 1 / math.log(200)
+    with pytest.raises(ValueError, match="O\\(2\\^n\\)"):
+        claimed_slope("O(2^n)", SIZES, "x")
+
+
+def test_the_block_sets_each_fitted_slope_beside_the_claim(tmp_path: Path) -> None:
+    """A record of exact power laws in CPU seconds (one repeat slower by a constant factor, which
+    moves no slope; the wall seconds, which the load moves, are not read where CPU seconds are):
+    each row's fitted slope is its exponent, and the claim is the reference's."""
+    seconds = {
+        "mean": {str(n): [1e-3 * n, 2e-3 * n] for n in SIZES},
+        "krum": {str(n): [1e-5 * n**2, 1e-5 * n**2] for n in SIZES},
+        "bulyan": {str(n): [1e-4 * n**1.5, 3e-4 * n**1.5] for n in SIZES},
+    }
+    record = {
+        "model": "mlp",
+        "parameters": 199210,
+        "device": "CPU (1 threads)",
+        "torch": "2.x",
+        "repeats": 2,
+        "sizes": SIZES,
+        "command": "python benchmarks/aggregators.py --sizes 200 300 400 500",
+        "settings": {"mean": "defaults", "krum": "f = n // 5", "bulyan": "f = (n − 3) // 4"},
+        "cpu_seconds": seconds,
+        "seconds": {name: {n: [1.0, 1.0] for n in by_size} for name, by_size in seconds.items()},
+    }
+    (tmp_path / "scaling.json").write_text(json.dumps(record))
+    reference = tmp_path / "reference.yaml"
+    reference.write_text("robust:\n  complexity: {mean: O(n), krum: O(n²)}\n")
+    spec = {"records": ["scaling.json"]}
+    lines = scaling_lines(tmp_path, spec, reference)
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[2:]]
+    assert rows == [
+        ["mean", "defaults", "O(n)", "1.00", "1.00", "1.00 to 1.00", "1.0×"],
+        ["krum", "f = n // 5", "O(n²)", "2.00", "2.00", "2.00 to 2.00", f"{0.01 * 500:.1f}×"],
+        ["bulyan", "f = (n − 3) // 4", "—", "—", "1.50", "1.50 to 1.50", f"{0.1 * 500**0.5:.1f}×"],
+    ]
+    (setting,) = setting_lines(tmp_path, spec, reference)
+    assert "n = 200, 300, 400, 500 updates of `mlp`'s 199,210 parameters" in setting
+    assert "CPU seconds, the best of 2 repeats" in setting
+
+
+def test_a_short_run_writes_the_record_the_block_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two sizes, two repeats, the logistic model's 7,850 parameters: every aggregator asked for
+    has every repeat's seconds at every n, and the block reads the record."""
+    path = tmp_path / "scaling.json"
+    argv = ["aggregators.py", "--device", "cpu", "--threads", "1", "--model", "logistic"]
+    argv += ["--sizes", "8", "12", "--repeats", "2", "--aggregators", "mean", "median", "krum"]
+    monkeypatch.setattr(sys, "argv", [*argv, "--record", str(path)])
+    aggregators.main()
+    record = json.loads(path.read_text())
+    assert (record["model"], record["parameters"], record["sizes"]) == ("logistic", 7850, [8, 12])
+    assert record["settings"] == {"mean": "defaults", "median": "defaults", "krum": "f = n // 5"}
+    for clock in ("seconds", "cpu_seconds"):
+        for by_size in record[clock].values():
+            assert sorted(by_size) == ["12", "8"]
+            assert all(len(times) == 2 and min(times) > 0 for times in by_size.values())
+    reference = tmp_path / "reference.yaml"
+    reference.write_text("robust:\n  complexity: {mean: O(n), median: O(n log n), krum: O(n²)}\n")
+    lines = scaling_lines(tmp_path, {"records": ["scaling.json"]}, reference)
+    assert [line.split("|")[1].strip() for line in lines[2:]] == ["mean", "median", "krum"]
