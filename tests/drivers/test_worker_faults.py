@@ -25,8 +25,13 @@ from tests.conftest import TINY
 from tests.helpers import worker_targets
 from tests.runs.test_hardening import cli_exit
 
-# Quick to fail: a worker waits 2 s for the others.
-GROUP = RunSettings(fl=FLSettings(workers=2, threads_per_worker=1, worker_timeout=2), device="cpu")
+# A worker waits this long for the others: long enough that the healthy worker's first round
+# always comes on a loaded machine (a CI runner, tests in parallel; at 2 s it once did not, and
+# the run named it instead of the stopped one), short enough for a test.
+TIMEOUT = 20
+GROUP = RunSettings(
+    fl=FLSettings(workers=2, threads_per_worker=1, worker_timeout=TIMEOUT), device="cpu"
+)
 TWO_WORKERS = [*TINY, "fl.workers=2", "fl.threads_per_worker=1"]
 MARKER = "FEDLIGHT_TEST_RUN"
 
@@ -169,7 +174,7 @@ def test_workers_hold_the_run_directory_lock_while_they_live(tmp_path: Path) -> 
             "stop_in_collective",
             WorkerLostError,
             r"^worker 1 \(pid \d+\) did not come to an exchange of the 2 workers within "
-            r"fl.worker_timeout=2 s \(stopped or hung\)",
+            rf"fl.worker_timeout={TIMEOUT} s \(stopped or hung\)",
         ),
     ],
 )
@@ -191,7 +196,7 @@ def test_a_worker_that_ends_or_stops_without_a_word_is_named(
         (
             "STOP",
             r"worker 1 \(pid (\d+)\) did not come to an exchange of the 2 workers within "
-            r"fl.worker_timeout=2 s \(stopped or hung\); the run stopped",
+            rf"fl.worker_timeout={TIMEOUT} s \(stopped or hung\); the run stopped",
         ),
     ],
 )
@@ -202,7 +207,7 @@ def test_a_killed_or_stopped_worker_ends_the_run_with_exit_code_4_in_one_line(
     monkeypatch.setenv("WANDB_MODE", "disabled")
     args = [
         *TWO_WORKERS,
-        "fl.worker_timeout=2",
+        f"fl.worker_timeout={TIMEOUT}",
         "model._target_=tests.helpers.signaled_module.SignaledMLP",
         f"+model.signal={signal_name}",
         f"hydra.run.dir={tmp_path / 'run'}",
