@@ -81,6 +81,7 @@ def settings_lines(directory: Path, spec: dict[str, Any]) -> list[str]:
     body = [[name, *(str(r["settings"][name]) for r in records)] for name in names]
     body += [
         ["torch threads (every framework)", *(str(r["threads"]) for r in records)],
+        ["device (every framework)", *(r.get("device", "cpu") for r in records)],  # W1: cpu
         ["repeats", *(str(len(r["runs"]) // len(frameworks_in(r))) for r in records)],
         ["torch, Python", *(f"{r['torch']}, {r['python']}" for r in records)],
     ]
