@@ -143,6 +143,24 @@ def peer_result(out: Path) -> tuple[list[float], float, str, list[float]]:
     )
 
 
+def run_command(
+    framework: str, workload: Workload, folder: Path, args, run_dir: Path, env: dict
+) -> tuple[list[str], Path | None]:
+    """The framework's command and the folder it runs in (None: here); sets its PYTHONPATH."""
+    if framework.startswith("fedlight"):
+        engine = ENGINES[framework]
+        command = fedlight_command(workload, folder, args.data_root, run_dir, args.device, engine)
+        command.append(f"fl.threads_per_worker={args.threads}")
+        if framework != "fedlight-before":
+            return command, None
+        env["PYTHONPATH"] = str(args.before.resolve())
+        return command, args.before.resolve()
+    peer = next(p for p in PEERS if p.name == framework)
+    env["PYTHONPATH"] = str(DRIVERS)
+    driver = DRIVERS / f"{peer.driver}.py"
+    return [str(venv_python(peer)), str(driver), str(folder), str(run_dir / "report.json")], None
+
+
 def one_run(framework: str, workload: Workload, folder: Path, args, number: int) -> dict:
     """One framework's run on the workload, measured; its part of the record."""
     threads = str(args.threads)
@@ -156,23 +174,7 @@ def one_run(framework: str, workload: Workload, folder: Path, args, number: int)
     shutil.rmtree(run_dir, ignore_errors=True)  # a run of an earlier invocation
     run_dir.mkdir(parents=True)
     out = run_dir / "report.json"
-    cwd = None
-    if framework.startswith("fedlight"):
-        engine = ENGINES[framework]
-        command = fedlight_command(workload, folder, args.data_root, run_dir, args.device, engine)
-        command.append(f"fl.threads_per_worker={threads}")
-        if framework == "fedlight-before":
-            cwd = args.before.resolve()
-            env["PYTHONPATH"] = str(cwd)
-    else:
-        peer = next(p for p in PEERS if p.name == framework)
-        command = [
-            str(venv_python(peer)),
-            str(DRIVERS / f"{peer.driver}.py"),
-            str(folder),
-            str(out),
-        ]
-        env["PYTHONPATH"] = str(DRIVERS)
+    command, cwd = run_command(framework, workload, folder, args, run_dir, env)
     usage: Usage = measure(command, env, run_dir / "log.txt", cwd)
     if usage.exit_code != 0:
         raise SystemExit(f"{framework} failed (exit {usage.exit_code}); see {run_dir / 'log.txt'}")
