@@ -283,11 +283,14 @@ class RoundAggregation:
 
 
 def all_finite(parts: Mapping[str, StateDict]) -> bool:
-    """Whether every floating-point entry of every part is finite (one device sync)."""
-    checks = [
-        t.isfinite().all()
-        for part in parts.values()
-        for t in part.values()
-        if t.is_floating_point()
-    ]
-    return not checks or bool(torch.stack(checks).all())
+    """Whether every floating-point entry of every part is finite.
+
+    A NaN or Inf entry makes its tensor's sum NaN or Inf (IEEE 754: Inf + finite = Inf,
+    Inf - Inf = NaN, NaN propagates), so finite sums prove every entry finite: one cheap reduction
+    per tensor and one device sync, where an elementwise `isfinite` writes a mask of the whole
+    model per client. A sum that is not finite may also be an overflow of finite entries; only
+    then are the entries checked one by one."""
+    tensors = [t for part in parts.values() for t in part.values() if t.is_floating_point()]
+    if not tensors or bool(torch.stack([t.sum().isfinite() for t in tensors]).all()):
+        return True
+    return bool(torch.stack([t.isfinite().all() for t in tensors]).all())
