@@ -44,6 +44,7 @@ MODEL_INPUT = {
     "femnist_cnn": (1, 28, 28),
     "logistic": (1, 8, 8),
     "stacked_lstm": (80,),
+    "pfl_cnn": (3, 32, 32),
 }
 MODEL_INPUT_TYPE = {"stacked_lstm": torch.int64}  # character indices
 
@@ -72,6 +73,7 @@ def test_every_group_has_its_documented_options() -> None:
         "femnist_cnn",
         "stacked_lstm",
         "logistic",
+        "pfl_cnn",
     }
     assert set(group_options("partition")) == {
         "iid",
