@@ -6,11 +6,17 @@ is therefore written under a temporary name that is created exclusively (`O_CREA
 O_NOFOLLOW`: nothing may be there, a link included) and then renamed over the final name, which
 replaces a link there instead of following it; a file kept open for appending is opened with
 `O_NOFOLLOW`. A link in the way is refused in one line that names it.
+
+A Ctrl-C or SIGTERM that arrives while a file is written is taken once it is whole: a handler that
+raises (KeyboardInterrupt, `fedlight.runs.launch.Terminated`) inside `torch.save` leaves torch's
+zip writer half-written, which torch reports as its own RuntimeError or by aborting the process.
 """
 
 import errno
 import os
+import signal
 import stat
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,6 +24,7 @@ from typing import BinaryIO, TextIO
 
 from fedlight.core.errors import ConfigError
 
+DEFERRED = (signal.SIGINT, signal.SIGTERM)
 NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -58,16 +65,35 @@ def replaced(path: Path) -> Iterator[BinaryIO]:
     as it was (and no temporary `<stem>.tmp` is left) when the block fails, an `OSError` (a full
     disk) then naming `path`."""
     partial = path.with_suffix(".tmp")
-    file = os.fdopen(create_new(partial), "wb")
+    with signals_deferred():
+        file = os.fdopen(create_new(partial), "wb")
+        try:
+            with file:
+                yield file
+            os.replace(partial, path)
+        except BaseException as error:
+            partial.unlink(missing_ok=True)
+            if isinstance(error, OSError):  # a full disk: named by the file it was for
+                raise OSError(error.errno, error.strerror, str(path)) from None
+            raise
+
+
+@contextmanager
+def signals_deferred() -> Iterator[None]:
+    """SIGINT and SIGTERM received in the block are raised again, in order, once it has ended
+    and the handlers before are back (only the main thread handles signals)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    previous = {n: signal.signal(n, lambda number, _: received.append(number)) for n in DEFERRED}
     try:
-        with file:
-            yield file
-        os.replace(partial, path)
-    except BaseException as error:
-        partial.unlink(missing_ok=True)
-        if isinstance(error, OSError):  # a full disk: named by the file it was for
-            raise OSError(error.errno, error.strerror, str(path)) from None
-        raise
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, signal.SIG_DFL if handler is None else handler)
+        for number in received:
+            signal.raise_signal(number)
 
 
 def write_bytes(path: Path, content: bytes) -> None:

@@ -450,7 +450,7 @@ def test_ctrl_c_exits_130_with_the_command_to_go_on(tmp_path: Path) -> None:
         time.sleep(0.2)
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=60)
-    assert process.returncode == 130
+    assert process.returncode == 130, stderr[-2000:]
     last = stderr.strip().splitlines()[-1]
     assert "Traceback" not in stderr
     assert last.startswith("fedlight: interrupted; continue from its last checkpoint with: ")
