@@ -8,9 +8,16 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from benchmarks import aggregators
-from scripts.aggregator_blocks import claimed_slope, log_log_slope, scaling_lines, setting_lines
+from scripts.aggregator_blocks import (
+    claimed_slope,
+    half_gap,
+    log_log_slope,
+    scaling_lines,
+    setting_lines,
+)
 
 SIZES = [200, 300, 400, 500]
 
@@ -57,14 +64,81 @@ def test_the_block_sets_each_fitted_slope_beside_the_claim(tmp_path: Path) -> No
     spec = {"records": ["scaling.json"]}
     lines = scaling_lines(tmp_path, spec, reference)
     rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[2:]]
+    # the band: each claimed slope ± half the gap between O(n)'s 1 and O(n²)'s 2
     assert rows == [
-        ["mean", "defaults", "O(n)", "1.00", "1.00", "1.00 to 1.00", "1.0×"],
-        ["krum", "f = n // 5", "O(n²)", "2.00", "2.00", "2.00 to 2.00", f"{0.01 * 500:.1f}×"],
-        ["bulyan", "f = (n − 3) // 4", "—", "—", "1.50", "1.50 to 1.50", f"{0.1 * 500**0.5:.1f}×"],
+        [
+            "mean",
+            "defaults",
+            "O(n)",
+            "1.00",
+            "1.00",
+            "[1.00, 1.00]",
+            "[0.50, 1.50]",
+            "reproduced",
+            "1.0×",
+        ],
+        [
+            "krum",
+            "f = n // 5",
+            "O(n²)",
+            "2.00",
+            "2.00",
+            "[2.00, 2.00]",
+            "[1.50, 2.50]",
+            "reproduced",
+            f"{0.01 * 500:.1f}×",
+        ],
+        [
+            "bulyan",
+            "f = (n − 3) // 4",
+            "—",
+            "—",
+            "1.50",
+            "[1.50, 1.50]",
+            "—",
+            "—",
+            f"{0.1 * 500**0.5:.1f}×",
+        ],
     ]
     (setting,) = setting_lines(tmp_path, spec, reference)
     assert "n = 200, 300, 400, 500 updates of `mlp`'s 199,210 parameters" in setting
     assert "CPU seconds, the best of 2 repeats" in setting
+
+
+def test_each_claim_is_decided_by_the_repeats_interval_against_the_nearest_gap(
+    tmp_path: Path,
+) -> None:
+    """Three claimed growths: the band is half the gap between O(n)'s slope and O(n log n)'s
+    (the nearest two). A mean whose repeats grow like n^0.9, n^1 and n^1.1 has the t interval
+    1 ± t(0.975, 2)·0.1/√3, wider than that band around 1: inconclusive. A Krum growing exactly
+    like n^1.5 in every repeat lies outside O(n²)'s band: refuted."""
+    claims = {"mean": "O(n)", "median": "O(n log n)", "krum": "O(n²)"}
+    within = half_gap(claims, SIZES, "x")
+    assert within == pytest.approx(claimed_slope("O(n log n)", SIZES, "x") / 2 - 0.5)
+    seconds = {
+        "mean": {str(n): [n**0.9, n**1.0, n**1.1] for n in SIZES},
+        "krum": {str(n): [n**1.5] * 3 for n in SIZES},
+    }
+    record = {
+        "sizes": SIZES,
+        "settings": {"mean": "defaults", "krum": "f = n // 5"},
+        "cpu_seconds": seconds,
+        "seconds": seconds,
+    }
+    (tmp_path / "scaling.json").write_text(json.dumps(record))
+    reference = tmp_path / "reference.yaml"
+    reference.write_text(yaml.safe_dump({"robust": {"complexity": claims}}, allow_unicode=True))
+    lines = scaling_lines(tmp_path, {"records": ["scaling.json"]}, reference)
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[2:]]
+    half = 4.302652729749464 * 0.1 / 3**0.5  # t(0.975, 2) · s / √n
+    assert rows[0][5:8] == [
+        f"[{1 - half:.2f}, {1 + half:.2f}]",
+        f"[{1 - within:.2f}, {1 + within:.2f}]",
+        "inconclusive",
+    ]
+    assert rows[1][5:8] == ["[1.50, 1.50]", f"[{2 - within:.2f}, {2 + within:.2f}]", "refuted"]
+    with pytest.raises(ValueError, match="two different growths"):
+        half_gap({"mean": "O(n)"}, SIZES, "x")
 
 
 def test_a_short_run_writes_the_record_the_block_reads(
