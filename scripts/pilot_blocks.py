@@ -31,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from fedlight.reports.computed import test_points
+from fedlight.reports.computed import mean_of_last, test_points
 from fedlight.reports.markdown import markdown_table
 from fedlight.reports.model import JobResult, ReportError
 from fedlight.reports.stats import LEVEL
@@ -133,9 +133,18 @@ def contest(label: str, setting: str, seed: int, jobs: dict[str, JobResult], fra
         elif ran != total:
             raise ReportError(f"{job.directory}: ran {ran} rounds, its contest {total}")
         else:
-            end[method] = statistics.fmean([v for _, v in test_points(job)][-LAST:])
+            end[method] = last_ten(job)
     pilot = {method: pilot_reading(job, pilot_round) for method, job in jobs.items()}
     return Contest(label, setting or "the preset's", seed, total, pilot_round, pilot, end)
+
+
+def last_ten(job: JobResult) -> float:
+    """The end's score: the pages' `last10_accuracy`, refused where fewer rounds were evaluated."""
+    value = mean_of_last(job, LAST)
+    if value is None:
+        evaluated = len(test_points(job))
+        raise ReportError(f"{job.directory}: {evaluated} evaluated rounds, fewer than {LAST}")
+    return value
 
 
 def clopper_pearson(successes: int, trials: int) -> tuple[float, float]:

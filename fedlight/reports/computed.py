@@ -41,12 +41,15 @@ def at_round(column: str) -> Callable[[JobResult, re.Match[str]], float | None]:
     return value
 
 
-def last_mean(job: JobResult, match: re.Match[str]) -> float | None:
+def mean_of_last(job: JobResult, k: int) -> float | None:
     """The mean test accuracy of the last k evaluated rounds; None below k of them (a mean of
     fewer would not be the same statistic)."""
-    k = int(match[1])
     accuracies = [v for _, v in test_points(job)]
     return statistics.fmean(accuracies[-k:]) if k and len(accuracies) >= k else None
+
+
+def last_mean(job: JobResult, match: re.Match[str]) -> float | None:
+    return mean_of_last(job, int(match[1]))
 
 
 def curve_area(job: JobResult, _: re.Match[str]) -> float | None:

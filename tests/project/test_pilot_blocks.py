@@ -81,3 +81,13 @@ def test_a_record_whose_rate_changes_is_not_a_pilot_and_unequal_rounds_are_refus
     (runs / "b_0").rename(tmp_path / "moved")
     with pytest.raises(ReportError, match="learning rate changes over the rounds"):
         pilot_lines(tmp_path, block(tmp_path), tmp_path / "ref.yaml")
+
+
+def test_a_contest_of_fewer_than_ten_evaluations_has_no_last_ten_mean(tmp_path: Path) -> None:
+    """The end's score is the pages' last10_accuracy, which a run of 8 evaluated rounds does not
+    have (averaging its 8 would be another statistic)."""
+    runs = tmp_path / "runs"
+    run(runs, "a", 0, [0.5] * 8)
+    run(runs, "b", 0, [0.6] * 8)
+    with pytest.raises(ReportError, match="8 evaluated rounds, fewer than 10"):
+        pilot_lines(tmp_path, block(tmp_path), tmp_path / "ref.yaml")
