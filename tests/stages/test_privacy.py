@@ -109,6 +109,24 @@ def test_the_server_noise_has_std_z_clip_over_the_expected_participants() -> Non
     assert torch.equal(noised(0), noise) and not torch.equal(noised(1), noise)
 
 
+def test_the_server_noise_is_the_generators_float64_draws_in_key_order() -> None:
+    """On a zero sum the noised mean is, entry for entry, the generator's float64 normal draws
+    (one tensor after another in the upload's key order) times z·C/E, cast to float32: the same
+    draws whatever the entries' dtype or device."""
+    ctx = FEDERATION.round(3, (0,), (0.1,))
+    zeros = ClientUpload(0, 5, 1, {"w": torch.zeros(6, 4), "b": torch.zeros(4)})
+    aggregation = PrivateAggregation(
+        ctx, FedAvg(), [5], 4.0, 0.5, 2.0 * 0.5, torch.Generator().manual_seed(11), (5, 1)
+    )
+    aggregation.add(FedAvg().contribution(ctx, zeros))
+    update = aggregation.results()[UPDATE]
+    assert update is not None
+    generator = torch.Generator().manual_seed(11)
+    for key in ("w", "b"):
+        drawn = torch.randn(zeros.tensors[key].shape, generator=generator, dtype=torch.float64)
+        assert torch.equal(update[key], (drawn * (2.0 * 0.5 / 4.0)).float())
+
+
 def test_scaffold_clips_and_noises_both_parts_of_its_upload_as_one_vector() -> None:
     """The unit of privacy is the whole upload: Δy and Δc are clipped together to C."""
     federation = Federation(num_clients=10, trainable=frozenset({"w"}))

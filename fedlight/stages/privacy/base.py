@@ -233,6 +233,13 @@ def clipped(tensors: StateDict, clip: float) -> tuple[StateDict, float]:
     return {name: t * factor for name, t in floating.items()}, factor
 
 
+def gaussian_like(tensor: Tensor, std: float, generator: torch.Generator) -> Tensor:
+    """N(0, std²) noise shaped as `tensor`, drawn in float64 from `generator` (on the CPU, so the
+    draws are the same on any device) and cast to the tensor's device and dtype."""
+    noise = torch.randn(tensor.shape, generator=generator, dtype=torch.float64)
+    return (noise * std).to(device=tensor.device, dtype=tensor.dtype)
+
+
 def scalar(state: StateDict, key: str) -> float:
     return float(state[key])
 

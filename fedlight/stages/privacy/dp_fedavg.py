@@ -54,6 +54,7 @@ from fedlight.stages.privacy.base import (
     clip_factor,
     clipped,
     default_delta,
+    gaussian_like,
     scalar,
     update_norm,
 )
@@ -162,8 +163,7 @@ class PrivateAggregation(RoundAggregation):
             if not t.is_floating_point():
                 noisy[key] = t
                 continue
-            noise = torch.randn(t.shape, generator=self.generator, dtype=torch.float64)
-            noisy[key] = t + (noise * std).to(device=t.device, dtype=t.dtype)
+            noisy[key] = t + gaussian_like(t, std, self.generator)
         return noisy
 
 

@@ -22,8 +22,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-import torch
-
 from fedlight.algorithms.base import Algorithm
 from fedlight.core.context import RoundContext
 from fedlight.core.errors import require
@@ -31,7 +29,7 @@ from fedlight.core.messages import ClientUpload, Delivered
 from fedlight.core.rng import Stream
 from fedlight.core.tensors import StateDict
 from fedlight.stages.base import Plan
-from fedlight.stages.privacy.base import Privacy
+from fedlight.stages.privacy.base import Privacy, gaussian_like
 
 NO_GUARANTEE = (
     "NO privacy guarantee (no clipping bounds a client's influence, no accountant): no epsilon "
@@ -67,10 +65,6 @@ class WeightNoise(Privacy):
             f"{NO_GUARANTEE}"
         )
 
-    def noise_generator(self, ctx: RoundContext, client: int) -> torch.Generator:
-        """CPU torch generator of (seed, PRIVACY, this round, client)."""
-        return torch.Generator().manual_seed(ctx.seed_for(Stream.PRIVACY, client))
-
     def clip_upload(
         self, ctx: RoundContext, state: StateDict, algorithm: Algorithm, upload: ClientUpload
     ) -> tuple[ClientUpload, dict[str, float]]:
@@ -79,12 +73,10 @@ class WeightNoise(Privacy):
         if self.noise_std == 0:
             return upload, {}
         std = self.noise_std / algorithm.upload_units(upload.num_steps)
-        generator = self.noise_generator(ctx, upload.client_id)
+        generator = ctx.torch_generator(Stream.PRIVACY, upload.client_id)
         tensors = dict(upload.tensors)
         for key in algorithm.model_update_keys(ctx, upload.tensors):
-            t = tensors[key]
-            noise = torch.randn(t.shape, generator=generator, dtype=torch.float64)
-            tensors[key] = t + (noise * std).to(device=t.device, dtype=t.dtype)
+            tensors[key] = tensors[key] + gaussian_like(tensors[key], std, generator)
         return replace(upload, tensors=tensors), {}
 
     def finish_round(
