@@ -5,7 +5,6 @@ real on-disk formats trains, through fedlight's CLI, what the peers' shared trai
 peer's environment is needed (the frameworks run here are fedlight's rows)."""
 
 import json
-import struct
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -19,9 +18,9 @@ from benchmarks.peers import peer_common, run, spec
 from benchmarks.peers.cli import chosen_workloads, main
 from benchmarks.peers.run import fedlight_command, frameworks_for, record_path
 from benchmarks.peers.workloads import WORKLOADS, Workload
-from fedlight.data.base import Normalization, TensorDataset
 from scripts.peer_blocks import seeds_lines
-from tests.benchmarks.test_peers import trained_here
+from tests.benchmarks.test_peers import tiny_data, trained_here
+from tests.data.test_data import write_idx
 
 CONF = Path(__file__).resolve().parents[2] / "fedlight" / "conf"
 
@@ -117,14 +116,6 @@ def write_image_tree(root: Path, per_class: int, seed: int) -> None:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 image = torch.randint(0, 256, (3, 32, 32), generator=generator, dtype=torch.uint8)
                 write_png(image, str(path))
-
-
-def write_idx(path: Path, array: np.ndarray) -> None:
-    """IDX as LeCun distributes it: magic 2051 (images) or 2049 (labels), big-endian sizes."""
-    magic = {3: 2051, 1: 2049}[array.ndim]
-    header = struct.pack(">I", magic) + struct.pack(f">{array.ndim}I", *array.shape)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(header + array.astype(np.uint8).tobytes())
 
 
 def write_fashion_mnist(root: Path) -> None:
@@ -245,34 +236,18 @@ def test_seeds_hand_fedlight_its_own_draws_for_each_seed(benchmark_folders, monk
         return {"framework": framework, "accuracy": 0.5 + workload.seed / 10}
 
     monkeypatch.setattr(run, "one_run", one_run)
-    monkeypatch.setattr(run, "load_data", lambda workload, root: tiny_images())
+    monkeypatch.setattr(run, "load_data", lambda workload, root: tiny_data(channels=3))
     args = SimpleNamespace(seeds=[1, 2], threads=1, device="cpu", data_root=Path("unused"))
     workload = Workload("T-XD", "cifar10", "pfl_cnn", "iid", 4, 2, 1, 5, 0.1, 1)
     path = run.run_seeds(workload, args)
     assert path.name == "T-XD-seeds.json"
     record = json.loads(path.read_text())
     assert [(r["seed"], r["accuracy"]) for r in record["runs"]] == [(1, 0.6), (2, 0.7)]
-    labels = tiny_images().train_y.numpy()
+    labels = tiny_data(channels=3).train_y.numpy()
     for seed in (1, 2):
         seeded = Workload("T-XD", "cifar10", "pfl_cnn", "iid", 4, 2, 1, 5, 0.1, 1, seed=seed)
         assert handed_sets[seed] == spec.client_sets(seeded, labels)
     assert handed_sets[1] != handed_sets[2]
-
-
-def tiny_images() -> TensorDataset:
-    """Forty uint8 3×8×8 images of four classes with their statistics."""
-    images = torch.randint(0, 256, (40, 3, 8, 8), generator=torch.Generator().manual_seed(0))
-    labels = torch.arange(40) % 4
-    normalization = Normalization((0.5,) * 3, (0.25,) * 3)
-    return TensorDataset(
-        images.to(torch.uint8),
-        labels,
-        images[:8].to(torch.uint8),
-        labels[:8],
-        4,
-        None,
-        normalization,
-    )
 
 
 def test_the_seeds_block_sets_the_frameworks_spread_beside_the_seeds(tmp_path):

@@ -9,6 +9,7 @@ import pickle
 import socket
 import struct
 import weakref
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -472,21 +473,25 @@ def cifar_rows(first: int, count: int) -> np.ndarray:
     return ((11 * g + 80 * c + 3 * r + 7 * w) % 256).astype(np.uint8).reshape(count, 3072)
 
 
-def write_cifar_batches(root: Path) -> tuple[np.ndarray, list[int], np.ndarray, list[int]]:
-    """Five training batches of 2 images and a test batch of 4, pickled like the originals.
+def write_cifar_batches(
+    root: Path, train_labels: Sequence[int] = (7, 2, 9, 0, 4, 4, 1, 8, 3, 6)
+) -> tuple[np.ndarray, list[int], np.ndarray, list[int]]:
+    """Five training batches holding `train_labels`' images (a fifth each; 2 by default) and a
+    test batch of 4, pickled like the originals.
 
     torchvision unpickles with encoding="latin1" and indexes entry["data"] / entry["labels"], so
     the keys are str (what the original Python 2 pickles decode to), not bytes.
     """
     folder = root / "cifar-10-batches-py"
     folder.mkdir(parents=True)
-    train_labels = [7, 2, 9, 0, 4, 4, 1, 8, 3, 6]
+    labels, per_batch = [int(label) for label in train_labels], len(train_labels) // 5
     for k in range(5):
+        first = k * per_batch
         batch = {
             "batch_label": f"training batch {k + 1} of 5",
-            "labels": train_labels[2 * k : 2 * k + 2],
-            "data": cifar_rows(2 * k, 2),
-            "filenames": [f"img_{2 * k + j}.png" for j in range(2)],
+            "labels": labels[first : first + per_batch],
+            "data": cifar_rows(first, per_batch),
+            "filenames": [f"img_{first + j}.png" for j in range(per_batch)],
         }
         with open(folder / f"data_batch_{k + 1}", "wb") as f:
             pickle.dump(batch, f, protocol=2)
@@ -495,11 +500,10 @@ def write_cifar_batches(root: Path) -> tuple[np.ndarray, list[int], np.ndarray, 
     test["data"] = cifar_rows(100, 4)
     with open(folder / "test_batch", "wb") as f:
         pickle.dump(test, f, protocol=2)
-    meta = {"label_names": CIFAR_NAMES, "num_cases_per_batch": 2, "num_vis": 3072}
+    meta = {"label_names": CIFAR_NAMES, "num_cases_per_batch": per_batch, "num_vis": 3072}
     with open(folder / "batches.meta", "wb") as f:
         pickle.dump(meta, f, protocol=2)
-    rows = np.concatenate([cifar_rows(0, 10), cifar_rows(100, 4)])
-    return rows[:10], train_labels, rows[10:], test_labels
+    return cifar_rows(0, 5 * per_batch), labels, cifar_rows(100, 4), test_labels
 
 
 @pytest.fixture

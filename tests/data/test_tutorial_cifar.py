@@ -5,7 +5,6 @@ independent draws give clients shared examples: counted from the construction, a
 run."""
 
 import json
-import pickle
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +15,7 @@ from fedlight.core.errors import ConfigError
 from fedlight.core.rng import Stream, numpy_generator
 from fedlight.data.cifar10 import CIFAR10
 from fedlight.runs.experiment import run_job
-from tests.data.test_data import CIFAR_NAMES, cifar_rows, skip_cifar_md5  # noqa: F401 - fixture
+from tests.data.test_data import skip_cifar_md5, write_cifar_batches  # noqa: F401 - fixture
 
 PER_CLASS = 20  # training images per class of the fixture: CIFAR-10's 5,000 in small
 CLIENTS = 4  # shard size 200 // 8 = 25: a client draws 12 of a class's 20 images, twice
@@ -32,30 +31,13 @@ def shuffled_labels(seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).permutation(np.repeat(np.arange(10), PER_CLASS))
 
 
-def write_batches(root: Path, labels: np.ndarray) -> None:
-    """Five training batches holding `labels`' images and a test batch of 10, pickled as
-    torchvision reads CIFAR-10 (see tests/data/test_data.py's write_cifar_batches)."""
-    folder = root / "cifar-10-batches-py"
-    folder.mkdir(parents=True)
-    rows, per_batch = cifar_rows(0, len(labels)), len(labels) // 5
-    for k in range(5):
-        part = slice(k * per_batch, (k + 1) * per_batch)
-        batch = {"labels": labels[part].tolist(), "data": rows[part]}
-        with open(folder / f"data_batch_{k + 1}", "wb") as f:
-            pickle.dump(batch, f, protocol=2)
-    with open(folder / "test_batch", "wb") as f:
-        pickle.dump({"labels": list(range(10)), "data": cifar_rows(500, 10)}, f, protocol=2)
-    with open(folder / "batches.meta", "wb") as f:
-        pickle.dump({"label_names": CIFAR_NAMES}, f, protocol=2)
-
-
 @pytest.mark.usefixtures("skip_cifar_md5")
 def test_half_statistics_map_the_pixels_onto_minus_one_to_one(tmp_path: Path, make_job) -> None:
     """(p/255 − 0.5)/0.5 = 2p/255 − 1: 0 ↦ −1 and 255 ↦ 1 exactly (0.5 and 1 − 0.5 are exact,
     dividing by 0.5 is), every other pixel within 2⁻²² of 2p/255 − 1 (float32's rounding of
     p/255, at most 2⁻²⁵, and of the subtraction, at most 2⁻²⁵, both doubled); the crop's padding
     is black, −1. The job is built from the real config (data=cifar10 data.statistics=half)."""
-    write_batches(tmp_path, shuffled_labels())
+    write_cifar_batches(tmp_path, shuffled_labels())
     job = make_job(["data=cifar10", f"data.root={tmp_path}", "data.statistics=half"])
     data = job.data.load()
     pixels = data.train_x
@@ -136,7 +118,7 @@ def test_the_split_runs_through_partition_callable_and_the_run_says_what_it_gave
     distinct and shared examples and those no client holds as the sets do. Without
     partition.overlap=true the same split is refused in one line that names it."""
     labels = shuffled_labels()
-    write_batches(tmp_path / "data", labels)
+    write_cifar_batches(tmp_path / "data", labels)
     seed, sets = seed_with_shared_examples(labels)
     overrides = [
         "data=cifar10",

@@ -9,7 +9,6 @@ batch."""
 import csv
 import json
 import math
-import struct
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -31,6 +30,7 @@ from fedlight.runs.experiment import run_job
 from fedlight.runs.job import Job
 from fedlight.store.checkpoint import load_checkpoint
 from tests.conftest import REPO, TINY, run_cli
+from tests.data.test_data import write_idx
 from tests.helpers import lightning_api, wild_modules
 from tests.helpers.lightning_api import CountsBatches, UpdatedAccuracy
 
@@ -40,12 +40,6 @@ API = "model._target_=tests.helpers.lightning_api."
 def read_rows(run_dir: Path) -> list[dict[str, str]]:
     with (run_dir / "metrics.csv").open() as f:
         return list(csv.DictReader(f))
-
-
-def write_idx(path: Path, array: np.ndarray) -> None:
-    """An IDX file as LeCun distributes MNIST's: magic 2051 (images) or 2049 (labels)."""
-    header = struct.pack(">I", {3: 2051, 1: 2049}[array.ndim])
-    path.write_bytes(header + struct.pack(f">{array.ndim}I", *array.shape) + array.tobytes())
 
 
 def tiny_mnist(root: Path) -> Path:
