@@ -16,20 +16,16 @@ from dataclasses import dataclass
 from fedlight.core.context import RoundContext
 from fedlight.core.errors import ConfigError, require
 from fedlight.loggers.base import MetricsRow
-from fedlight.lr_schedules.base import LRSchedule
+from fedlight.lr_schedules.base import CyclicSchedule
 
 
 @dataclass
-class Cyclic(LRSchedule):
-    cycle_length: int = 100  # L: rounds per up-and-down cycle
+class Cyclic(CyclicSchedule):
     min_lr: float | None = None  # None: base_lr
     max_lr: float | None = None  # None: 2·base_lr
 
     def __post_init__(self) -> None:
-        require(
-            self.cycle_length >= 2,
-            f"lr_schedule.cycle_length={self.cycle_length} must be >= 2 (rounds per cycle)",
-        )
+        super().__post_init__()
         if (self.min_lr is None) != (self.max_lr is None):
             given, missing = ("min_lr", "max_lr") if self.max_lr is None else ("max_lr", "min_lr")
             raise ConfigError(
@@ -48,6 +44,5 @@ class Cyclic(LRSchedule):
     ) -> float:
         low = base_lr if self.min_lr is None else self.min_lr
         high = 2 * base_lr if self.max_lr is None else self.max_lr
-        half = self.cycle_length / 2
-        position = (ctx.round_index - 1) % self.cycle_length
+        position, half = self.place(ctx)
         return low + (high - low) * (1 - abs(position / half - 1))

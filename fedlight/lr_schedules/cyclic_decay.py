@@ -14,26 +14,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from fedlight.core.context import RoundContext
-from fedlight.core.errors import require
 from fedlight.loggers.base import MetricsRow
-from fedlight.lr_schedules.base import LRSchedule
+from fedlight.lr_schedules.base import CyclicSchedule
 
 
 @dataclass
-class CyclicDecay(LRSchedule):
-    cycle_length: int = 100  # L: rounds per cycle, the tutorial's 100
-
-    def __post_init__(self) -> None:
-        require(
-            self.cycle_length >= 2,
-            f"lr_schedule.cycle_length={self.cycle_length} must be >= 2 (rounds per cycle)",
-        )
-
+class CyclicDecay(CyclicSchedule):
     def __call__(
         self, ctx: RoundContext, base_lr: float, evaluations: Sequence[MetricsRow]
     ) -> float:
-        half = self.cycle_length / 2
-        position = (ctx.round_index - 1) % self.cycle_length
+        position, half = self.place(ctx)
         if position < half:
             return base_lr * (1 + position / half)
         return base_lr * (2 - position / half)

@@ -71,6 +71,18 @@ def test_cyclic_decay_default_is_the_tutorials_100_round_cycle() -> None:
     assert got == pytest.approx(expected, rel=1e-15)
 
 
+def test_cyclic_and_cyclic_decay_put_every_round_at_the_same_place_of_the_same_cycle() -> None:
+    """Both read p = (r − 1) mod L against h = L/2: at base 1 and L = 8 (dyadic rates, exact)
+    they rise together while p < h, and after it the triangle is exactly base above the decay
+    (3 − p/h against 2 − p/h); both start again at base in rounds 1 + L and 1 + 2L."""
+    rounds = list(range(1, 18))
+    cyclic = rates(Cyclic(cycle_length=8), rounds, base_lr=1.0)
+    decay = rates(CyclicDecay(cycle_length=8), rounds, base_lr=1.0)
+    for r, up_down, snippet in zip(rounds, cyclic, decay, strict=True):
+        assert up_down == snippet + (0.0 if (r - 1) % 8 < 4 else 1.0)
+    assert cyclic[0] == cyclic[8] == cyclic[16] == decay[0] == decay[8] == decay[16] == 1.0
+
+
 def test_cyclic_decay_rates_in_metrics_csv(
     make_job: Callable[[list[str]], Job], tmp_path: Path
 ) -> None:
