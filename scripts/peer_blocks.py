@@ -15,7 +15,7 @@ and each repeat's final accuracy; `kind: peer_settings`: what every framework wa
 from pathlib import Path
 from typing import Any
 
-from benchmarks.peers.records import frameworks_in, ratios, read, summarize
+from benchmarks.peers.records import FRAMEWORKS, frameworks_in, ratios, read, summarize
 from fedlight.reports.markdown import markdown_table
 
 HEADER = [
@@ -104,11 +104,7 @@ def line_lines(directory: Path, spec: dict[str, Any]) -> list[str]:
     each peer on the workload, and whether the accuracies agree."""
     lines = []
     for record in records_of(directory, spec):
-        summaries = [
-            summarize(record, f)
-            for f in frameworks_in(record)
-            if f == "fedlight" or not f.startswith("fedlight-")  # fedlight's other rows: the page
-        ]
+        summaries = [summarize(record, f) for f in frameworks_in(record) if FRAMEWORKS[f].in_line]
         ours, peers = summaries[0], summaries[1:]
         parts = []
         for peer in peers:

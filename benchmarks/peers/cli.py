@@ -81,8 +81,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.data_root = args.data_root.resolve()  # fedlight-before runs in its own checkout
     if args.command == "seeds":
         args.frameworks, args.before, args.repeats = ["fedlight"], None, 1
-    if args.before is None and "fedlight-before" in (args.frameworks or ()):
-        raise SystemExit("--frameworks fedlight-before: name the checkout with --before CHECKOUT")
+    for name in args.frameworks or ():
+        if args.before is None and FRAMEWORKS[name].before:
+            raise SystemExit(f"--frameworks {name}: name the checkout with --before CHECKOUT")
     if args.before is not None and not (args.before / "fedlight" / "__main__.py").exists():
         raise SystemExit(f"--before {args.before}: not a checkout of fedlight")
     from benchmarks.peers.run import check_device, run_seeds, run_workload  # imports torch

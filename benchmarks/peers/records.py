@@ -17,9 +17,29 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-# "fedlight": its sequential engine; "fedlight-vectorized": its vectorized engine (fl.engine);
-# "fedlight-before": fedlight from another checkout (`run --before`), the commit before a change
-FRAMEWORKS = ("fedlight", "fedlight-vectorized", "fedlight-before", "flower", "pfl")
+
+@dataclass(frozen=True)
+class Framework:
+    """A row of a record: who trains the workload, and how."""
+
+    name: str
+    engine: str | None  # fedlight's `fl.engine` for its rows; None: a peer (setup.PEERS)
+    before: bool = False  # fedlight from `run --before CHECKOUT` (the commit before a change)
+    in_line: bool = True  # the README's line compares fedlight with it (else: the page alone)
+    default_on: tuple[str, ...] = ("cpu", "cuda")  # the devices `run` runs it on by default
+
+
+# in the page's order, fedlight's rows first
+FRAMEWORKS = {
+    f.name: f
+    for f in (
+        Framework("fedlight", "sequential"),
+        Framework("fedlight-vectorized", "vectorized", in_line=False, default_on=("cuda",)),
+        Framework("fedlight-before", "sequential", before=True, in_line=False, default_on=()),
+        Framework("flower", None),
+        Framework("pfl", None),
+    )
+}
 
 
 @dataclass(frozen=True)

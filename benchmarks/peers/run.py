@@ -35,12 +35,6 @@ RECORDS = REPO / "docs" / "results" / "peers"
 DRIVERS = REPO / "benchmarks" / "peers"
 # fedlight's data options the workloads use (conf/data/<option>.yaml's classes)
 SOURCES = {"mnist": MNIST, "fmnist": FashionMNIST, "cifar10": CIFAR10}
-# the engine (fl.engine) each fedlight row trains with
-ENGINES = {
-    "fedlight": "sequential",
-    "fedlight-vectorized": "vectorized",
-    "fedlight-before": "sequential",
-}
 
 
 def fedlight_command(
@@ -147,11 +141,13 @@ def run_command(
     framework: str, workload: Workload, folder: Path, args, run_dir: Path, env: dict
 ) -> tuple[list[str], Path | None]:
     """The framework's command and the folder it runs in (None: here); sets its PYTHONPATH."""
-    if framework.startswith("fedlight"):
-        engine = ENGINES[framework]
-        command = fedlight_command(workload, folder, args.data_root, run_dir, args.device, engine)
+    row = FRAMEWORKS[framework]
+    if row.engine is not None:
+        command = fedlight_command(
+            workload, folder, args.data_root, run_dir, args.device, row.engine
+        )
         command.append(f"fl.threads_per_worker={args.threads}")
-        if framework != "fedlight-before":
+        if not row.before:
             return command, None
         env["PYTHONPATH"] = str(args.before.resolve())
         return command, args.before.resolve()
@@ -179,7 +175,7 @@ def one_run(framework: str, workload: Workload, folder: Path, args, number: int)
     if usage.exit_code != 0:
         raise SystemExit(f"{framework} failed (exit {usage.exit_code}); see {run_dir / 'log.txt'}")
     trained_with = {"device": args.device}
-    if framework.startswith("fedlight"):
+    if FRAMEWORKS[framework].engine is not None:
         rounds, accuracy = fedlight_result(run_dir)
         version = "working tree" if cwd is None else f"commit {commit_of(cwd)}"
         boundaries = fedlight_boundaries(rounds, usage)
@@ -214,13 +210,15 @@ def frameworks_for(workload: Workload, args) -> list[str]:
     vectorized engine on a GPU (the engine `fl.engine=auto` would pick there once measured)."""
     asked = args.frameworks
     if asked is None:
-        asked = ["fedlight", "flower", "pfl"] + (["fedlight-vectorized"] * (args.device == "cuda"))
-    if args.before is not None and "fedlight-before" not in asked:
-        asked = [*asked, "fedlight-before"]
-    chosen = [f for f in FRAMEWORKS if f in asked]
-    if "fedlight-vectorized" in chosen and workload.vectorized:
-        print(f"{workload.name}: fedlight-vectorized left out ({workload.vectorized})", flush=True)
-        chosen.remove("fedlight-vectorized")
+        asked = [f.name for f in FRAMEWORKS.values() if args.device in f.default_on]
+    chosen = []
+    for framework in FRAMEWORKS.values():
+        if framework.name not in asked and not (framework.before and args.before is not None):
+            continue
+        if framework.engine == "vectorized" and workload.vectorized:
+            print(f"{workload.name}: {framework.name} left out ({workload.vectorized})", flush=True)
+            continue
+        chosen.append(framework.name)
     return chosen
 
 
@@ -270,7 +268,6 @@ def write_record(path: Path, record: dict) -> Path:
 
 def run_workload(workload: Workload, args) -> Path:
     """Every framework on `workload`, repeats alternated; the record's path."""
-    check_device(args.device)
     folder, content = prepared(workload, load_data(workload, args.data_root), args)
     frameworks = frameworks_for(workload, args)
     runs = []
@@ -289,14 +286,15 @@ def run_seeds(workload: Workload, args) -> Path:
     """fedlight alone on the workload at each of `args.seeds`, with its own draws for the seed
     (index sets, selections, initial weights, shuffles), handed to it as `run_workload` hands
     seed 0's: the seed noise that a record's accuracies are compared with. The record's path
-    (<workload>-seeds.json)."""
-    check_device(args.device)
+    (<workload>-seeds.json); its header (the samples trained) is the first seed's."""
     data = load_data(workload, args.data_root)
-    runs = []
+    record, runs = {}, []
     for seed in args.seeds:
         seeded = dataclasses.replace(workload, name=f"{workload.name}-seed{seed}", seed=seed)
         folder, content = prepared(seeded, data, args)
+        if not runs:
+            record = header(workload, content, args)
         runs.append({"seed": seed} | one_run("fedlight", seeded, folder, args, len(runs)))
-    record = header(workload, content, args) | {"runs": runs}
+    record |= {"runs": runs}
     path = record_path(workload, args.device)
     return write_record(path.with_name(f"{path.stem}-seeds.json"), record)

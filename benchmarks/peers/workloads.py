@@ -34,7 +34,8 @@ class Workload:
     batch_size: int
     lr: float
     rounds: int
-    # the partition's settings, as `partition.<key>=<value>` of fedlight's command line
+    # the partition scheme's settings: spec.client_sets draws the index sets with them in this
+    # process; fedlight reads those sets (partition=from_file), not these settings
     partition_settings: dict[str, float] = field(default_factory=dict)
     momentum: float = 0.0
     weight_decay: float = 0.0
