@@ -9,10 +9,11 @@ local test set and on the global test set (the reported mean over all N clients,
 is the global shared layers with its own personal ones.
 
 `train_shared=false` is the FedAvg tutorial's §4.3 as its snippet writes it (a local optimizer
-over the personal layers only): each client trains only its personal layers, and the shared ones
-stay exactly as received. Nobody then trains the shared layers, so the global model stays the
-initial one and every upload is a zero delta (still sent and counted, as the snippet's clients
-would send their shared layers).
+over the personal layers only): each client trains only its personal layers, and the shared
+parameters stay exactly as received. Nobody then trains the shared layers, so the global model's
+parameters stay the initial ones and every upload's parameter entries are a zero delta (still sent
+and counted, as the snippet's clients would send their shared layers). Parameters only: a shared
+BatchNorm's running statistics still change in train mode, so their deltas are not zero.
 """
 
 from collections.abc import Mapping
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 import pytorch_lightning as pl
+from torch.nn import Parameter
 
 from fedlight.algorithms.fedavg import FedAvg
 from fedlight.core.context import Federation, RoundContext
@@ -38,15 +40,21 @@ class PersonalOnly(LocalCallback):
     """Local training of the personal layers alone: after each backward pass the shared
     parameters' gradients are dropped, so the optimizer skips them (no step, no momentum, no
     weight decay) as one built over the personal parameters only would. The sequential engine
-    only (the vectorized one refuses a callback without `correct_gradients`)."""
+    only (the vectorized one refuses a callback without `correct_gradients`). One callback per
+    local training (`FedPer.local_callbacks`), so the shared parameters are looked up once, on
+    its first step, not by name on every batch."""
 
     def __init__(self, shared: frozenset[str]) -> None:
         self.shared = shared
+        self.shared_parameters: list[Parameter] | None = None
 
     def on_after_backward(self, module: pl.LightningModule) -> None:
-        for name, param in module.named_parameters():
-            if name in self.shared:
-                param.grad = None
+        if self.shared_parameters is None:
+            self.shared_parameters = [
+                param for name, param in module.named_parameters() if name in self.shared
+            ]
+        for param in self.shared_parameters:
+            param.grad = None
 
 
 @dataclass
