@@ -123,24 +123,33 @@ def test_each_compression_setting_builds_the_chains_its_label_names(make_job) ->
 
 def test_each_privacy_setting_composes_the_mechanism_and_federation_its_label_names() -> None:
     """Composed as the sweep composes them (the preset after its cell): each cell of
-    experiment/privacy gets its mechanism, its N and K = N/10, and its noise or target ε."""
-    mechanisms = {"none": "NoPrivacy", "fedavg": "DPFedAvg", "dpsgd": "DPSGD"}
+    experiment/privacy gets its mechanism, its N and K = N/10, and its noise or target ε (the
+    tutorial's weight noise: σ = 0.01/ε of its row)."""
+    mechanisms = {
+        "none": "NoPrivacy",
+        "fedavg": "DPFedAvg",
+        "dpsgd": "DPSGD",
+        "weightnoise": "WeightNoise",
+    }
+    noise_std = {"eps10": 0.01 / 10, "eps1": 0.01 / 1, "eps01": 0.01 / 0.1}  # the tutorial's 0.01/ε
     targets = {"inf": (0.0, None), "eps10": (None, 10), "eps1": (None, 1), "eps01": (None, 0.1)}
     seen = set()
     for job in validate_command_line(["-m", "+experiment=privacy", "seed=0"]):
         cfg = compose_config(job)
         option = cfg.hydra.runtime.choices["experiment/privacy"]
         seen.add(option)
-        named = re.fullmatch(r"(none|fedavg|dpsgd)_?(\d+)(?:_(\w+))?", option)
+        named = re.fullmatch(r"(none|fedavg|dpsgd|weightnoise)_?(\d+)(?:_(\w+))?", option)
         assert named, option
         kind, clients, budget = named[1], int(named[2]), named[3]
         assert (cfg.fl.num_clients, cfg.fl.clients_per_round) == (clients, clients // 10), option
         assert cfg.privacy._target_.endswith(mechanisms[kind]), option
         assert (cfg.local.batch_size, cfg.hydra.runtime.choices.selection) == (16, "poisson")
-        if budget is not None:
+        if kind == "weightnoise":
+            assert cfg.privacy.noise_std == pytest.approx(noise_std[budget]), option
+        elif budget is not None:
             noise = (cfg.privacy.noise_multiplier, cfg.privacy.target_epsilon)
             assert noise == targets[budget], option
-    assert seen == set(group_options("experiment/privacy")) and len(seen) == 14
+    assert seen == set(group_options("experiment/privacy")) and len(seen) == 17
 
 
 def test_each_personalization_setting_composes_the_method_its_label_names() -> None:
