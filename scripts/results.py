@@ -629,12 +629,6 @@ def record_dirs(root: Path, page: Page, sweeps: list[str] | None = None) -> list
     ]
 
 
-BLOCK_KINDS = (
-    "beside, paired, more_seeds, setting, claims, rounds, rates, findings, cost, protocols, "
-    "variants, pilot, peers, peer_settings, aggregator_scaling, aggregator_setting"
-)
-
-
 def block_lines(root: Path, page: Page, spec: dict[str, Any], where: str) -> list[str]:
     """A block's generated lines: `beside` (the records' cells and claimed differences decided
     against a reference file's by the one rule, fedlight.reports.verdict_tables), `paired` (per
@@ -644,7 +638,9 @@ def block_lines(root: Path, page: Page, spec: dict[str, Any], where: str) -> lis
     per cell at the rate its grid chose, the grid, claimed ratios of rounds: rounds_blocks), `cost`
     (cost_blocks), `protocols` or `variants` (one cell's rounds another way: variant_blocks),
     `pilot` (how often a pilot of a few rounds picks the end's winner: pilot_blocks),
-    `aggregator_scaling` or `aggregator_setting` (aggregation time against n: aggregator_blocks)."""
+    `aggregator_scaling` or `aggregator_setting` (aggregation time against n: aggregator_blocks),
+    `peers`, `peer_settings`, `peer_line` or `peer_seeds` (benchmarks.peers' records, no reference:
+    peer_blocks). An unknown kind's error lists the kinds from `kinds` below, the one registry."""
     from fedlight.reports.verdict_tables import beside_table
     from scripts.aggregator_blocks import AGGREGATOR_BLOCKS
     from scripts.cost_blocks import COST_BLOCKS
@@ -654,27 +650,28 @@ def block_lines(root: Path, page: Page, spec: dict[str, Any], where: str) -> lis
     from scripts.variant_blocks import VARIANT_BLOCKS
     from scripts.verdict_blocks import more_seeds_lines, paired_lines
 
-    kind = spec.get("kind")
     sweeps = record_dirs(root, page, spec.get("records"))
+    folder = root / page.directory
+    # each kind: whether it needs its reference file, and its lines from the reference (or None)
+    kinds: dict[str, tuple[bool, Callable[[Any], list[str]]]] = {
+        "beside": (True, lambda ref: beside_table(ref, sweeps, spec.get("section"))),
+        "paired": (False, lambda ref: paired_lines(sweeps, spec, ref)),
+        "more_seeds": (True, lambda ref: more_seeds_lines(sweeps, spec, ref)),
+        "setting": (False, lambda ref: setting_table(root, page, spec)),
+        "claims": (True, lambda ref: claims_lines(read_yaml(ref))),
+    }
+    for table in (ROUNDS_BLOCKS, COST_BLOCKS, VARIANT_BLOCKS, PILOT_BLOCKS, AGGREGATOR_BLOCKS):
+        kinds |= {k: (True, lambda ref, f=f: f(folder, spec, ref)) for k, f in table.items()}
+    # records of their own (benchmarks.peers), no reference
+    kinds |= {k: (False, lambda ref, f=f: f(folder, spec)) for k, f in PEER_BLOCKS.items()}
+    kind = spec.get("kind")
+    if kind not in kinds:
+        raise ResultsError(f"{where}: kind {kind!r} is none of {', '.join(kinds)}")
+    needs_reference, lines = kinds[kind]
     reference = root / spec["reference"] if spec.get("reference") else None
-    if kind == "beside" and reference is not None:
-        return beside_table(reference, sweeps, spec.get("section"))
-    if kind == "paired":
-        return paired_lines(sweeps, spec, reference)
-    if kind == "more_seeds" and reference is not None:
-        return more_seeds_lines(sweeps, spec, reference)
-    if kind == "setting":
-        return setting_table(root, page, spec)
-    if kind == "claims" and reference is not None:
-        return claims_lines(read_yaml(reference))
-    # blocks of rounds to a target (their modules)
-    tables = {**ROUNDS_BLOCKS, **COST_BLOCKS, **VARIANT_BLOCKS, **PILOT_BLOCKS}
-    tables |= AGGREGATOR_BLOCKS
-    if kind in tables and reference is not None:
-        return tables[kind](root / page.directory, spec, reference)
-    if kind in PEER_BLOCKS:  # records of their own (benchmarks.peers), no reference
-        return PEER_BLOCKS[kind](root / page.directory, spec)
-    raise ResultsError(f"{where}: kind {kind!r} is none of {BLOCK_KINDS} (with its reference)")
+    if needs_reference and reference is None:
+        raise ResultsError(f"{where}: kind {kind} needs its reference (reference: FILE.yaml)")
+    return lines(reference)
 
 
 def citation(source: dict[str, Any]) -> str:

@@ -127,6 +127,26 @@ def test_a_bad_value_is_one_line_naming_its_place(
         evaluate(tmp_path, expression, "doc.md:3")
 
 
+def test_a_blocks_kind_is_one_the_block_modules_register_and_has_its_reference() -> None:
+    """An unknown kind's error lists the registry itself, every module's kinds (a list typed
+    beside it had fallen behind peer_blocks); a kind read against a reference file without one is
+    refused in one line naming the fix."""
+    from scripts.aggregator_blocks import AGGREGATOR_BLOCKS
+    from scripts.peer_blocks import PEER_BLOCKS
+    from scripts.pilot_blocks import PILOT_BLOCKS
+
+    page = results.Page(Path("page"))
+    with pytest.raises(ResultsError) as unknown:
+        results.block_lines(Path("."), page, {"kind": "nope"}, "doc.md: block b")
+    message = str(unknown.value)
+    assert message.startswith("doc.md: block b: kind 'nope' is none of beside, paired, ")
+    for kind in [*PEER_BLOCKS, *AGGREGATOR_BLOCKS, *PILOT_BLOCKS, "claims"]:
+        assert f" {kind}," in f"{message},"
+    refused = r"^doc.md: block b: kind beside needs its reference \(reference: FILE.yaml\)$"
+    with pytest.raises(ResultsError, match=refused):
+        results.block_lines(Path("."), page, {"kind": "beside"}, "doc.md: block b")
+
+
 def machine_paths() -> set[str]:
     """What would name this machine: the checkout's absolute path, the folder holding it, the
     home folder; not the system's temporary folder, which every machine has (a clone directly
