@@ -106,6 +106,15 @@ class Partition(ABC):
         """
         return None
 
+    def allows_overlap(self) -> bool:
+        """Whether two clients may hold one example (`partition.overlap=true` where a scheme has
+        it); False by default: every built-in scheme's sets are disjoint.
+
+        Returns:
+            True where clients may hold copies of one example.
+        """
+        return False
+
     def hold_out(
         self, client_sets: list[np.ndarray], labels: np.ndarray, seed: int
     ) -> tuple[list[np.ndarray], list[np.ndarray] | None]:
@@ -207,7 +216,7 @@ def checked_index_sets(
                     "each training example once"
                 )
         return checked
-    listed = np.bincount(np.concatenate([*checked, np.zeros(0, np.int64)]), minlength=num_examples)
+    listed = times_listed(checked, num_examples)
     if listed.max(initial=0) > 1:
         index = int(np.argmax(listed > 1))
         owners = [client for client, part in enumerate(checked) if index in part]
@@ -217,3 +226,10 @@ def checked_index_sets(
             f"to one client at most{shared_hint}"
         )
     return checked
+
+
+def times_listed(client_sets: Sequence[np.ndarray], num_examples: int) -> np.ndarray:
+    """How many of the client sets list each of the `num_examples` training examples (0: none)."""
+    return np.bincount(
+        np.concatenate([*client_sets, np.zeros(0, np.int64)]), minlength=num_examples
+    )

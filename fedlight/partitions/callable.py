@@ -50,6 +50,10 @@ class UserFunction(Partition):
         except ValueError:  # no signature Python can read: it is called as it is
             pass
 
+    def allows_overlap(self) -> bool:
+        """`partition.overlap`: whether two clients may list one example."""
+        return self.overlap
+
     def __call__(
         self, labels: np.ndarray, num_clients: int, rng: np.random.Generator
     ) -> list[np.ndarray]:

@@ -15,7 +15,7 @@ from fedlight.core.settings import RunSettings
 from fedlight.data.base import TensorDataset
 from fedlight.drivers.base import Clients
 from fedlight.drivers.workers import Workers
-from fedlight.partitions.base import Partition
+from fedlight.partitions.base import Partition, times_listed
 from fedlight.runs.outputs import (
     label_histogram,
     write_label_histogram,
@@ -71,9 +71,7 @@ def warn_of_empty_clients(client_sets: list[np.ndarray]) -> None:
 def say_shared_examples(client_sets: list[np.ndarray], num_examples: int) -> None:
     """One line, where clients hold copies of one example (`partition.overlap=true`): how many
     are shared, how many no client holds, and the clients' sizes, what such a split gives."""
-    listed = np.bincount(
-        np.concatenate([*client_sets, np.zeros(0, np.int64)]), minlength=num_examples
-    )
+    listed = times_listed(client_sets, num_examples)
     shared = int((listed > 1).sum())
     if not shared:
         return
@@ -118,7 +116,8 @@ def federation(
         histogram = label_histogram(client_sets, labels, data.num_classes)
         write_label_histogram(output_dir, histogram)
         warn_of_empty_clients(client_sets)
-        say_shared_examples(client_sets, len(labels))
+        if partition.allows_overlap():
+            say_shared_examples(client_sets, len(labels))
     return Clients(
         data,
         index_tensors(client_sets, device),
