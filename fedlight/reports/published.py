@@ -13,7 +13,7 @@ A published mapping (docs/statistics.md):
       - {compare: "algo=scaffold,fedavg", claimed: 6.6, metric: final_accuracy, within: 2}
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -212,7 +212,18 @@ def decide_claim(claim: Claim, pairing: Pairing, method: str) -> ClaimDecision:
         differences = [scale * v for v in found.per_seed.values() if v is not None]
         found_interval = interval(differences, method)
         verdict = decide(found_interval, claim.claimed, claim.tolerance, claim.metric)
-    return ClaimDecision(claim, found, verdict)
+    return ClaimDecision(claim, found, all_diverged(pairing, found, verdict))
+
+
+def all_diverged(pairing: Pairing, found: Paired, verdict: Verdict) -> Verdict:
+    """No seed to pair because every seed of a cell diverged: no number of seeds is planned
+    (more seeds of the same setting diverge too), and the verdict says so."""
+    cells = [(pairing.comparison.a, pairing.a), (pairing.comparison.b, pairing.b)]
+    gone = [name for name, group in cells if group.jobs and not group.healthy]
+    if found.per_seed or not gone:
+        return verdict
+    why = f"every seed of {gone[0]} diverged: no value to pair"
+    return replace(verdict, seeds_needed=None, reason=why)
 
 
 def decide_claims(published: Published, groups: list[Group], method: str) -> list[ClaimDecision]:

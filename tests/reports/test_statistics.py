@@ -4,6 +4,7 @@ paired differences, verdicts with the seeds that would decide them, and the comm
 those seeds (run for real on digits)."""
 
 import csv
+import json
 import math
 import shlex
 from pathlib import Path
@@ -220,6 +221,24 @@ def test_a_claimed_difference_is_decided_on_the_paired_interval(tmp_path: Path) 
         "| scaffold − fedavg | final_accuracy | 3 | [-0.5, +4.5] | +2 | [-1.0, +5.0] | "
         in (sweep / "report.md").read_text()
     )
+
+
+def test_a_claim_whose_cell_diverged_on_every_seed_plans_no_more_seeds(tmp_path: Path) -> None:
+    """Every scaffold seed diverged: no difference to pair, and more seeds of the same setting
+    would diverge too, so the verdict says why instead of asking for seeds."""
+    sweep = stat_sweep(tmp_path / "sweep", PAIRED)
+    for job in ("3", "4", "5"):  # the scaffold seeds
+        summary = json.loads((sweep / job / "summary.json").read_text())
+        (sweep / job / "summary.json").write_text(json.dumps(summary | {"diverged_at_round": 2}))
+    published = tmp_path / "published.yaml"
+    published.write_text(
+        "metric: final_accuracy\nkeys: [algo]\ncells: {}\n"
+        "differences: [{compare: 'algo=scaffold,fedavg', claimed: 2.0}]\n"
+    )
+    assert main([str(sweep), "--published", str(published)]) == 0
+    (row,) = [r for r in read_csv(sweep / "verdicts.csv") if r["kind"] == "difference"]
+    assert (row["verdict"], row["seeds_needed"], row["more_seeds"]) == ("inconclusive", "", "")
+    assert row["reason"] == "every seed of scaffold diverged: no value to pair"
 
 
 @pytest.mark.parametrize(
