@@ -68,7 +68,7 @@ def peers_lines(directory: Path, spec: dict[str, Any]) -> list[str]:
                     f"{summary.peak_rss_mb:,.0f}",
                     str(summary.peak_threads),
                     str(summary.processes),
-                    ", ".join(f"{a:.2%}" for a in summary.accuracies),
+                    each_run(summary.accuracies),
                 ]
             )
     return markdown_table(HEADER, body, text_columns=3)
@@ -120,6 +120,13 @@ def line_lines(directory: Path, spec: dict[str, Any]) -> list[str]:
     return lines
 
 
+def each_run(accuracies: list[float]) -> str:
+    """Each repeat's final accuracy; once, with the count, where every repeat ended the same."""
+    if len(accuracies) > 1 and len(set(accuracies)) == 1:
+        return f"{accuracies[0]:.2%} (each of {len(accuracies)} runs)"
+    return ", ".join(f"{a:.2%}" for a in accuracies)
+
+
 def spread(accuracies: list[float]) -> str:
     """Highest less lowest accuracy, in points."""
     return f"{100 * (max(accuracies) - min(accuracies)):.2f}"
@@ -143,7 +150,7 @@ def seeds_lines(directory: Path, spec: dict[str, Any]) -> list[str]:
         body.append(
             [
                 record["workload"],
-                ", ".join(f"{s.framework} {a:.2%}" for s in at_seed for a in s.accuracies),
+                ", ".join(f"{s.framework} {each_run(s.accuracies)}" for s in at_seed),
                 ", ".join(f"seed {seed}: {a:.2%}" for seed, a in ours),
                 spread([a for s in at_seed for a in s.accuracies]),
                 spread([a for _, a in ours]),

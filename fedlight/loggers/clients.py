@@ -37,15 +37,24 @@ CLIENT_COLUMNS = (
 )
 
 
+# Entries of a difference cast to float64 at a time: a small buffer the allocator reuses, where
+# the float64 copy of each whole tensor (13 MB over pfl_cnn's weights) was fresh memory per
+# client (cProfile of four XD rounds, 200 clients: update_norm 1.65 s before, 0.51 s after, of
+# 43 s in all).
+CHUNK = 1 << 16
+
+
 def update_norm(weights: StateDict, start: StateDict) -> float:
     """The L2 norm of `weights` less `start` over the floating tensors both hold, in float64
-    (one number per client, one device sync)."""
-    norms = [
-        torch.linalg.vector_norm(weights[name] - tensor, dtype=torch.float64)
+    (one number per client, one device sync): the float64 sum of the squared norms of
+    CHUNK-entry pieces of each float32 difference."""
+    squares = [
+        torch.linalg.vector_norm(piece, dtype=torch.float64).square()
         for name, tensor in start.items()
         if name in weights and tensor.is_floating_point()
+        for piece in (weights[name] - tensor).reshape(-1).split(CHUNK)
     ]
-    return float(torch.linalg.vector_norm(torch.stack(norms))) if norms else 0.0
+    return float(torch.stack(squares).sum().sqrt()) if squares else 0.0
 
 
 def logged_means(logged: Mapping[str, Sequence[float]]) -> dict[str, float]:

@@ -5,7 +5,7 @@ import math
 
 import torch
 
-from fedlight.loggers.clients import update_norm
+from fedlight.loggers.clients import CHUNK, update_norm
 
 U32 = 2.0**-24  # float32's unit roundoff: the one rounding of each difference w − s
 U64 = 2.0**-53  # float64's: each square, each addition of the sums, the square roots
@@ -17,9 +17,10 @@ def test_update_norm_is_the_float64_norm_of_the_difference_within_its_roundings(
 
     Each float32 difference is w − s times (1 + δ), |δ| ≤ u32, so its norm is within u32 of the
     exact one; a float64 sum of N nonnegative squares in any order is within (N + 1)·u64 of
-    theirs, the combination of the k tensors' norms within (k + 2)·u64 more, and the square
-    roots halve relative errors. A float32 accumulation over these N = 120,000 entries would
-    be off by orders of magnitude more than u32."""
+    theirs; each of the c pieces' norms is a square root squared again (3·u64 more each), their
+    sum within (c + 1)·u64 more, and the last square root halves relative errors. A float32
+    accumulation over these N = 120,000 entries would be off by orders of magnitude more than
+    u32. fc.weight's 118,600 entries span two pieces, so pieces are summed too."""
     generator = torch.Generator().manual_seed(0)
     shapes = {"conv.weight": (32, 3, 3, 3), "conv.bias": (32,), "fc.weight": (100, 1186)}
     start = {name: torch.randn(shape, generator=generator) for name, shape in shapes.items()}
@@ -37,8 +38,10 @@ def test_update_norm_is_the_float64_norm_of_the_difference_within_its_roundings(
         )
     ]
     reference = math.sqrt(math.fsum(d * d for d in exact))
-    n, k = len(exact), len(shapes)
-    bound = (U32 + (n + k + 6) * U64) * reference
+    n = len(exact)
+    c = sum(math.ceil(math.prod(shape) / CHUNK) for shape in shapes.values())
+    assert c == 4
+    bound = (U32 + (n + 4 * c + 3) * U64) * reference
     assert abs(update_norm(weights, start) - reference) <= bound
 
 
