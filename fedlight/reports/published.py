@@ -216,13 +216,13 @@ def decide_claim(claim: Claim, pairing: Pairing, method: str) -> ClaimDecision:
 
 
 def all_diverged(pairing: Pairing, found: Paired, verdict: Verdict) -> Verdict:
-    """No seed to pair because every seed of a cell diverged: no number of seeds is planned
-    (more seeds of the same setting diverge too), and the verdict says so."""
+    """No seed to pair because every one of a cell's seeds, two or more, diverged: no number of
+    seeds is planned (the setting diverges seed after seed), and the verdict says so."""
     cells = [(pairing.comparison.a, pairing.a), (pairing.comparison.b, pairing.b)]
-    gone = [name for name, group in cells if group.jobs and not group.healthy]
+    gone = [name for name, group in cells if len(group.jobs) >= 2 and not group.healthy]
     if found.per_seed or not gone:
         return verdict
-    why = f"every seed of {gone[0]} diverged: no value to pair"
+    why = f"every seed of {' and '.join(gone)} diverged: no value to pair"
     return replace(verdict, seeds_needed=None, reason=why)
 
 

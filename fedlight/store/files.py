@@ -18,7 +18,7 @@ import signal
 import stat
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
@@ -80,19 +80,24 @@ def replaced(path: Path) -> Iterator[BinaryIO]:
 
 @contextmanager
 def signals_deferred() -> Iterator[None]:
-    """SIGINT and SIGTERM received in the block are raised again, in order, once it has ended
-    and the handlers before are back (only the main thread handles signals)."""
+    """SIGINT and SIGTERM received in the block are raised again once it has ended and the
+    handlers before are back: each kind once, in the order they came (a handler that raises, as
+    Ctrl-C's does, ends that). Only the main thread handles signals; elsewhere nothing changes.
+    Every handler installed is put back even when a signal already pending is handled half-way
+    (ExitStack runs each restore). A write that hangs is stopped by SIGKILL only."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     received: list[int] = []
-    previous = {n: signal.signal(n, lambda number, _: received.append(number)) for n in DEFERRED}
     try:
-        yield
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, signal.SIG_DFL if handler is None else handler)
-        for number in received:
+        with ExitStack() as restore:
+            for number in DEFERRED:
+                before = signal.getsignal(number)  # None: not installed from Python
+                restore.callback(signal.signal, number, before or signal.SIG_DFL)
+                signal.signal(number, lambda taken, _: received.append(taken))
+            yield
+    finally:  # a block that failed still passes on what was received
+        for number in dict.fromkeys(received):
             signal.raise_signal(number)
 
 

@@ -7,6 +7,8 @@ object whose pickling raises it), so the test does not depend on timing.
 """
 
 import signal
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +41,16 @@ def state_with(number: signal.Signals) -> dict[str, Any]:
     return {"before": torch.arange(1000.0), "signal": SignalsWhilePickled(number), "after": 3}
 
 
+@pytest.fixture
+def ctrl_c_raises() -> Iterator[None]:
+    """Python's own Ctrl-C handler, whatever the suite started with (a suite started in the
+    background by a script has SIGINT ignored)."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
+@pytest.mark.usefixtures("ctrl_c_raises")
 def test_ctrl_c_inside_torch_save_interrupts_after_the_checkpoint_is_whole(tmp_path: Path) -> None:
     path = tmp_path / "checkpoint.pt"
     with pytest.raises(KeyboardInterrupt):
@@ -76,5 +88,31 @@ def test_a_signal_comes_once_the_file_is_whole_and_an_ignored_one_stays_ignored(
         with replaced(tmp_path / "file") as file:
             signal.raise_signal(signal.SIGTERM)
         assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN and taken == [signal.SIGTERM]
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_a_block_that_fails_still_passes_the_signal_on_and_other_threads_change_nothing(
+    tmp_path: Path,
+) -> None:
+    taken: list[int] = []
+    previous = signal.signal(signal.SIGTERM, lambda number, _: taken.append(number))
+    try:
+        with pytest.raises(ValueError, match="failed"), replaced(tmp_path / "file"):
+            signal.raise_signal(signal.SIGTERM)
+            raise ValueError("failed")
+        assert taken == [signal.SIGTERM] and not (tmp_path / "file").exists()
+        handler = signal.getsignal(signal.SIGTERM)
+        seen: list[object] = []
+
+        def write_in_a_thread() -> None:
+            with replaced(tmp_path / "other") as file:
+                seen.append(signal.getsignal(signal.SIGTERM))  # not replaced: not the main thread
+                file.write(b"x")
+
+        thread = threading.Thread(target=write_in_a_thread)
+        thread.start()
+        thread.join()
+        assert seen == [handler] and (tmp_path / "other").read_bytes() == b"x"
     finally:
         signal.signal(signal.SIGTERM, previous)
