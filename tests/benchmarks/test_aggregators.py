@@ -37,10 +37,20 @@ def test_the_claimed_growths_slopes_over_the_sizes() -> None:
         claimed_slope("O(2^n)", SIZES, "x")
 
 
+def block_rows(directory: Path, record: dict, claims: dict[str, str]) -> list[list[str]]:
+    """The scaling block's rows (cells stripped) for `record` against `claims`."""
+    (directory / "scaling.json").write_text(json.dumps(record))
+    reference = directory / "reference.yaml"
+    reference.write_text(yaml.safe_dump({"robust": {"complexity": claims}}, allow_unicode=True))
+    lines = scaling_lines(directory, {"records": ["scaling.json"]}, reference)
+    return [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[2:]]
+
+
 def test_the_block_sets_each_fitted_slope_beside_the_claim(tmp_path: Path) -> None:
     """A record of exact power laws in CPU seconds (one repeat slower by a constant factor, which
     moves no slope; the wall seconds, which the load moves, are not read where CPU seconds are):
-    each row's fitted slope is its exponent, and the claim is the reference's."""
+    each row's fitted slope is its exponent, and the claim is the reference's. The band: each
+    claimed slope ± half the gap between O(n)'s 1 and O(n²)'s 2."""
     seconds = {
         "mean": {str(n): [1e-3 * n, 2e-3 * n] for n in SIZES},
         "krum": {str(n): [1e-5 * n**2, 1e-5 * n**2] for n in SIZES},
@@ -58,49 +68,18 @@ def test_the_block_sets_each_fitted_slope_beside_the_claim(tmp_path: Path) -> No
         "cpu_seconds": seconds,
         "seconds": {name: {n: [1.0, 1.0] for n in by_size} for name, by_size in seconds.items()},
     }
-    (tmp_path / "scaling.json").write_text(json.dumps(record))
-    reference = tmp_path / "reference.yaml"
-    reference.write_text("robust:\n  complexity: {mean: O(n), krum: O(n²)}\n")
-    spec = {"records": ["scaling.json"]}
-    lines = scaling_lines(tmp_path, spec, reference)
-    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[2:]]
-    # the band: each claimed slope ± half the gap between O(n)'s 1 and O(n²)'s 2
-    assert rows == [
-        [
-            "mean",
-            "defaults",
-            "O(n)",
-            "1.00",
-            "1.00",
-            "[1.00, 1.00]",
-            "[0.50, 1.50]",
-            "reproduced",
-            "1.0×",
-        ],
-        [
-            "krum",
-            "f = n // 5",
-            "O(n²)",
-            "2.00",
-            "2.00",
-            "[2.00, 2.00]",
-            "[1.50, 2.50]",
-            "reproduced",
-            f"{0.01 * 500:.1f}×",
-        ],
-        [
-            "bulyan",
-            "f = (n − 3) // 4",
-            "—",
-            "—",
-            "1.50",
-            "[1.50, 1.50]",
-            "—",
-            "—",
-            f"{0.1 * 500**0.5:.1f}×",
-        ],
+    rows = block_rows(tmp_path, record, {"mean": "O(n)", "krum": "O(n²)"})
+    assert [row[:5] for row in rows] == [
+        ["mean", "defaults", "O(n)", "1.00", "1.00"],
+        ["krum", "f = n // 5", "O(n²)", "2.00", "2.00"],
+        ["bulyan", "f = (n − 3) // 4", "—", "—", "1.50"],
     ]
-    (setting,) = setting_lines(tmp_path, spec, reference)
+    assert [row[5:] for row in rows] == [
+        ["[1.00, 1.00]", "[0.50, 1.50]", "reproduced", "1.0×"],
+        ["[2.00, 2.00]", "[1.50, 2.50]", "reproduced", f"{0.01 * 500:.1f}×"],
+        ["[1.50, 1.50]", "—", "—", f"{0.1 * 500**0.5:.1f}×"],
+    ]
+    (setting,) = setting_lines(tmp_path, {"records": ["scaling.json"]}, tmp_path / "reference.yaml")
     assert "n = 200, 300, 400, 500 updates of `mlp`'s 199,210 parameters" in setting
     assert "CPU seconds, the best of 2 repeats" in setting
 
@@ -125,11 +104,7 @@ def test_each_claim_is_decided_by_the_repeats_interval_against_the_nearest_gap(
         "cpu_seconds": seconds,
         "seconds": seconds,
     }
-    (tmp_path / "scaling.json").write_text(json.dumps(record))
-    reference = tmp_path / "reference.yaml"
-    reference.write_text(yaml.safe_dump({"robust": {"complexity": claims}}, allow_unicode=True))
-    lines = scaling_lines(tmp_path, {"records": ["scaling.json"]}, reference)
-    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[2:]]
+    rows = block_rows(tmp_path, record, claims)
     half = 4.302652729749464 * 0.1 / 3**0.5  # t(0.975, 2) · s / √n
     assert rows[0][5:8] == [
         f"[{1 - half:.2f}, {1 + half:.2f}]",
