@@ -300,6 +300,8 @@ def cell_rate(plan: Plan, runs: list[Run], cell: str, current: float) -> tuple[f
     items = [i for i in plan.items if i.cell == cell]
     for item in (i for i in items if i.kind == "grid"):
         best = best_rate(item, runs)
+        if best is not None and next_rate(item, runs, 0) is not None:
+            return float(best), "the best so far of seed 0's grid, whose search goes on (plan.txt)"
         if best is not None:
             return float(best), "the rate seed 0's grid chose (the page's learning-rate grid)"
         return item.rate, "the centre of its grid, which has not chosen yet (plan.txt)"

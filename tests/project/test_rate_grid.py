@@ -116,28 +116,37 @@ def test_a_dry_run_reads_the_records_and_prints_the_runs_that_would_start(
 def test_each_cell_yaml_names_the_rate_its_grid_chose_else_its_plans(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The cell whose grid bracketed its best names it; a cell still searching names its grid's
+    """The cell whose grid bracketed its best names it; a cell whose search goes on names its
+    best so far, and says so; a cell with no rate that reached the target names its grid's
     centre; one with extra runs only, their rate; one the plan leaves out keeps its own."""
     import scripts.rate_grid as rate_grid
 
     cells = tmp_path / GROUP
     cells.mkdir(parents=True)
-    for name in ("a", "b", "c", "d"):
+    for name in ("a", "b", "c", "d", "e"):
         (cells / f"{name}.yaml").write_text("fl:\n  rounds: 9\noptim:\n  lr: 0.1  # old\n")
     monkeypatch.setattr(rate_grid, "CONF_DIR", str(tmp_path))
     plan = Plan(
         "p", GROUP, [Item("grid", "grid", "a", 0.215, (0,)), Item("grid", "grid", "b", 1.0, ())]
     )
+    plan.items.append(Item("grid", "grid", "e", 0.215, (0,)))
     plan.items.append(Item("extra", "single", "c", 0.464, (0,)))
-    runs = [Run("a", r, 0, "grid", Censored(n, True)) for r, n in (("0.215", 9), ("0.1", 7))]
-    assert rate_grid.write_cells(plan, runs, check=True) == ["a", "b", "c", "d"]
+    # a: 0.1 the best, both its neighbours on the grid tried (bracketed); e: one rate so far
+    tried = (("0.215", 9), ("0.1", 7), ("0.0464", 8))
+    runs = [Run("a", r, 0, "grid", Censored(n, True)) for r, n in tried]
+    runs.append(Run("e", "0.215", 0, "grid", Censored(9, True)))
+    assert rate_grid.write_cells(plan, runs, check=True) == ["a", "b", "c", "d", "e"]
     assert (cells / "a.yaml").read_text().endswith("lr: 0.1  # old\n")  # a check writes nothing
     rate_grid.write_cells(plan, runs, check=False)
-    lines = {n: (cells / f"{n}.yaml").read_text().splitlines()[-1] for n in "abcd"}
+    lines = {n: (cells / f"{n}.yaml").read_text().splitlines()[-1] for n in "abcde"}
     assert lines["a"] == "  lr: 0.1  # the rate seed 0's grid chose (the page's learning-rate grid)"
     assert lines["b"] == "  lr: 1  # the centre of its grid, which has not chosen yet (plan.txt)"
     assert lines["c"] == "  lr: 0.464  # no grid of its own: the rate of its runs in plan.txt"
     assert lines["d"] == "  lr: 0.1  # not run on the page: tune it (plan.txt)"
+    assert (
+        lines["e"]
+        == "  lr: 0.215  # the best so far of seed 0's grid, whose search goes on (plan.txt)"
+    )
     assert rate_grid.write_cells(plan, runs, check=True) == []
 
 
