@@ -131,6 +131,8 @@ class Driver(ABC):
         self.workers = OneWorker(device) if workers is None else workers
         self.privacy.agree_on_noise(self.workers.broadcast)  # before any noise is drawn
         self.progress = SilentProgress() if progress is None else progress
+        # whether a logger shows per-client rows (`run` asks them): else no update norm is computed
+        self.shows_clients = False
         self.client_states = (
             MemoryClientStates(device)
             if client_states is None  # an empty store is falsy: it is a Mapping
@@ -310,8 +312,10 @@ class Driver(ABC):
 
     def start_rounds(self, loggers: Sequence[RoundLogger]) -> int:
         """The first round to run; the rows of those a resume replays go to the loggers, and a
-        privacy budget that allows no more rounds stops the run before it."""
+        privacy budget that allows no more rounds stops the run before it. Every worker learns
+        whether the main worker's loggers show per-client rows."""
         history, rounds = self.history, self.settings.fl.rounds
+        self.shows_clients = self.workers.broadcast(any(lg.shows_clients() for lg in loggers))
         for row in history.rows:
             for logger in loggers:
                 logger.log_round(row)

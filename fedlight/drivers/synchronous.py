@@ -75,8 +75,8 @@ class Outcome:
     # what its module logged in training_step: name → (weighted sum, weight), see
     # fedlight.engines.lightning
     logged: dict[str, tuple[float, float]] = field(default_factory=dict)
-    # of its trained weights less those it started from; nan (not computed) where the uploads
-    # are masked (`FederatedLoop.hides_uploads`)
+    # of its trained weights less those it started from; nan (not computed) where no logger
+    # shows it or the uploads are masked (`client_update_norm`)
     update_norm: float = math.nan
     local_epochs: int = 0  # the epochs it trained (`local_work`)
     local_steps: int = 0  # the optimizer steps they took
@@ -270,10 +270,17 @@ class FederatedLoop(Driver):
             ctx.metrics.values,
             virtual_seconds,
             local.logged,
-            math.nan if self.hides_uploads() else update_norm(local.weights, got.task.start),
+            self.client_update_norm(local.weights, got.task.start),
             got.task.epochs_of(self.settings.local.epochs),
             local.num_steps,
         )
+
+    def client_update_norm(self, weights: StateDict, start: StateDict) -> float:
+        """A participant's update norm for its per-client row; nan (not computed) where no logger
+        shows the rows or a stage hides the uploads."""
+        if not self.shows_clients or self.hides_uploads():
+            return math.nan
+        return update_norm(weights, start)
 
     def hides_uploads(self) -> bool:
         """Whether a stage shows the server only the round's sum (secure aggregation, Bonawitz et

@@ -75,6 +75,11 @@ class RoundLogger(Protocol):
 
     def log_round(self, row: MetricsRow) -> None: ...
 
+    def shows_clients(self) -> bool:
+        """Whether `log_clients` shows the rows: only then does a round compute each client's
+        update norm, a float64 pass over its weights that costs as much as a small model's
+        training step."""
+
     def log_clients(self, round_index: int, clients: Sequence[MetricsRow]) -> None:
         """The round's per-client rows (`fedlight.loggers.clients`), after its `log_round`."""
 

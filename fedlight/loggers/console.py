@@ -209,8 +209,11 @@ class ConsoleProgress:
         if self._progress is not None:
             self._progress.update(self._task, completed=completed, **fields)
 
+    def shows_clients(self) -> bool:
+        return False  # one line per round
+
     def log_clients(self, round_index: int, clients: Sequence[MetricsRow]) -> None:
-        pass  # one line per round
+        pass
 
     def log_round(self, row: MetricsRow) -> None:
         """A round's line: its test accuracy and loss and the other numbers it reported where it

@@ -43,8 +43,11 @@ class CSVLogger:
             self._writer.writerow(row)
             self._file.flush()
 
+    def shows_clients(self) -> bool:
+        return False  # metrics.csv is one row per round
+
     def log_clients(self, round_index: int, clients: Sequence[MetricsRow]) -> None:
-        pass  # metrics.csv is one row per round
+        pass
 
     def _rewrite(self) -> None:
         """The whole file again (the header and the rows so far), replacing the old one

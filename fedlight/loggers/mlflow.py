@@ -96,8 +96,11 @@ class MLflowLogger:
                 )
         return self._names[name]
 
+    def shows_clients(self) -> bool:
+        return False  # the round's metrics only, as metrics.csv
+
     def log_clients(self, round_index: int, clients: Sequence[MetricsRow]) -> None:
-        pass  # the round's metrics only, as metrics.csv
+        pass
 
     def finish(self, summary: dict[str, Any]) -> None:
         self._logger.finalize("success")

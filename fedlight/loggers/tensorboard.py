@@ -66,6 +66,9 @@ class TensorBoardLogger:
         else:
             self._logger.log_metrics(metrics, step=step)
 
+    def shows_clients(self) -> bool:
+        return self.client_histograms
+
     def log_clients(self, round_index: int, clients: Sequence[MetricsRow]) -> None:
         if not self.client_histograms:
             return

@@ -271,6 +271,9 @@ class WandbLogger:
         except Exception as failure:  # noqa: BLE001
             self._disable(failure)
 
+    def shows_clients(self) -> bool:
+        return self.clients != "off"
+
     def log_clients(self, round_index: int, clients: Sequence[MetricsRow]) -> None:
         """The round's rows added to the clients table and the table logged (W&B's incremental
         mode uploads the new rows only). Its columns are those of the first round's rows: a name

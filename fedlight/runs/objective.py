@@ -35,6 +35,9 @@ class ObjectiveCheck:
                 f"{', '.join(sorted(set(row) - set(OBJECTIVES)))}"
             )
 
+    def shows_clients(self) -> bool:
+        return False
+
     def log_clients(self, round_index: int, clients: Sequence[MetricsRow]) -> None:
         pass
 

@@ -125,6 +125,9 @@ class TrialReporter:
     def stop_reason(self) -> str | None:
         return self.verdict
 
+    def shows_clients(self) -> bool:
+        return False
+
     def log_clients(self, round_index: int, clients: Sequence[MetricsRow]) -> None:
         pass
 

@@ -17,6 +17,8 @@ from typing import Any
 import pytest
 
 from fedlight.core.errors import ConfigError
+from fedlight.drivers import synchronous
+from fedlight.loggers.clients import update_norm
 from fedlight.loggers.tensorboard import TENSORBOARD_DIR
 from fedlight.runs.experiment import run_job
 from fedlight.runs.job import Job
@@ -148,6 +150,36 @@ def test_each_is_optional_by_a_setting(
     logged = events(tmp_path)
     assert logged.Tags()["histograms"] == []
     assert "figures/curves" in logged.Tags()["images"]
+
+
+@pytest.mark.parametrize(
+    ("loggers", "computed"),
+    [
+        (["logger=csv"], 0),
+        (["logger=[csv,wandb]", "logger.wandb.mode=offline"], 2 * CLIENTS_PER_ROUND),
+        (["logger=tensorboard"], 2 * CLIENTS_PER_ROUND),
+    ],
+)
+def test_update_norms_are_computed_only_for_a_logger_that_shows_clients(
+    make_job: Callable[[list[str]], Job],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    loggers: list[str],
+    computed: int,
+) -> None:
+    """The norm is a float64 pass over each participant's weights: metrics.csv, the console and
+    MLflow show no per-client row, so a run logging to them alone does not pay for it."""
+    monkeypatch.delenv("WANDB_DIR", raising=False)
+    calls: list[float] = []
+
+    def counted(weights: Any, start: Any) -> float:
+        calls.append(update_norm(weights, start))
+        return calls[-1]
+
+    monkeypatch.setattr(synchronous, "update_norm", counted)
+    run_job(make_job([*TINY, "fl.rounds=2", *loggers]), tmp_path)
+    assert len(calls) == computed
+    assert all(norm > 0 for norm in calls)
 
 
 @pytest.mark.parametrize(
