@@ -5,18 +5,29 @@ peer, the CPU seconds a round, the cores it kept busy and the ratio of CPU, the 
 rounds, peak PSS and RSS of the process tree, its threads and processes,
 and each repeat's final accuracy; `kind: peer_settings`: what every framework was given;
 `kind: peer_line`: a sentence per workload, fedlight's ratios to each peer, for the README;
-`kind: peer_seeds`: the frameworks' final accuracies beside fedlight's over other seeds).
+`kind: peer_seeds`: the frameworks' final accuracies beside fedlight's over other seeds;
+`kind: peer_intervals`: fedlight's speed and CPU ratios to each peer per repeat, their 95%
+intervals and what they decide).
 
     speed:
       kind: peers
       records: [W1-2NN.json, W1-CNN.json]   # relative to the page's folder
 """
 
+import math
 from pathlib import Path
 from typing import Any
 
-from benchmarks.peers.records import FRAMEWORKS, frameworks_in, ratios, read, summarize
+from benchmarks.peers.records import (
+    FRAMEWORKS,
+    frameworks_in,
+    paired,
+    ratios,
+    read,
+    summarize,
+)
 from fedlight.reports.markdown import markdown_table
+from fedlight.reports.stats import Interval, t_interval
 
 HEADER = [
     "workload",
@@ -101,23 +112,33 @@ def accuracy_words(summaries: list[Any]) -> str:
 
 def line_lines(directory: Path, spec: dict[str, Any]) -> list[str]:
     """One list item per record for a summary (the README): fedlight's speed and CPU ratios to
-    each peer on the workload, and whether the accuracies agree."""
+    each peer on the workload (geometric means over the repeats paired by cycle, with their 95%
+    intervals, as the page's intervals block), and whether the accuracies agree."""
     lines = []
     for record in records_of(directory, spec):
-        summaries = [summarize(record, f) for f in frameworks_in(record) if FRAMEWORKS[f].in_line]
-        ours, peers = summaries[0], summaries[1:]
+        ours, *peers = [f for f in frameworks_in(record) if FRAMEWORKS[f].in_line]
         parts = []
         for peer in peers:
-            ratio, name = ratios(ours, peer), PEER_NAMES.get(peer.framework, peer.framework)
-            parts.append(
-                f"{ratio['speed']:.2f}× {name}'s samples per second "
-                f"({ratio['cpu']:.2f}× in CPU time)"
+            speed, cpu = (
+                ratio_words(paired(record, ours, peer, key))
+                for key in ("round_seconds", "round_cpu_seconds")
             )
+            name = PEER_NAMES.get(peer, peer)
+            parts.append(f"{speed} {name}'s samples per second ({cpu} in CPU time)")
+        summaries = [summarize(record, f) for f in (ours, *peers)]
         lines.append(
             f"- {record['workload']}: fedlight trained at {' and '.join(parts)}, "
             f"with {accuracy_words(summaries)}."
         )
     return lines
+
+
+def ratio_words(each: list[float]) -> str:
+    """A ratio's geometric mean over the repeats with its 95% interval, where it has one."""
+    found = ratio_interval(each)
+    return f"{found.mean:.2f}×" + (
+        "" if found.low is None else f" [{found.low:.2f}, {found.high:.2f}]"
+    )
 
 
 def each_run(accuracies: list[float]) -> str:
@@ -166,9 +187,65 @@ def seeds_lines(directory: Path, spec: dict[str, Any]) -> list[str]:
     return markdown_table(header, body, text_columns=3)
 
 
+def ratio_interval(ratios_per_repeat: list[float]) -> Interval:
+    """The geometric mean of the paired ratios and its 95% t interval (on their logs)."""
+    return t_interval([math.log(r) for r in ratios_per_repeat]).mapped(math.exp)
+
+
+def ratio_verdict(found: Interval) -> str:
+    """What the interval of a fedlight / peer ratio (above 1: fedlight ahead) decides."""
+    if found.low is None or found.high is None:
+        return "one repeat: no interval"
+    if found.low > 1:
+        return "fedlight ahead"
+    if found.high < 1:
+        return "the peer ahead"
+    return "no difference shown"
+
+
+def ratio_cells(each: list[float]) -> list[str]:
+    """A ratio's cells: each repeat's, their geometric mean [95% CI], the verdict."""
+    found = ratio_interval(each)
+    return [", ".join(f"{r:.2f}" for r in each), ratio_words(each), ratio_verdict(found)]
+
+
+def intervals_lines(directory: Path, spec: dict[str, Any]) -> list[str]:
+    """Per workload and peer, fedlight's speed and CPU ratios in each repeat (paired by cycle),
+    their geometric means with 95% intervals and what those decide; then a count of the
+    verdicts over the peers (fedlight-before is not one)."""
+    body, verdicts = [], {"speed": [], "CPU": []}
+    for record in records_of(directory, spec):
+        ours, *others = frameworks_in(record)
+        for other in others:
+            speed = ratio_cells(paired(record, ours, other))
+            cpu = ratio_cells(paired(record, ours, other, "round_cpu_seconds"))
+            body.append([record["workload"], f"{ours} / {other}", *speed, *cpu])
+            if FRAMEWORKS[other].engine is None:  # a peer
+                verdicts["speed"].append(speed[2])
+                verdicts["CPU"].append(cpu[2])
+    header = ["workload", "ratio", "speed, each repeat", "speed [95% CI]", "speed: verdict"]
+    header += ["CPU, each repeat", "CPU [95% CI]", "CPU: verdict"]
+    return [*markdown_table(header, body, text_columns=3), "", verdict_count(verdicts)]
+
+
+def verdict_count(verdicts: dict[str, list[str]]) -> str:
+    """One sentence: how many comparisons with a peer each verdict got, by speed and by CPU."""
+    parts = []
+    for ratio, found in verdicts.items():
+        counts = ", ".join(
+            f"{word} in {found.count(word)}"
+            for word in ("fedlight ahead", "the peer ahead", "no difference shown")
+        )
+        alone = found.count("one repeat: no interval")
+        parts.append(f"by {ratio}, {counts}" + (f" (and {alone} with one repeat)" if alone else ""))
+    total = len(next(iter(verdicts.values())))
+    return f"Of the {total} comparisons of fedlight with a peer: {'; '.join(parts)}."
+
+
 PEER_BLOCKS = {
     "peers": peers_lines,
     "peer_settings": settings_lines,
     "peer_line": line_lines,
     "peer_seeds": seeds_lines,
+    "peer_intervals": intervals_lines,
 }

@@ -10,6 +10,11 @@ wall seconds, the framework ran on more than one core). Ratios of speed are fedl
 second over the peer's (above 1: fedlight is faster); of CPU, the peer's CPU seconds per round over
 fedlight's (above 1: fedlight needs less CPU for a round); of memory, fedlight's peak PSS over the
 peer's (below 1: fedlight holds less).
+
+Repeats are alternated (each starts one framework further along), so a framework's k-th run and
+a peer's k-th ran in the same cycle, minutes apart: `paired` pairs them, and the page's
+intervals of the speed and CPU ratios are 95% t intervals of the paired log ratios (the
+machine's speed drifts between cycles; a pair shares its cycle's drift).
 """
 
 import json
@@ -100,6 +105,17 @@ def ratios(ours: Summary, peer: Summary) -> dict[str, float]:
         "outside_seconds": ours.outside_seconds / peer.outside_seconds,
         "peak_pss": ours.peak_pss_mb / peer.peak_pss_mb,
     }
+
+
+def paired(record: dict, ours: str, peer: str, key: str = "round_seconds") -> list[float]:
+    """Per repeat, the peer's steady seconds a round over `ours`'s (`key`: wall seconds, the
+    speed ratio; `round_cpu_seconds`, the CPU ratio), the k-th run of each paired: both ran in
+    the k-th cycle of the alternation."""
+    runs = {f: [r for r in record["runs"] if r["framework"] == f] for f in (ours, peer)}
+    return [
+        steady(theirs[key]) / steady(mine[key])
+        for mine, theirs in zip(runs[ours], runs[peer], strict=True)
+    ]
 
 
 def read(path: Path) -> dict:

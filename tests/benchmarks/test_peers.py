@@ -3,7 +3,9 @@ computes, the settings and ratios the page shows, and the records it reads. Noth
 a peer; the test that drives the peers' own environments is slow and skipped without them."""
 
 import json
+import math
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -29,7 +31,14 @@ from fedlight.models.pfl_cnn import PflCNN
 from fedlight.models.simple_cnn import SimpleCNN
 from fedlight.partitions.shards import Shards
 from fedlight.stages.selection.random import RandomSelection
-from scripts.peer_blocks import line_lines, peers_lines, settings_lines
+from scripts.peer_blocks import (
+    intervals_lines,
+    line_lines,
+    peers_lines,
+    ratio_interval,
+    ratio_verdict,
+    settings_lines,
+)
 
 TINY = Workload(
     "T-2NN",
@@ -205,6 +214,40 @@ def test_the_blocks_show_every_framework_and_the_settings(tmp_path):
     ]
     settings = settings_lines(tmp_path, {"records": ["T.json"]})
     assert settings[0] == "| setting | T |" and "| repeats | 1 |" in settings
+
+
+def test_the_intervals_pair_each_repeat_and_decide_only_beyond_the_noise(tmp_path):
+    """Repeat k of fedlight against repeat k of the peer (the k-th cycle of the alternation);
+    the geometric mean of the paired ratios with its t interval on their logs decides."""
+    steady = {"fedlight": [1.0, 2.0, 1.0], "pfl": [2.0, 4.0, 2.2], "flower": [1.0, 2.2, 0.9]}
+    content = record({f: [[9.0, s, s] for s in seconds] for f, seconds in steady.items()})
+    assert records.paired(content, "fedlight", "pfl") == [2.0, 2.0, pytest.approx(2.2)]
+    assert records.paired(content, "fedlight", "pfl", "round_cpu_seconds") == pytest.approx(
+        [2.0, 2.0, 2.2]
+    )
+    (tmp_path / "T.json").write_text(json.dumps(content))
+    lines = intervals_lines(tmp_path, {"records": ["T.json"]})
+    *table, blank, count = lines
+    rows = {line.split(" | ")[1]: line.split(" | ")[2:5] for line in table[2:]}
+    logs = [math.log(2.0), math.log(2.0), math.log(2.2)]
+    half = 4.302653 * statistics.stdev(logs) / math.sqrt(3)  # t(0.975, 2)
+    mean = statistics.fmean(logs)
+    low, high = math.exp(mean - half), math.exp(mean + half)
+    assert rows["fedlight / pfl"] == [
+        "2.00, 2.00, 2.20",
+        f"{math.exp(mean):.2f}× [{low:.2f}, {high:.2f}]",
+        "fedlight ahead",
+    ]
+    assert rows["fedlight / flower"][2] == "no difference shown"  # 1.00, 1.10, 0.90
+    assert blank == "" and count.startswith(
+        "Of the 2 comparisons of fedlight with a peer: by speed, fedlight ahead in 1, "
+        "the peer ahead in 0, no difference shown in 1; by CPU,"
+    )
+    one = record({"fedlight": [[9.0, 1.0]], "pfl": [[9.0, 0.5]]})
+    (tmp_path / "O.json").write_text(json.dumps(one))
+    [row] = intervals_lines(tmp_path, {"records": ["O.json"]})[2:-2]
+    assert row.split(" | ")[3:5] == ["0.50×", "one repeat: no interval"]
+    assert ratio_verdict(ratio_interval([0.5, 0.55, 0.52])) == "the peer ahead"
 
 
 def test_fedlights_round_seconds_are_read_from_its_metrics(tmp_path):
