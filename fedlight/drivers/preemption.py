@@ -17,17 +17,15 @@ import os
 import signal
 import subprocess
 import sys
-import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from fedlight.core.settings import signal_number
+from fedlight.core.signals import Handler, installed
 
 PREEMPTED_EXIT_CODE = 75  # sysexits.h EX_TEMPFAIL: a temporary failure, try again
-
-Handler = Callable[[int, Any], Any] | int | signal.Handlers | None
 
 
 class Preempted(BaseException):
@@ -108,19 +106,17 @@ def watched(names: Sequence[str], insist: bool = True) -> Iterator[Watch]:
     installed and nothing is received); the handlers before are put back after. A watch inside
     another (a run's inside its command's) begins with the signal that one took note of."""
     watch = Watch(tuple(signal_number(n) for n in names), insist)
-    if threading.current_thread() is not threading.main_thread() or not watch.signals:
-        yield watch
-        return
-    installed = {n: signal.signal(n, watch.handle) for n in watch.signals}
-    watch.previous = {n: launchers_handler(n, h) for n, h in installed.items()}
-    watch.received = next((w.received for w in reversed(watches) if w.received), None)
-    watches.append(watch)
-    try:
-        yield watch
-    finally:
-        watches.remove(watch)
-        for number, handler in installed.items():
-            signal.signal(number, handler if handler is not None else signal.SIG_DFL)
+    with installed({n: watch.handle for n in watch.signals}) as before:
+        if before is None or not watch.signals:  # off the main thread, or nothing to watch
+            yield watch
+            return
+        watch.previous = {n: launchers_handler(n, h) for n, h in before.items()}
+        watch.received = next((w.received for w in reversed(watches) if w.received), None)
+        watches.append(watch)
+        try:
+            yield watch
+        finally:
+            watches.remove(watch)
 
 
 def launchers_handler(number: signal.Signals, handler: Handler) -> Handler:

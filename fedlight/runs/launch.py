@@ -23,7 +23,6 @@ import gc
 import os
 import signal
 import sys
-import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
@@ -38,6 +37,7 @@ from torch.multiprocessing.spawn import ProcessException, ProcessRaisedException
 from fedlight.core.allocator import fix_mmap_threshold
 from fedlight.core.errors import one_line, require
 from fedlight.core.settings import FLSettings, RunSettings, check_nccl
+from fedlight.core.signals import installed
 from fedlight.drivers.preemption import (
     PREEMPTED_EXIT_CODE,
     Preempted,
@@ -211,14 +211,11 @@ def sigterm_raises_terminated() -> Iterator[None]:
 
     # only the main thread handles signals; a preemption watch has SIGTERM stop the workers at
     # the end of their round instead (`fedlight.drivers.preemption`)
-    if threading.current_thread() is not threading.main_thread() or watching(signal.SIGTERM):
+    if watching(signal.SIGTERM):
         yield
         return
-    previous = signal.signal(signal.SIGTERM, terminated)
-    try:
+    with installed({signal.SIGTERM: terminated}):  # off the main thread: nothing installed
         yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def reported_failure(failure: ProcessException, errors: Any, count: int) -> BaseException:

@@ -16,13 +16,13 @@ import errno
 import os
 import signal
 import stat
-import threading
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
 from fedlight.core.errors import ConfigError
+from fedlight.core.signals import installed
 
 DEFERRED = (signal.SIGINT, signal.SIGTERM)
 NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -81,20 +81,12 @@ def replaced(path: Path) -> Iterator[BinaryIO]:
 @contextmanager
 def signals_deferred() -> Iterator[None]:
     """SIGINT and SIGTERM received in the block are raised again once it has ended and the
-    handlers before are back: each kind once, in the order they came (a handler that raises, as
-    Ctrl-C's does, ends that). Only the main thread handles signals; elsewhere nothing changes.
-    Every handler installed is put back even when a signal already pending is handled half-way
-    (ExitStack runs each restore). A write that hangs is stopped by SIGKILL only."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
+    handlers before are back (`fedlight.core.signals.installed`): each kind once, in the order
+    they came (a handler that raises, as Ctrl-C's does, ends that). Off the main thread nothing
+    changes. A write that hangs is stopped by SIGKILL only."""
     received: list[int] = []
     try:
-        with ExitStack() as restore:
-            for number in DEFERRED:
-                before = signal.getsignal(number)  # None: not installed from Python
-                restore.callback(signal.signal, number, before or signal.SIG_DFL)
-                signal.signal(number, lambda taken, _: received.append(taken))
+        with installed({n: lambda taken, _: received.append(taken) for n in DEFERRED}):
             yield
     finally:  # a block that failed still passes on what was received
         for number in dict.fromkeys(received):
