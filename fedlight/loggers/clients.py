@@ -8,7 +8,9 @@ training moved its weights: an outlier is a diverging or attacking client), whet
 came late or was rejected, and what its own client-side stages reported and its module logged in
 training. An asynchronous server update's rows are its arrivals, with their staleness and without
 `update_norm` (an upload arrives encoded, its trained weights are not at hand). The rows are the
-main worker's (every worker's participants, gathered); rounds a resume replays have none.
+main worker's (every worker's participants, gathered); rounds a resume replays have none. The
+update norm is computed only in a run with a logger that shows the rows (`shows_clients`: W&B's
+table, TensorBoard's histograms); under the CSV, console and MLflow loggers alone it is nan.
 
 What they publish: under secure aggregation (a stage that `hides_uploads`) nothing, as the
 protocol reveals nothing of one client (Bonawitz et al. 2017); under DP, values outside the
