@@ -22,7 +22,7 @@ from benchmarks.peers.records import (
     FRAMEWORKS,
     frameworks_in,
     paired,
-    ratios,
+    pss_ratio,
     read,
     summarize,
 )
@@ -55,13 +55,18 @@ def records_of(directory: Path, spec: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def peers_lines(directory: Path, spec: dict[str, Any]) -> list[str]:
-    """Every workload × framework with its figures and the ratios fedlight / peer."""
+    """Every workload × framework with its figures and the ratios fedlight / peer (speed and CPU:
+    the geometric means of the paired repeats, as the intervals block; memory: of the peaks)."""
     body = []
     for record in records_of(directory, spec):
         summaries = [summarize(record, f) for f in frameworks_in(record)]
         ours = summaries[0]
         for summary in summaries:
-            ratio = ratios(ours, summary) if summary is not ours else None
+            other = summary is not ours
+            speed, cpu = (
+                ratio_interval(paired(record, ours.framework, summary.framework, key)).mean
+                for key in ("round_seconds", "round_cpu_seconds")
+            )
             body.append(
                 [
                     record["workload"],
@@ -69,13 +74,13 @@ def peers_lines(directory: Path, spec: dict[str, Any]) -> list[str]:
                     summary.version,
                     f"{summary.seconds_per_round:.2f}",
                     f"{summary.samples_per_second:,.0f}",
-                    "" if ratio is None else f"{ratio['speed']:.2f}×",
+                    f"{speed:.2f}×" if other else "",
                     f"{summary.cpu_seconds_per_round:.2f}",
                     f"{summary.cpu_seconds_per_round / summary.seconds_per_round:.2f}",
-                    "" if ratio is None else f"{ratio['cpu']:.2f}×",
+                    f"{cpu:.2f}×" if other else "",
                     f"{summary.outside_seconds:.1f}",
                     f"{summary.peak_pss_mb:,.0f}",
-                    "" if ratio is None else f"{ratio['peak_pss']:.2f}×",
+                    f"{pss_ratio(ours, summary):.2f}×" if other else "",
                     f"{summary.peak_rss_mb:,.0f}",
                     str(summary.peak_threads),
                     str(summary.processes),
@@ -120,7 +125,7 @@ def line_lines(directory: Path, spec: dict[str, Any]) -> list[str]:
         parts = []
         for peer in peers:
             speed, cpu = (
-                ratio_words(paired(record, ours, peer, key))
+                ratio_words(ratio_interval(paired(record, ours, peer, key)))
                 for key in ("round_seconds", "round_cpu_seconds")
             )
             name = PEER_NAMES.get(peer, peer)
@@ -131,14 +136,6 @@ def line_lines(directory: Path, spec: dict[str, Any]) -> list[str]:
             f"with {accuracy_words(summaries)}."
         )
     return lines
-
-
-def ratio_words(each: list[float]) -> str:
-    """A ratio's geometric mean over the repeats with its 95% interval, where it has one."""
-    found = ratio_interval(each)
-    return f"{found.mean:.2f}×" + (
-        "" if found.low is None else f" [{found.low:.2f}, {found.high:.2f}]"
-    )
 
 
 def each_run(accuracies: list[float]) -> str:
@@ -192,37 +189,50 @@ def ratio_interval(ratios_per_repeat: list[float]) -> Interval:
     return t_interval([math.log(r) for r in ratios_per_repeat]).mapped(math.exp)
 
 
+# what an interval of a fedlight / other ratio (above 1: fedlight ahead) decides
+AHEAD, BEHIND, NO_DIFFERENCE, ONE_REPEAT = "fedlight ahead", "behind", "no difference shown", "one"
+
+
 def ratio_verdict(found: Interval) -> str:
-    """What the interval of a fedlight / peer ratio (above 1: fedlight ahead) decides."""
+    """AHEAD above 1, BEHIND below, NO_DIFFERENCE where the interval holds 1, ONE_REPEAT without
+    an interval."""
     if found.low is None or found.high is None:
-        return "one repeat: no interval"
+        return ONE_REPEAT
     if found.low > 1:
-        return "fedlight ahead"
-    if found.high < 1:
-        return "the peer ahead"
-    return "no difference shown"
+        return AHEAD
+    return BEHIND if found.high < 1 else NO_DIFFERENCE
 
 
-def ratio_cells(each: list[float]) -> list[str]:
-    """A ratio's cells: each repeat's, their geometric mean [95% CI], the verdict."""
-    found = ratio_interval(each)
-    return [", ".join(f"{r:.2f}" for r in each), ratio_words(each), ratio_verdict(found)]
+def verdict_words(verdict: str, other: str) -> str:
+    """A verdict as the table says it, naming the framework fedlight is compared with."""
+    return {BEHIND: f"{other} ahead", ONE_REPEAT: "one repeat: no interval"}.get(verdict, verdict)
+
+
+def ratio_words(found: Interval) -> str:
+    """A ratio's geometric mean over the repeats with its 95% interval, where it has one."""
+    band = "" if found.low is None else f" [{found.low:.2f}, {found.high:.2f}]"
+    return f"{found.mean:.2f}×{band}"
 
 
 def intervals_lines(directory: Path, spec: dict[str, Any]) -> list[str]:
-    """Per workload and peer, fedlight's speed and CPU ratios in each repeat (paired by cycle),
-    their geometric means with 95% intervals and what those decide; then a count of the
-    verdicts over the peers (fedlight-before is not one)."""
-    body, verdicts = [], {"speed": [], "CPU": []}
+    """Per workload and framework fedlight is compared with, its speed and CPU ratios in each
+    repeat (paired by cycle), their geometric means with 95% intervals and what those decide;
+    then a count of the verdicts over the peers (fedlight-before is not one)."""
+    body: list[list[str]] = []
+    verdicts: dict[str, list[str]] = {"speed": [], "CPU": []}
     for record in records_of(directory, spec):
         ours, *others = frameworks_in(record)
         for other in others:
-            speed = ratio_cells(paired(record, ours, other))
-            cpu = ratio_cells(paired(record, ours, other, "round_cpu_seconds"))
-            body.append([record["workload"], f"{ours} / {other}", *speed, *cpu])
-            if FRAMEWORKS[other].engine is None:  # a peer
-                verdicts["speed"].append(speed[2])
-                verdicts["CPU"].append(cpu[2])
+            row = [record["workload"], f"{ours} / {other}"]
+            for ratio, key in (("speed", "round_seconds"), ("CPU", "round_cpu_seconds")):
+                each = paired(record, ours, other, key)
+                found = ratio_interval(each)
+                verdict = ratio_verdict(found)
+                row += [", ".join(f"{r:.2f}" for r in each), ratio_words(found)]
+                row.append(verdict_words(verdict, other))
+                if FRAMEWORKS[other].engine is None:  # a peer
+                    verdicts[ratio].append(verdict)
+            body.append(row)
     header = ["workload", "ratio", "speed, each repeat", "speed [95% CI]", "speed: verdict"]
     header += ["CPU, each repeat", "CPU [95% CI]", "CPU: verdict"]
     return [*markdown_table(header, body, text_columns=3), "", verdict_count(verdicts)]
@@ -232,13 +242,18 @@ def verdict_count(verdicts: dict[str, list[str]]) -> str:
     """One sentence: how many comparisons with a peer each verdict got, by speed and by CPU."""
     parts = []
     for ratio, found in verdicts.items():
-        counts = ", ".join(
-            f"{word} in {found.count(word)}"
-            for word in ("fedlight ahead", "the peer ahead", "no difference shown")
-        )
-        alone = found.count("one repeat: no interval")
-        parts.append(f"by {ratio}, {counts}" + (f" (and {alone} with one repeat)" if alone else ""))
-    total = len(next(iter(verdicts.values())))
+        counts = [
+            f"{words} in {found.count(verdict)}"
+            for verdict, words in (
+                (AHEAD, "fedlight ahead"),
+                (BEHIND, "the peer ahead"),
+                (NO_DIFFERENCE, "no difference shown"),
+            )
+        ]
+        alone = found.count(ONE_REPEAT)
+        tail = f" (and {alone} with one repeat)" if alone else ""
+        parts.append(f"by {ratio}, {', '.join(counts)}{tail}")
+    total = len(verdicts["speed"])
     return f"Of the {total} comparisons of fedlight with a peer: {'; '.join(parts)}."
 
 

@@ -640,8 +640,8 @@ def block_lines(root: Path, page: Page, spec: dict[str, Any], where: str) -> lis
     `pilot` (how often a pilot of a few rounds picks the end's winner: pilot_blocks),
     `aggregator_scaling` or `aggregator_setting` (aggregation time against n: aggregator_blocks),
     `peers`, `peer_settings`, `peer_line`, `peer_seeds` or `peer_intervals` (benchmarks.peers'
-    records, no reference:
-    peer_blocks). An unknown kind's error lists the kinds from `kinds` below, the one registry."""
+    records, no reference: peer_blocks). An unknown kind's error lists the kinds from `kinds`
+    below, the one registry."""
     from fedlight.reports.verdict_tables import beside_table
     from scripts.aggregator_blocks import AGGREGATOR_BLOCKS
     from scripts.cost_blocks import COST_BLOCKS

@@ -6,15 +6,15 @@ Steady state: a run's rounds after its first (the first holds a simulator's warm
 its workers, first-call allocations), their median; over the repeats, the median again. Samples per
 second: the examples a round trains on average divided by that. CPU seconds per round: the same
 medians of the process tree's CPU time within the rounds (what the load moves least; above the
-wall seconds, the framework ran on more than one core). Ratios of speed are fedlight's samples per
-second over the peer's (above 1: fedlight is faster); of CPU, the peer's CPU seconds per round over
-fedlight's (above 1: fedlight needs less CPU for a round); of memory, fedlight's peak PSS over the
+wall seconds, the framework ran on more than one core). Memory: fedlight's peak PSS over the
 peer's (below 1: fedlight holds less).
 
-Repeats are alternated (each starts one framework further along), so a framework's k-th run and
-a peer's k-th ran in the same cycle, minutes apart: `paired` pairs them, and the page's
-intervals of the speed and CPU ratios are 95% t intervals of the paired log ratios (the
-machine's speed drifts between cycles; a pair shares its cycle's drift).
+Ratios of speed and CPU pair the repeats: they are alternated (each starts one framework further
+along), so a framework's k-th run and a peer's k-th ran in the same cycle, minutes apart, and
+share its load. `paired` gives each repeat's ratio (fedlight's samples per second over the
+peer's, above 1: fedlight is faster; the peer's CPU seconds per round over fedlight's, above 1:
+fedlight needs less CPU); the page reports their geometric mean with the 95% t interval of
+their logs (scripts/peer_blocks.py).
 """
 
 import json
@@ -71,9 +71,14 @@ def steady(round_seconds: list[float]) -> float:
     return statistics.median(later)
 
 
+def runs_of(record: dict, framework: str) -> list[dict]:
+    """`framework`'s runs in `record`, in the order they ran."""
+    return [r for r in record["runs"] if r["framework"] == framework]
+
+
 def summarize(record: dict, framework: str) -> Summary:
     """`framework`'s runs in `record`, summarized."""
-    runs = [r for r in record["runs"] if r["framework"] == framework]
+    runs = runs_of(record, framework)
     if not runs:
         raise ValueError(f"{record['workload']}: no run of {framework} in the record")
     per_round = statistics.median(steady(r["round_seconds"]) for r in runs)
@@ -95,26 +100,18 @@ def summarize(record: dict, framework: str) -> Summary:
     )
 
 
-def ratios(ours: Summary, peer: Summary) -> dict[str, float]:
-    """fedlight / peer: speed (samples per second, above 1 is faster), CPU (the peer's CPU
-    seconds per round over fedlight's, above 1 is less), start-up and teardown seconds and peak
-    PSS (below 1 is less)."""
-    return {
-        "speed": ours.samples_per_second / peer.samples_per_second,
-        "cpu": peer.cpu_seconds_per_round / ours.cpu_seconds_per_round,
-        "outside_seconds": ours.outside_seconds / peer.outside_seconds,
-        "peak_pss": ours.peak_pss_mb / peer.peak_pss_mb,
-    }
+def pss_ratio(ours: Summary, peer: Summary) -> float:
+    """fedlight's peak PSS over the peer's (below 1: fedlight holds less)."""
+    return ours.peak_pss_mb / peer.peak_pss_mb
 
 
 def paired(record: dict, ours: str, peer: str, key: str = "round_seconds") -> list[float]:
     """Per repeat, the peer's steady seconds a round over `ours`'s (`key`: wall seconds, the
     speed ratio; `round_cpu_seconds`, the CPU ratio), the k-th run of each paired: both ran in
     the k-th cycle of the alternation."""
-    runs = {f: [r for r in record["runs"] if r["framework"] == f] for f in (ours, peer)}
     return [
         steady(theirs[key]) / steady(mine[key])
-        for mine, theirs in zip(runs[ours], runs[peer], strict=True)
+        for mine, theirs in zip(runs_of(record, ours), runs_of(record, peer), strict=True)
     ]
 
 

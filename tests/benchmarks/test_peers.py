@@ -32,6 +32,7 @@ from fedlight.models.simple_cnn import SimpleCNN
 from fedlight.partitions.shards import Shards
 from fedlight.stages.selection.random import RandomSelection
 from scripts.peer_blocks import (
+    BEHIND,
     intervals_lines,
     line_lines,
     peers_lines,
@@ -185,17 +186,14 @@ def record(seconds: dict[str, list[list[float]]]) -> dict:
     }
 
 
-def test_steady_state_leaves_the_first_round_out_and_ratios_are_fedlight_over_peer():
+def test_steady_state_leaves_the_first_round_out_and_memory_is_fedlight_over_peer():
     content = record({"fedlight": [[9.0, 1.0, 1.0], [9.0, 1.0, 3.0]], "flower": [[9.0, 2.0]]})
     ours, peer = records.summarize(content, "fedlight"), records.summarize(content, "flower")
     assert ours.seconds_per_round == 1.5  # median of the repeats' medians (1.0 and 2.0)
     assert ours.samples_per_second == 100 / 1.5
     assert peer.seconds_per_round == 2.0
     assert (ours.cpu_seconds_per_round, peer.cpu_seconds_per_round) == (0.75, 1.0)
-    ratio = records.ratios(ours, peer)
-    assert ratio["speed"] == pytest.approx(2.0 / 1.5)
-    assert ratio["cpu"] == pytest.approx(1.0 / 0.75)
-    assert ratio["peak_pss"] == 0.5
+    assert records.pss_ratio(ours, peer) == 0.5
     with pytest.raises(ValueError, match="no run of pfl"):
         records.summarize(content, "pfl")
 
@@ -216,38 +214,57 @@ def test_the_blocks_show_every_framework_and_the_settings(tmp_path):
     assert settings[0] == "| setting | T |" and "| repeats | 1 |" in settings
 
 
+def alternated(content: dict) -> dict:
+    """The record's runs in the order `run` writes them: cycle k holds every framework's k-th
+    run, each cycle starting one framework further along."""
+    names = list(dict.fromkeys(r["framework"] for r in content["runs"]))
+    by_name = {n: [r for r in content["runs"] if r["framework"] == n] for n in names}
+    cycles = len(by_name[names[0]])
+    order = [names[k % len(names) :] + names[: k % len(names)] for k in range(cycles)]
+    return {**content, "runs": [by_name[n][k] for k in range(cycles) for n in order[k]]}
+
+
 def test_the_intervals_pair_each_repeat_and_decide_only_beyond_the_noise(tmp_path):
-    """Repeat k of fedlight against repeat k of the peer (the k-th cycle of the alternation);
-    the geometric mean of the paired ratios with its t interval on their logs decides."""
-    steady = {"fedlight": [1.0, 2.0, 1.0], "pfl": [2.0, 4.0, 2.2], "flower": [1.0, 2.2, 0.9]}
-    content = record({f: [[9.0, s, s] for s in seconds] for f, seconds in steady.items()})
+    """Repeat k of fedlight against repeat k of the other (the k-th cycle of the alternation,
+    whatever the order within the record); the geometric mean of the paired ratios with its t
+    interval on their logs decides; fedlight-before is named but not counted as a peer."""
+    steady = {
+        "fedlight": [1.0, 2.0, 1.0],
+        "fedlight-before": [0.5, 1.0, 0.55],
+        "pfl": [2.0, 4.0, 2.2],
+        "flower": [1.0, 2.2, 0.9],
+    }
+    content = alternated(
+        record({f: [[9.0, s, s] for s in seconds] for f, seconds in steady.items()})
+    )
     assert records.paired(content, "fedlight", "pfl") == [2.0, 2.0, pytest.approx(2.2)]
     assert records.paired(content, "fedlight", "pfl", "round_cpu_seconds") == pytest.approx(
         [2.0, 2.0, 2.2]
     )
     (tmp_path / "T.json").write_text(json.dumps(content))
-    lines = intervals_lines(tmp_path, {"records": ["T.json"]})
-    *table, blank, count = lines
+    *table, blank, count = intervals_lines(tmp_path, {"records": ["T.json"]})
     rows = {line.split(" | ")[1]: line.split(" | ")[2:5] for line in table[2:]}
     logs = [math.log(2.0), math.log(2.0), math.log(2.2)]
     half = 4.302653 * statistics.stdev(logs) / math.sqrt(3)  # t(0.975, 2)
     mean = statistics.fmean(logs)
-    low, high = math.exp(mean - half), math.exp(mean + half)
-    assert rows["fedlight / pfl"] == [
-        "2.00, 2.00, 2.20",
-        f"{math.exp(mean):.2f}× [{low:.2f}, {high:.2f}]",
-        "fedlight ahead",
-    ]
+    band = f"{math.exp(mean):.2f}× [{math.exp(mean - half):.2f}, {math.exp(mean + half):.2f}]"
+    assert rows["fedlight / pfl"] == ["2.00, 2.00, 2.20", band, "fedlight ahead"]
     assert rows["fedlight / flower"][2] == "no difference shown"  # 1.00, 1.10, 0.90
-    assert blank == "" and count.startswith(
-        "Of the 2 comparisons of fedlight with a peer: by speed, fedlight ahead in 1, "
-        "the peer ahead in 0, no difference shown in 1; by CPU,"
+    assert rows["fedlight / fedlight-before"][2] == "fedlight-before ahead"  # 0.50, 0.50, 0.55
+    assert blank == ""
+    assert count == (
+        "Of the 2 comparisons of fedlight with a peer: by speed, fedlight ahead in 1, the peer "
+        "ahead in 0, no difference shown in 1; by CPU, fedlight ahead in 1, the peer ahead in 0, "
+        "no difference shown in 1."
     )
+    [line] = line_lines(tmp_path, {"records": ["T.json"]})
+    assert f"and {band} pfl-research's samples per second ({band} in CPU time)" in line
     one = record({"fedlight": [[9.0, 1.0]], "pfl": [[9.0, 0.5]]})
     (tmp_path / "O.json").write_text(json.dumps(one))
-    [row] = intervals_lines(tmp_path, {"records": ["O.json"]})[2:-2]
-    assert row.split(" | ")[3:5] == ["0.50×", "one repeat: no interval"]
-    assert ratio_verdict(ratio_interval([0.5, 0.55, 0.52])) == "the peer ahead"
+    *table, _, count = intervals_lines(tmp_path, {"records": ["O.json"]})
+    assert table[2].split(" | ")[3:5] == ["0.50×", "one repeat: no interval"]
+    assert count.endswith("no difference shown in 0 (and 1 with one repeat).")
+    assert ratio_verdict(ratio_interval([0.5, 0.55, 0.52])) == BEHIND
 
 
 def test_fedlights_round_seconds_are_read_from_its_metrics(tmp_path):
