@@ -131,7 +131,8 @@ class Driver(ABC):
         self.workers = OneWorker(device) if workers is None else workers
         self.privacy.agree_on_noise(self.workers.broadcast)  # before any noise is drawn
         self.progress = SilentProgress() if progress is None else progress
-        # whether a logger shows per-client rows (`run` asks them): else no update norm is computed
+        # whether a logger shows per-client rows (`start_rounds` asks them): else no update norm
+        # is computed
         self.shows_clients = False
         self.client_states = (
             MemoryClientStates(device)

@@ -272,7 +272,9 @@ class WandbLogger:
             self._disable(failure)
 
     def shows_clients(self) -> bool:
-        return self.clients != "off"
+        """A table of clients, and a run to log it to (`start` ran; none after a failure or
+        under mode=disabled's stand-in run, which logs nothing)."""
+        return self._run is not None and self.clients != "off" and self.mode != "disabled"
 
     def log_clients(self, round_index: int, clients: Sequence[MetricsRow]) -> None:
         """The round's rows added to the clients table and the table logged (W&B's incremental

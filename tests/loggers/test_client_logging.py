@@ -152,12 +152,18 @@ def test_each_is_optional_by_a_setting(
     assert "figures/curves" in logged.Tags()["images"]
 
 
+COUNTED_ROUNDS = 2
+SHOWN = COUNTED_ROUNDS * CLIENTS_PER_ROUND  # a norm per participant and round
+
+
 @pytest.mark.parametrize(
     ("loggers", "computed"),
     [
         (["logger=csv"], 0),
-        (["logger=[csv,wandb]", "logger.wandb.mode=offline"], 2 * CLIENTS_PER_ROUND),
-        (["logger=tensorboard"], 2 * CLIENTS_PER_ROUND),
+        (["logger=[csv,wandb]", "logger.wandb.mode=offline"], SHOWN),
+        (["logger=[csv,wandb]", "logger.wandb.mode=offline", "logger.wandb.clients=off"], 0),
+        (["logger=tensorboard"], SHOWN),
+        (["logger=tensorboard", "logger.tensorboard.client_histograms=false"], 0),
     ],
 )
 def test_update_norms_are_computed_only_for_a_logger_that_shows_clients(
@@ -168,8 +174,10 @@ def test_update_norms_are_computed_only_for_a_logger_that_shows_clients(
     computed: int,
 ) -> None:
     """The norm is a float64 pass over each participant's weights: metrics.csv, the console and
-    MLflow show no per-client row, so a run logging to them alone does not pay for it."""
+    MLflow show no per-client row, nor a tracker whose rows are switched off, so a run logging
+    to them alone does not pay for it."""
     monkeypatch.delenv("WANDB_DIR", raising=False)
+    monkeypatch.setenv("WANDB_DATA_DIR", str(tmp_path / "wandb-data"))
     calls: list[float] = []
 
     def counted(weights: Any, start: Any) -> float:
@@ -177,9 +185,22 @@ def test_update_norms_are_computed_only_for_a_logger_that_shows_clients(
         return calls[-1]
 
     monkeypatch.setattr(synchronous, "update_norm", counted)
-    run_job(make_job([*TINY, "fl.rounds=2", *loggers]), tmp_path)
+    run_job(make_job([*TINY, f"fl.rounds={COUNTED_ROUNDS}", *loggers]), tmp_path)
     assert len(calls) == computed
     assert all(norm > 0 for norm in calls)
+
+
+def test_with_two_workers_every_participants_norm_reaches_the_histograms(
+    make_job: Callable[[list[str]], Job], tmp_path: Path
+) -> None:
+    """Only the main worker has loggers; the other worker, which trains half the participants,
+    learns from it that they are shown and computes their norms too (a NaN has no bin)."""
+    overrides = [*TINY, f"fl.rounds={COUNTED_ROUNDS}", "logger=tensorboard", "fl.workers=2"]
+    run_job(make_job(overrides), tmp_path)
+    norms = events(tmp_path).Histograms("clients/update_norm")
+    assert [(h.step, h.histogram_value.num) for h in norms] == [
+        (r, CLIENTS_PER_ROUND) for r in range(1, COUNTED_ROUNDS + 1)
+    ]
 
 
 @pytest.mark.parametrize(
