@@ -14,11 +14,16 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
-Handler = Callable[[int, Any], Any] | int | signal.Handlers | None
+# what `signal.signal` installs; what `signal.getsignal` finds may also be None (a handler not
+# installed from Python)
+Installable = Callable[[int, Any], Any] | int | signal.Handlers
+Handler = Installable | None
 
 
 @contextmanager
-def installed(handlers: Mapping[signal.Signals, Handler]) -> Iterator[dict | None]:
+def installed(
+    handlers: Mapping[signal.Signals, Installable],
+) -> Iterator[dict[signal.Signals, Handler] | None]:
     """Each signal's handler set for the duration; yields the handlers found before (None where
     one was not installed from Python), or None off the main thread, where nothing is set. Every
     handler found is put back (one found as None as SIG_DFL), each by its own callback of an
