@@ -63,10 +63,8 @@ def peers_lines(directory: Path, spec: dict[str, Any]) -> list[str]:
         ours = summaries[0]
         for summary in summaries:
             other = summary is not ours
-            speed, cpu = (
-                ratio_interval(paired(record, ours.framework, summary.framework, key)).mean
-                for key in ("round_seconds", "round_cpu_seconds")
-            )
+            found = ratio_intervals(record, ours.framework, summary.framework) if other else {}
+            speed, cpu = (f"{found[r][1].mean:.2f}×" if other else "" for r in RATIOS)
             body.append(
                 [
                     record["workload"],
@@ -74,10 +72,10 @@ def peers_lines(directory: Path, spec: dict[str, Any]) -> list[str]:
                     summary.version,
                     f"{summary.seconds_per_round:.2f}",
                     f"{summary.samples_per_second:,.0f}",
-                    f"{speed:.2f}×" if other else "",
+                    speed,
                     f"{summary.cpu_seconds_per_round:.2f}",
                     f"{summary.cpu_seconds_per_round / summary.seconds_per_round:.2f}",
-                    f"{cpu:.2f}×" if other else "",
+                    cpu,
                     f"{summary.outside_seconds:.1f}",
                     f"{summary.peak_pss_mb:,.0f}",
                     f"{pss_ratio(ours, summary):.2f}×" if other else "",
@@ -125,8 +123,7 @@ def line_lines(directory: Path, spec: dict[str, Any]) -> list[str]:
         parts = []
         for peer in peers:
             speed, cpu = (
-                ratio_words(ratio_interval(paired(record, ours, peer, key)))
-                for key in ("round_seconds", "round_cpu_seconds")
+                ratio_words(found) for _, found in ratio_intervals(record, ours, peer).values()
             )
             name = PEER_NAMES.get(peer, peer)
             parts.append(f"{speed} {name}'s samples per second ({cpu} in CPU time)")
@@ -189,6 +186,19 @@ def ratio_interval(ratios_per_repeat: list[float]) -> Interval:
     return t_interval([math.log(r) for r in ratios_per_repeat]).mapped(math.exp)
 
 
+# the ratios fedlight / other the page gives, by the record's per-round seconds they divide
+RATIOS = {"speed": "round_seconds", "CPU": "round_cpu_seconds"}
+
+
+def ratio_intervals(record: dict, ours: str, other: str) -> dict[str, tuple[list[float], Interval]]:
+    """Each ratio of RATIOS: its paired per-repeat values and their interval."""
+    found = {}
+    for ratio, key in RATIOS.items():
+        each = paired(record, ours, other, key)
+        found[ratio] = (each, ratio_interval(each))
+    return found
+
+
 # what an interval of a fedlight / other ratio (above 1: fedlight ahead) decides
 AHEAD, BEHIND, NO_DIFFERENCE, ONE_REPEAT = "fedlight ahead", "behind", "no difference shown", "one"
 
@@ -219,14 +229,12 @@ def intervals_lines(directory: Path, spec: dict[str, Any]) -> list[str]:
     repeat (paired by cycle), their geometric means with 95% intervals and what those decide;
     then a count of the verdicts over the peers (fedlight-before is not one)."""
     body: list[list[str]] = []
-    verdicts: dict[str, list[str]] = {"speed": [], "CPU": []}
+    verdicts: dict[str, list[str]] = {ratio: [] for ratio in RATIOS}
     for record in records_of(directory, spec):
         ours, *others = frameworks_in(record)
         for other in others:
             row = [record["workload"], f"{ours} / {other}"]
-            for ratio, key in (("speed", "round_seconds"), ("CPU", "round_cpu_seconds")):
-                each = paired(record, ours, other, key)
-                found = ratio_interval(each)
+            for ratio, (each, found) in ratio_intervals(record, ours, other).items():
                 verdict = ratio_verdict(found)
                 row += [", ".join(f"{r:.2f}" for r in each), ratio_words(found)]
                 row.append(verdict_words(verdict, other))
