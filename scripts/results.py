@@ -754,8 +754,8 @@ SETTING_ROWS = (
 
 def config_values(root: Path, page: Page, key: str, sweeps: list[str] | None = None) -> list[str]:
     """The distinct values a config key took over the page's records (or those of them named in
-    `sweeps`), in order (a config group's choice from summary.json, other keys from the resolved
-    config)."""
+    `sweeps`): numbers in increasing order, other values in the records' order (a config group's
+    choice from summary.json, other keys from the resolved config)."""
     values: dict[str, None] = {}
     for sweep in record_dirs(root, page, sweeps):
         for job in job_dirs(sweep):
@@ -767,7 +767,10 @@ def config_values(root: Path, page: Page, key: str, sweeps: list[str] | None = N
                 for part in key.split("."):
                     value = (value or {}).get(part)
             values[str(value)] = None
-    return sorted(values, key=lambda v: (len(v), v)) if key == "seed" else list(values)
+    try:
+        return sorted(values, key=float)
+    except ValueError:
+        return list(values)
 
 
 def setting_verdict(label: str, theirs: str, ours: str, verdicts: dict[str, str]) -> str:
