@@ -59,7 +59,7 @@ from typing import Any
 
 import yaml
 
-from fedlight.store.sweeps import job_dirs
+from fedlight.store.sweeps import job_dirs, job_order
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = Path("docs/results")
@@ -754,11 +754,12 @@ SETTING_ROWS = (
 
 def config_values(root: Path, page: Page, key: str, sweeps: list[str] | None = None) -> list[str]:
     """The distinct values a config key took over the page's records (or those of them named in
-    `sweeps`): numbers in increasing order, other values in the records' order (a config group's
-    choice from summary.json, other keys from the resolved config)."""
+    `sweeps`): numbers in increasing order, then the other values in the order of the records and
+    their jobs (a config group's choice from summary.json, other keys from the resolved config)."""
     values: dict[str, None] = {}
     for sweep in record_dirs(root, page, sweeps):
-        for job in job_dirs(sweep):
+        jobs = sorted(job_dirs(sweep), key=lambda d: job_order(d.relative_to(sweep).as_posix()))
+        for job in jobs:
             summary = read_tree(job / "summary.json", f"{page.directory}: setting table")
             if "." not in key and key in summary:
                 value = summary[key]
@@ -767,10 +768,16 @@ def config_values(root: Path, page: Page, key: str, sweeps: list[str] | None = N
                 for part in key.split("."):
                     value = (value or {}).get(part)
             values[str(value)] = None
+    return sorted(values, key=numbers_first)
+
+
+def numbers_first(value: str) -> tuple[int, float]:
+    """A sort key: numbers by value, before every other value (a stable sort keeps their order)."""
     try:
-        return sorted(values, key=float)
+        number = float(value)
     except ValueError:
-        return list(values)
+        return (1, 0.0)
+    return (0, number) if number == number else (1, 0.0)  # NaN is not ordered: with the others
 
 
 def setting_verdict(label: str, theirs: str, ours: str, verdicts: dict[str, str]) -> str:

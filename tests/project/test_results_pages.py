@@ -109,19 +109,29 @@ def test_a_setting_row_has_a_verdict() -> None:
 
 
 def test_a_setting_row_lists_numbers_in_increasing_order(tmp_path: Path) -> None:
-    """The values a key took over the records: numbers sorted as numbers (10 before 100, 0.01
-    before 0.03), whatever order the jobs ran in; other values in the records' order."""
-    for job, (clients, lr, model) in enumerate(
-        [(1, 0.03, "mlp"), (100, 0.01, "cnn"), (10, 0.1, "mlp")]
-    ):
+    """The values a key took over the records: numbers sorted as numbers (20 before 50, 1e-05
+    before 0.001), whatever order the jobs ran in, then the other values in the jobs' order (job
+    2 before job 10, whatever order the file system lists them in)."""
+    jobs = {
+        0: (1, 0.001, "mlp"),
+        2: (50, 1e-05, "cnn"),
+        10: (None, 0.1, "lstm"),
+        3: (20, 0.1, "cnn"),
+    }
+    for job, (clients, lr, model) in jobs.items():
         (tmp_path / "page/runs/a" / str(job) / ".hydra").mkdir(parents=True)
         config = {"fl": {"clients_per_round": clients}, "optim": {"lr": lr}}
         (tmp_path / f"page/runs/a/{job}/.hydra/config.yaml").write_text(yaml.safe_dump(config))
         (tmp_path / f"page/runs/a/{job}/summary.json").write_text(json.dumps({"model": model}))
     page = results.Page(Path("page"), reports={".": ("runs/a",)})
-    assert results.config_values(tmp_path, page, "fl.clients_per_round") == ["1", "10", "100"]
-    assert results.config_values(tmp_path, page, "optim.lr") == ["0.01", "0.03", "0.1"]
-    assert results.config_values(tmp_path, page, "model") == ["mlp", "cnn"]
+    assert results.config_values(tmp_path, page, "fl.clients_per_round") == [
+        "1",
+        "20",
+        "50",
+        "None",
+    ]
+    assert results.config_values(tmp_path, page, "optim.lr") == ["1e-05", "0.001", "0.1"]
+    assert results.config_values(tmp_path, page, "model") == ["mlp", "cnn", "lstm"]
 
 
 @pytest.mark.parametrize(
