@@ -59,7 +59,7 @@ from typing import Any
 
 import yaml
 
-from fedlight.store.sweeps import job_dirs, job_order
+from fedlight.store.sweeps import job_dirs
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = Path("docs/results")
@@ -758,8 +758,7 @@ def config_values(root: Path, page: Page, key: str, sweeps: list[str] | None = N
     their jobs (a config group's choice from summary.json, other keys from the resolved config)."""
     values: dict[str, None] = {}
     for sweep in record_dirs(root, page, sweeps):
-        jobs = sorted(job_dirs(sweep), key=lambda d: job_order(d.relative_to(sweep).as_posix()))
-        for job in jobs:
+        for job in job_dirs(sweep):
             summary = read_tree(job / "summary.json", f"{page.directory}: setting table")
             if "." not in key and key in summary:
                 value = summary[key]

@@ -92,19 +92,17 @@ def job_state(directory: Path, mine: bool = False) -> JobState:
 
 def sweep_states(sweep_dir: Path) -> list[JobState]:
     """Every job directory of the sweep in `sweep_dir`, in job order."""
-    found = job_dirs(sweep_dir)
-    return [
-        job_state(d)
-        for d in sorted(found, key=lambda d: job_order(d.relative_to(sweep_dir).as_posix()))
-    ]
+    return [job_state(d) for d in job_dirs(sweep_dir)]
 
 
 def job_dirs(sweep_dir: Path) -> list[Path]:
     """The directories Hydra made for the sweep's jobs (those holding `.hydra/`), not those of
-    another sweep inside it (a folder with its own multirun.yaml: a study's `tested` sweep)."""
+    another sweep inside it (a folder with its own multirun.yaml: a study's `tested` sweep), in job
+    order, not the order the file system lists them in."""
     nested = {p.parent for p in sweep_dir.glob("*/**/multirun.yaml")}
     found = [p.parent for p in sweep_dir.glob("**/.hydra") if p.is_dir()]
-    return [d for d in found if not any(n == d or n in d.parents for n in nested)]
+    jobs = [d for d in found if not any(n == d or n in d.parents for n in nested)]
+    return sorted(jobs, key=lambda d: job_order(d.relative_to(sweep_dir).as_posix()))
 
 
 def job_order(name: str) -> tuple[tuple[int, int | str], ...]:
