@@ -29,6 +29,7 @@ PRESETS = [
     "scaffold_tutorial",
     "mcmahan2017_table1",
     "fedprox2020",
+    "cifar_models",
 ]
 
 
@@ -47,6 +48,7 @@ def test_every_preset_is_listed_and_declares_seeds_0_1_2() -> None:
         ("rounds_vs_epochs", 3 * 3 * 3, {"data": "fmnist", "model": "simple_cnn"}),
         ("fed_vs_central", 3 * 3, {"data": "fmnist", "model": "simple_cnn"}),
         ("scaffold_tutorial", 3 * 3, {"data": "cifar10", "partition": "label_blocks"}),
+        ("cifar_models", 3 * 3, {"data": "cifar10", "model": "simple_cnn"}),
     ],
 )
 def test_each_preset_sweep_expands_and_every_job_is_validated(
@@ -56,6 +58,24 @@ def test_each_preset_sweep_expands_and_every_job_is_validated(
     assert len(overrides) == jobs
     cfg = compose_config(overrides[-1])
     assert {g: cfg.hydra.runtime.choices[g] for g in choices} == choices
+
+
+def test_cifar_models_crosses_three_cnns_and_runs_the_tutorials_normalization_on_request() -> None:
+    models = [compose_config(o) for o in validate_command_line(["-m", "+experiment=cifar_models"])]
+    assert [c.hydra.runtime.choices["model"] for c in models[::3]] == [
+        "cifar_cnn",
+        "cnn",
+        "simple_cnn",
+    ]
+    assert {(c.fl.num_clients, c.fl.clients_per_round, c.fl.rounds) for c in models} == {
+        (100, 10, 100)
+    }
+    assert {c.data.statistics for c in models} == {"dataset"}
+    half = validate_command_line(
+        ["-m", "+experiment=cifar_models", "model=cifar_cnn", "data.statistics=half"]
+    )
+    assert len(half) == 3
+    assert compose_config(half[0]).data.statistics == "half"
 
 
 def test_fed_vs_central_bundles_algorithm_and_partition_per_setting() -> None:
