@@ -13,6 +13,18 @@ from fedlight.core.allocator import MAX_THRESHOLD_MB
 from fedlight.core.errors import ConfigError, require
 from fedlight.core.objectives import OBJECTIVES
 
+# Top-level settings that say where and how a run is written or shown, not what it computes: a
+# run's name leaves them out (a resumed run keeps the name of the run it continues), and so do a
+# report's cells (the same run shown with another console gives the same numbers).
+OUTPUT_ONLY = ("resume", "overwrite", "logger", "console", "hydra")
+
+
+def output_only(override_key: str) -> bool:
+    """Whether an override (`console.progress=lines`, `+logger=wandb`, or its key alone) only
+    says where or how a run is written or shown (OUTPUT_ONLY)."""
+    return override_key.lstrip("+~").partition("=")[0].split(".")[0] in OUTPUT_ONLY
+
+
 # Signals a run cannot take as a preemption notice: Ctrl-C has its own meaning (exit 130), a
 # child's end and SIGKILL/SIGSTOP cannot be caught.
 UNCATCHABLE = ("SIGINT", "SIGKILL", "SIGSTOP", "SIGCHLD")

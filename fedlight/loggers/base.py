@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from fedlight.core.errors import require
+from fedlight.core.settings import output_only
 
 METRIC_COLUMNS = (
     "round",
@@ -127,11 +128,6 @@ class SilentProgress:
         pass
 
 
-# Settings that say where and how a run is written or logged, not what it computes: left out of
-# its name (a resumed run keeps the name of the run it continues).
-UNNAMED_KEYS = ("resume", "overwrite", "logger", "console", "hydra")
-
-
 def default_run_name(output_dir: Path) -> str:
     """A run's name without overrides: its directory's last two parts (`2024-05-01/12-00-00`, a
     sweep job's `12-00-00/3`)."""
@@ -141,12 +137,9 @@ def default_run_name(output_dir: Path) -> str:
 def job_name(overrides: Sequence[str], output_dir: Path) -> str:
     """A run's name as a user tells the runs of a project apart: its command-line overrides
     (a sweep job's own, `algo=scaffold,seed=1`, as Hydra's override_dirname joins them) less
-    the UNNAMED_KEYS; without any, `default_run_name`."""
-    named = [
-        override
-        for override in overrides
-        if override.lstrip("+~").partition("=")[0].split(".")[0] not in UNNAMED_KEYS
-    ]
+    the settings that only say where or how it is written (`output_only`); without any,
+    `default_run_name`."""
+    named = [override for override in overrides if not output_only(override)]
     return ",".join(named) or default_run_name(output_dir)
 
 

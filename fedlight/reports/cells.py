@@ -5,6 +5,7 @@ of the seeds that diverged, collapsed or never left chance."""
 import statistics
 from dataclasses import replace
 
+from fedlight.core.settings import output_only
 from fedlight.reports.computed import computed, is_censored, observation
 from fedlight.reports.model import MISSING, Group, JobResult, Layout, Section
 from fedlight.reports.stats import Censored, kaplan_meier_median
@@ -50,18 +51,18 @@ DECIMALS = {"participation_jain": 3}
 DIVERGED_MARK = "†"
 COLLAPSED_MARK = "‡"
 NEVER_MARK = "§"
-# Overrides that do not make a different experiment: the seed varies within a group, and a run
-# resumed from a checkpoint gives the uninterrupted run's numbers.
-NOT_GROUPED = ("seed", "resume")
 
 
 def group_jobs(jobs: list[JobResult]) -> list[Group]:
-    """Finished jobs grouped by their overrides other than seed and resume, in job order."""
+    """Finished jobs grouped by their overrides, in job order: the seed varies within a group, and
+    overrides that only say where or how a run is written or shown do not make another
+    experiment (`output_only`: a run resumed from a checkpoint, or shown with another console,
+    gives the same numbers)."""
     groups: dict[tuple[tuple[str, str], ...], Group] = {}
     for job in jobs:
         if not job.finished:
             continue
-        settings = {k: v for k, v in job.overrides.items() if k not in NOT_GROUPED}
+        settings = {k: v for k, v in job.overrides.items() if k != "seed" and not output_only(k)}
         key = tuple(sorted(settings.items()))
         groups.setdefault(key, Group(settings, [])).jobs.append(job)
     return list(groups.values())

@@ -1073,3 +1073,25 @@ def test_rounds_to_a_percentage_and_the_loss_at_a_round_come_from_metrics_csv(
     assert (sweep / "curves.png").read_bytes()[:4] == b"\x89PNG"
     assert main([str(sweep), "--metrics", "loss_at_3", "--curves", "test_loss"]) == 0
     assert "| fedavg | 1.000 ± 0.000 |" in (sweep / "report.md").read_text()
+
+
+def test_overrides_that_only_say_how_a_run_is_shown_or_resumed_make_no_other_cell(
+    tmp_path: Path,
+) -> None:
+    """Seeds of one setting, one shown with another console and resumed, are one cell; another
+    algorithm is another."""
+    jobs = {
+        "0": ["algo=fedavg", "seed=0"],
+        "1": ["algo=fedavg", "seed=1", "console.progress=lines", "resume=auto"],
+        "2": ["algo=scaffold", "seed=0", "console.progress=lines"],
+    }
+    for job, overrides in jobs.items():
+        directory = tmp_path / job
+        (directory / ".hydra").mkdir(parents=True)
+        (directory / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
+        (directory / ".hydra" / "config.yaml").write_text("{}\n")
+        (directory / "metrics.csv").write_text("round,test_accuracy,test_loss\n1,0.5,1.0\n")
+        (directory / "summary.json").write_text(json.dumps(summary_of(0.5)))
+    fedavg, scaffold = group_jobs(load_jobs(tmp_path))
+    assert (fedavg.overrides, len(fedavg.jobs)) == ({"algo": "fedavg"}, 2)
+    assert (scaffold.overrides, len(scaffold.jobs)) == ({"algo": "scaffold"}, 1)
