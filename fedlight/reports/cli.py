@@ -1,6 +1,7 @@
 """`fedlight report <sweep dir>`: a Hydra multirun turned into the tables a paper needs.
 
-Jobs that differ only in their seed form a group, and every cell is mean ± std over that group's
+Jobs that differ only in their seed (and in settings that only say how a run is written or
+shown: `output_only`) form a group, and every cell is mean ± std over that group's
 seeds, so a gap between methods can be read against the seed-to-seed spread. Unfinished jobs are
 listed, never averaged in; a seed that diverged (`diverged_at_round` in its summary.json) is left
 out of its cell's mean ± std and marked `† <d> of <n> diverged`, with a footnote naming it. A seed

@@ -123,16 +123,38 @@ class JobResult:
         return environment if isinstance(environment, dict) else {}
 
     def setting(self, key: str) -> str | None:
-        """A key's value from the command line, else the config group it chose, else None."""
+        """A key's value from the command line, else the config group it chose, else the value
+        its resolved config held (summary.json's `config`: a preset's or a default's, so that a
+        cell that kept `data.statistics=dataset` pairs with one that set `half`), else None."""
         if key in self.overrides:
             return self.overrides[key]
-        value = (self.summary or {}).get(key)
-        return None if value is None else str(value)
+        summary = self.summary or {}
+        if summary.get(key) is not None:
+            return str(summary[key])
+        return config_text(dotted_value(summary.get("config"), key))
+
+
+def dotted_value(config: Any, key: str) -> Any:
+    """`data.statistics` of a resolved config (nested mappings); None where it has no such key."""
+    for part in key.split("."):
+        if not isinstance(config, dict):
+            return None
+        config = config.get(part)
+    return config
+
+
+def config_text(value: Any) -> str | None:
+    """A config value as the command line writes it (`true`, `0.1`); None for none, or for a
+    mapping or list (a node, not a setting)."""
+    if value is None or isinstance(value, dict | list):
+        return None
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 @dataclass
 class Group:
-    """Finished jobs with the same overrides apart from the seed."""
+    """Finished jobs with the same overrides apart from the seed and those that only say how a
+    run is written or shown (`output_only`)."""
 
     overrides: dict[str, str]
     jobs: list[JobResult]

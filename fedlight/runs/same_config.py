@@ -12,7 +12,7 @@ from typing import Any
 import hydra
 
 from fedlight.core.moved import current_path
-from fedlight.core.settings import RunSettings
+from fedlight.core.settings import OUTPUT_ONLY, RunSettings
 
 # Settings that may differ between a run and its resumption without changing any number (dotted
 # for nested keys): a run may continue on another number of workers, checkpoint at another pace,
@@ -20,10 +20,8 @@ from fedlight.core.settings import RunSettings
 # `fl.threads_per_worker` or `fl.memory_format` changes float rounding only; summary.json's
 # environment records it.
 RESUME_FREE_KEYS = (
-    "resume",
-    "overwrite",
+    *(key for key in OUTPUT_ONLY if key != "hydra"),  # where and how it is written or shown
     "objective",
-    "logger",
     "fl.workers",
     "fl.threads_per_worker",
     "fl.memory_format",
@@ -32,7 +30,6 @@ RESUME_FREE_KEYS = (
     "fl.mmap_threshold_mb",  # where freed memory goes, not what is computed
     "fl.rounds",
     "checkpoint.every",
-    "console",  # what the console shows, not what the run computes
     "preemption",  # how a run is told to stop, not what it computes
     "data.cache_dir",  # where decoded images are kept, not what they are
     "privacy.target_epsilon",  # the budget: the noise a run calibrated is in its checkpoint

@@ -18,6 +18,7 @@ from fedlight.reports.cli import main
 from fedlight.reports.load import load_jobs
 from fedlight.reports.model import JobResult, Layout
 from fedlight.reports.notes import reproduction_line
+from fedlight.reports.paired import Comparison, pairings
 from fedlight.reports.write import column_curve, mean_virtual_times
 from tests.conftest import REPO, TINY, run_cli
 
@@ -1080,18 +1081,35 @@ def test_overrides_that_only_say_how_a_run_is_shown_or_resumed_make_no_other_cel
 ) -> None:
     """Seeds of one setting, one shown with another console and resumed, are one cell; another
     algorithm is another."""
-    jobs = {
-        "0": ["algo=fedavg", "seed=0"],
-        "1": ["algo=fedavg", "seed=1", "console.progress=lines", "resume=auto"],
-        "2": ["algo=scaffold", "seed=0", "console.progress=lines"],
-    }
-    for job, overrides in jobs.items():
-        directory = tmp_path / job
-        (directory / ".hydra").mkdir(parents=True)
-        (directory / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
-        (directory / ".hydra" / "config.yaml").write_text("{}\n")
-        (directory / "metrics.csv").write_text("round,test_accuracy,test_loss\n1,0.5,1.0\n")
-        (directory / "summary.json").write_text(json.dumps(summary_of(0.5)))
+    jobs = [
+        ["algo=fedavg", "seed=0"],
+        ["algo=fedavg", "seed=1", "console.progress=lines", "resume=auto"],
+        ["algo=scaffold", "seed=0", "console.progress=lines"],
+    ]
+    for name, overrides in enumerate(jobs):
+        write_job(tmp_path, str(name), overrides, None, summary_of(0.5), [0.5])
     fedavg, scaffold = group_jobs(load_jobs(tmp_path))
     assert (fedavg.overrides, len(fedavg.jobs)) == ({"algo": "fedavg"}, 2)
     assert (scaffold.overrides, len(scaffold.jobs)) == ({"algo": "scaffold"}, 1)
+
+
+def test_a_cell_that_kept_a_default_pairs_with_one_that_overrode_it(tmp_path: Path) -> None:
+    """`--compare data.statistics=half,dataset` where only the half runs set it: the others'
+    value is their resolved config's (summary.json's `config`)."""
+    for seed in (0, 1):
+        for name, kept, overrides in (
+            ("d", "dataset", []),
+            ("h", "half", ["data.statistics=half"]),
+        ):
+            config = {"data": {"statistics": kept, "normalize": True}}
+            summary = summary_of(0.5 + 0.1 * (name == "h") + 0.01 * seed, seed=seed, config=config)
+            write_job(tmp_path, f"{name}{seed}", [*overrides, f"seed={seed}"], None, summary, [0.5])
+    groups = group_jobs(load_jobs(tmp_path))
+    assert [g.setting("data.statistics") for g in groups] == ["dataset", "half"]
+    assert groups[0].setting("data.normalize") == "true"
+    assert groups[0].setting("data.absent") is None
+    (pair,) = pairings(groups, [Comparison.parse("data.statistics=half,dataset")])
+    assert (pair.a.setting("data.statistics"), pair.b.setting("data.statistics")) == (
+        "half",
+        "dataset",
+    )
