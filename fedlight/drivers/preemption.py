@@ -38,7 +38,7 @@ class Preempted(BaseException):
         self.round_index = round_index
 
 
-@dataclass
+@dataclass(eq=False)  # a watch is itself (identity): an inner one has the same fields
 class Watch:
     """The preemption signals this process takes note of while it is active.
 
