@@ -756,6 +756,8 @@ def config_values(root: Path, page: Page, key: str, sweeps: list[str] | None = N
     """The distinct values a config key took over the page's records (or those of them named in
     `sweeps`): numbers in increasing order, then the other values in the order of the records and
     their jobs (a config group's choice from summary.json, other keys from the resolved config)."""
+    from fedlight.reports.model import dotted_value
+
     values: dict[str, None] = {}
     for sweep in record_dirs(root, page, sweeps):
         for job in job_dirs(sweep):
@@ -763,9 +765,7 @@ def config_values(root: Path, page: Page, key: str, sweeps: list[str] | None = N
             if "." not in key and key in summary:
                 value = summary[key]
             else:
-                value = read_yaml(job / ".hydra" / "config.yaml")
-                for part in key.split("."):
-                    value = (value or {}).get(part)
+                value = dotted_value(read_yaml(job / ".hydra" / "config.yaml"), key)
             values[str(value)] = None
     return sorted(values, key=numbers_first)
 
