@@ -18,13 +18,22 @@ import time
 from pathlib import Path
 
 
+def tasks(pid: int) -> list[Path]:
+    """The /proc folders of `pid`'s threads; none once it has ended (a process of the tree can end
+    while the tree is walked, and its folder goes with it)."""
+    try:
+        return list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return []
+
+
 def children(pid: int) -> list[int]:
     """`pid` and its descendants."""
     found, queue = [], [pid]
     while queue:
         current = queue.pop()
         found.append(current)
-        for task in Path(f"/proc/{current}/task").glob("*"):
+        for task in tasks(current):
             try:
                 queue += [int(c) for c in (task / "children").read_text().split()]
             except OSError:

@@ -16,6 +16,7 @@ import pytest
 import torch
 from torch import nn
 
+from benchmarks import memory_tree
 from benchmarks.peers import measure, peer_common, records, spec
 from benchmarks.peers.cli import chosen_workloads, main
 from benchmarks.peers.measure import Usage, cpu_at
@@ -306,6 +307,23 @@ def test_a_run_counts_the_processes_of_its_session_and_ends_those_left(tmp_path)
         time.sleep(0.1)
     else:
         raise AssertionError(f"process {line}, left by the run, still runs")
+
+
+class Vanished(type(Path())):
+    """A /proc folder found a moment ago and gone when it is read (its process ended)."""
+
+    def iterdir(self):
+        raise FileNotFoundError(2, "No such file or directory", str(self))
+
+    def glob(self, pattern, **_):
+        raise FileNotFoundError(2, "No such file or directory", str(self))
+
+
+def test_a_process_that_ends_while_the_tree_is_walked_is_only_itself(monkeypatch):
+    """A member can end between being listed and being read, its /proc folder going with it
+    (a peer run failed so once under the default kernels): the walk counts it and goes on."""
+    monkeypatch.setattr(memory_tree, "Path", Vanished)
+    assert memory_tree.children(4450) == [4450]
 
 
 def test_a_before_that_is_not_a_checkout_is_refused(tmp_path):
